@@ -1,0 +1,196 @@
+"""Generate the tiny talker and codec checkpoints in the release layout.
+
+    python -m moss_cli.assets.build [OUT_DIR]     (default: next to this file)
+
+Every tensor is drawn from a generator seeded by a hash of its name, so the files are
+byte-identical on every run. The weights are random but shaped so the output behaves like speech
+synthesis: the stop head ends an utterance after about 20 frames (1.6 s) on average, and the
+audio heads give peaked, non-degenerate code distributions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from ..model.codec import AudioCodec, adapt_projections
+from ..model.config import CodecConfig, TalkerConfig
+from ..model.talker import MossTTSLocal
+from . import ASSETS
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_end|>",
+                  "<|audio_user_slot|>", "<|audio_assistant_slot|>"]
+STOP_MARGIN = 3.5  # logit(continue) - logit(stop) from the ln_f bias: P(stop) ~ 3% per frame
+
+
+def byte_alphabet() -> list[str]:
+    """The 256 printable characters byte-level BPE uses for the bytes 0..255 (GPT-2's mapping)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def tokenizer_json() -> dict:
+    vocab = {ch: i for i, ch in enumerate(byte_alphabet())}
+    added = []
+    for offset, token in enumerate(SPECIAL_TOKENS):
+        vocab[token] = 256 + offset
+        added.append({"id": 256 + offset, "content": token, "single_word": False, "lstrip": False,
+                      "rstrip": False, "normalized": False, "special": True})
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True}
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "NFC"}, "pre_tokenizer": byte_level, "post_processor": None,
+        "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": []},
+    }
+
+
+def talker_config() -> dict:
+    qwen = {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 272, "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "hidden_act": "silu", "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": True,
+        "use_sliding_window": False, "sliding_window": None, "initializer_range": 0.02, "pad_token_id": 256,
+    }
+    gpt2 = {
+        "model_type": "gpt2", "vocab_size": 272, "n_embd": 64, "n_layer": 1, "n_head": 4, "n_inner": 128,
+        "n_positions": 7, "n_ctx": 7, "activation_function": "silu", "layer_norm_epsilon": 1e-6,
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "position_embedding_type": "rope",
+        "rope_base": 10000.0, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+        "initializer_range": 0.02,
+    }
+    n_vq, codebook = 6, 128
+    return {
+        "architectures": ["MossTTSLocalModel"], "model_type": "moss_tts_local", "dtype": "float32",
+        "transformers_version": "4.57.1",
+        "qwen3_config": qwen, "language_config": qwen, "gpt2_config": gpt2, "n_vq": n_vq,
+        "audio_vocab_size": codebook, "audio_codebook_sizes": [codebook] * n_vq, "audio_pad_token_id": codebook,
+        "audio_pad_code": codebook, "pad_token_id": 256, "im_start_token_id": 257, "im_end_token_id": 258,
+        "audio_start_token_id": 259, "audio_end_token_id": 260, "audio_user_slot_token_id": 261,
+        "audio_assistant_slot_token_id": 262, "audio_assistant_gen_slot_token_id": 262, "sampling_rate": 48000,
+        "attn_implementation": "sdpa", "local_text_head_mode": "binary", "tie_word_embeddings": True,
+        "initializer_range": 0.02,
+    }
+
+
+def _transformer(inp: int, out: int, context: float, d: int = 32) -> dict:
+    return {"module_type": "Transformer", "input_dimension": inp, "output_dimension": out, "d_model": d,
+            "num_heads": 2, "num_layers": 1, "dim_feedforward": 2 * d, "causal": True, "norm": "layer_norm",
+            "positional_embedding": "rope", "max_period": 10000, "gating": "none", "layer_scale": 0.01,
+            "conv_layout": True, "context_duration": context}
+
+
+def codec_config() -> dict:
+    patch2 = {"module_type": "PatchedPretransform", "patch_size": 2}
+    patch240 = {"module_type": "PatchedPretransform", "patch_size": 240}
+    encoder = [patch240, _transformer(240, 16, 1.0), patch2, _transformer(32, 16, 2.0), patch2,
+               _transformer(32, 16, 4.0), patch2, _transformer(32, 16, 8.0), patch2, _transformer(32, 32, 10.0),
+               patch2, _transformer(64, 32, 10.0)]
+    decoder = [_transformer(32, 64, 10.0), patch2, _transformer(32, 64, 10.0), patch2, _transformer(32, 64, 8.0),
+               patch2, _transformer(32, 64, 4.0), patch2, _transformer(32, 64, 2.0), patch2,
+               _transformer(32, 240, 1.0), patch240]
+    return {
+        "architectures": ["MossAudioTokenizerModel"], "model_type": "moss-audio-tokenizer", "version": "tiny-v2",
+        "sampling_rate": 48000, "downsample_rate": 3840, "number_channels": 2, "enable_channel_interleave": True,
+        "causal_transformer_context_duration": 10.0, "code_dim": 32, "attention_implementation": "sdpa",
+        "compute_dtype": "fp32", "quantizer_type": "rlfq",
+        "quantizer_kwargs": {"input_dim": 32, "rvq_dim": 16, "output_dim": 32, "num_quantizers": 8,
+                             "codebook_size": 128, "codebook_dim": 4, "quantizer_type": "rlfq"},
+        "encoder_kwargs": encoder, "decoder_kwargs": decoder, "dtype": "float32",
+    }
+
+
+def _randn(name: str, shape: tuple[int, ...], std: float) -> torch.Tensor:
+    seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little") & (2**63 - 1)
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=gen, dtype=torch.float32) * std
+
+
+def _fill(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """A plausible initial value for a tensor, chosen by its role in the name."""
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf == "bias":
+        return _randn(name, shape, 0.02)
+    if leaf == "scale":  # codec layer scale
+        return torch.full(shape, 0.01)
+    if len(shape) == 1:  # norm weights
+        return 1.0 + _randn(name, shape, 0.05)
+    if leaf == "original0":  # weight-norm gain
+        return 1.0 + _randn(name, shape, 0.1).abs()
+    fan_in = shape[1] if len(shape) > 1 else shape[0]
+    return _randn(name, shape, fan_in ** -0.5)
+
+
+def talker_tensors(cfg: TalkerConfig) -> dict[str, torch.Tensor]:
+    with torch.device("meta"):
+        model = MossTTSLocal(cfg)
+    tensors = {name: _fill(name, tuple(t.shape)) for name, t in model.state_dict().items()}
+    tensors["transformer.embed_tokens.weight"] = _randn("transformer.embed_tokens.weight",
+                                                        tuple(tensors["transformer.embed_tokens.weight"].shape), 1.0)
+    for k in range(cfg.n_vq):
+        key = f"audio_embeddings.{k}.weight"
+        tensors[key] = _randn(key, tuple(tensors[key].shape), 0.5)
+    head = _randn("local_text_lm_head.weight", (2, cfg.hidden_size), 0.05)
+    tensors["local_text_lm_head.weight"] = head
+    direction = head[0] - head[1]
+    # Shift ln_f's bias along (continue - stop) so that continuing is STOP_MARGIN logits likelier.
+    tensors["local_transformer.ln_f.bias"] = direction * (STOP_MARGIN / direction.dot(direction))
+    return tensors
+
+
+def codec_tensors(cfg: CodecConfig) -> dict[str, torch.Tensor]:
+    with torch.device("meta"):
+        codec = AudioCodec(cfg)
+        everything = {f"{part}.{i}.{proj}.weight" for part in ("encoder", "decoder")
+                      for i in range(12) for proj in ("input_proj", "output_proj")}
+        adapt_projections(codec, everything)  # v2 stores every projection, even square ones
+    tensors = {name: _fill(name, tuple(t.shape)) for name, t in codec.state_dict().items()}
+    for name, t in tensors.items():
+        if name.endswith("codebook.weight"):
+            tensors[name] = _randn(name, tuple(t.shape), 1.0)
+    last = f"decoder.{len(cfg.decoder) - 2}.output_proj.weight"
+    tensors[last] = tensors[last] * 0.02 # keep the waveform well inside [-1, 1]
+    return tensors
+
+
+def _write(directory: Path, config: dict, tensors: dict[str, torch.Tensor], extra: dict[str, dict]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    save_file({k: v.contiguous() for k, v in sorted(tensors.items())}, str(directory / "model.safetensors"),
+              metadata={"format": "pt"})
+    for filename, content in extra.items():
+        (directory / filename).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def build(out: Path = ASSETS) -> tuple[Path, Path]:
+    talker_dir, codec_dir = out / "tiny-talker", out / "tiny-codec"
+    tcfg = talker_config()
+    _write(talker_dir, tcfg, talker_tensors(TalkerConfig.from_dict(tcfg)), {
+        "tokenizer.json": tokenizer_json(),
+        "tokenizer_config.json": {"tokenizer_class": "Qwen2TokenizerFast", "model_max_length": 4096,
+                                  "pad_token": "<|endoftext|>", "eos_token": "<|im_end|>"},
+    })
+    ccfg = codec_config()
+    _write(codec_dir, ccfg, codec_tensors(CodecConfig.from_dict(ccfg)), {})
+    return talker_dir, codec_dir
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else ASSETS
+    for path in build(target):
+        print(path)

@@ -1,0 +1,26 @@
+"""The `moss` command line: a thin Typer layer over the library."""
+
+from __future__ import annotations
+
+import typer
+
+from .. import __version__
+
+app = typer.Typer(name="moss", no_args_is_help=True, add_completion=False,
+                  help="Batch speech synthesis with MOSS-TTS-Local, and audits that prove it is reproducible.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"moss {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    pass
+
+
+def main() -> None:
+    app()

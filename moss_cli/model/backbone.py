@@ -1,0 +1,97 @@
+"""Qwen3 decoder (the talker's global backbone): QK-norm, rotate-half RoPE, SwiGLU MLP.
+
+Attention goes through a cache object supplied by the caller (the engine owns KV caches and
+batching); the cache stores new keys/values and returns the attention output.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn as nn
+
+from .attention import attend, causal_mask
+from .config import BackboneConfig
+from .layers import RMSNorm, activation, apply_rotate_half, rotate_half_angles
+
+
+class AttentionCache(Protocol):
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        """Store k, v [B, T, Hkv, D] for `layer` and return attention of q [B, T, H, D]."""
+
+
+class NoCache:
+    """Causal attention over the given sequence only (a full forward without a cache)."""
+
+    def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
+        return attend(q, k, v, scale, causal_mask(q.shape[1], k.shape[1], q.device))
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, cfg: BackboneConfig, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.scale = cfg.head_dim ** -0.5
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: AttentionCache) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim)
+        q, k = apply_rotate_half(q, cos, sin), apply_rotate_half(k, cos, sin)
+        out = cache.attend(self.layer, q, k, v, self.scale)
+        return self.o_proj(out.reshape(b, t, self.num_heads * self.head_dim))
+
+
+class Qwen3MLP(nn.Module):
+    def __init__(self, cfg: BackboneConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.act = activation(cfg.hidden_act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Qwen3Layer(nn.Module):
+    def __init__(self, cfg: BackboneConfig, layer: int) -> None:
+        super().__init__()
+        self.self_attn = Qwen3Attention(cfg, layer)
+        self.mlp = Qwen3MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, cache: AttentionCache) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Qwen3Backbone(nn.Module):
+    """State-dict prefix `transformer.`: embed_tokens, layers.{i}, norm."""
+
+    def __init__(self, cfg: BackboneConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Qwen3Layer(cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: AttentionCache | None = None) -> torch.Tensor:
+        """embeds [B, T, H], positions [B, T] -> final-normed hidden states [B, T, H]."""
+        cache = cache if cache is not None else NoCache()
+        cos, sin = rotate_half_angles(positions, self.cfg.head_dim, self.cfg.rope_theta, embeds.dtype)
+        x = embeds
+        for layer in self.layers:
+            x = layer(x, cos, sin, cache)
+        return self.norm(x)

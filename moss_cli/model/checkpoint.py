@@ -1,0 +1,139 @@
+"""Loading checkpoints in the Hugging Face layout: config.json + safetensors (+ tokenizer.json).
+
+Only JSON and safetensors are read; nothing is unpickled and no code from the checkpoint runs.
+Tensors are checked against the model built from config.json: a missing, unexpected or
+mis-shaped tensor is a `CheckpointError` naming it. Tied tensors may be absent on disk.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+from safetensors import SafetensorError, safe_open
+
+from ..errors import CheckpointError
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def read_json(path: Path, what: str) -> dict:
+    if not path.is_file():
+        raise CheckpointError(f"no {path.name} ({what}) in this directory", file=path.parent)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"invalid JSON: {e.msg} (column {e.colno})", file=path, line=e.lineno) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"cannot read: {e}", file=path) from None
+    if not isinstance(data, dict):
+        raise CheckpointError("expected a JSON object at the top level", file=path)
+    return data
+
+
+def checkpoint_dir(path: str | Path) -> Path:
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        raise CheckpointError("checkpoint directory does not exist", file=directory)
+    return directory
+
+
+def tensor_files(directory: Path) -> dict[str, Path]:
+    """Map every stored tensor name to its safetensors file (single file or sharded index)."""
+    index = directory / INDEX_FILE
+    if index.is_file():
+        weight_map = read_json(index, "shard index").get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError("missing or empty 'weight_map'", file=index, field="weight_map")
+        files = {}
+        for name, shard in weight_map.items():
+            shard_path = directory / str(shard)
+            if Path(str(shard)).name != str(shard) or not shard_path.is_file():
+                raise CheckpointError(f"shard {shard!r} listed for tensor {name!r} does not exist", file=index)
+            files[name] = shard_path
+        return files
+    single = directory / SINGLE_FILE
+    if single.is_file():
+        return {name: single for name in _keys_of(single)}
+    pickled = sorted(p.name for p in directory.glob("*.bin")) + sorted(p.name for p in directory.glob("*.pt"))
+    hint = f" (found {', '.join(pickled)}: pickled weights are never loaded; convert them to safetensors)" if pickled else ""
+    raise CheckpointError(f"no {SINGLE_FILE} or {INDEX_FILE}{hint}", file=directory)
+
+
+def _keys_of(path: Path) -> list[str]:
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            return list(f.keys())
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"not a readable safetensors file ({e})", file=path) from None
+
+
+def load_weights(model: nn.Module, directory: Path, *, device: torch.device, dtype: torch.dtype,
+                 tied: dict[str, str] | None = None, rename: Callable[[str], str] = lambda k: k,
+                 float32_params: Callable[[str], bool] = lambda k: False) -> None:
+    """Fill `model` (built on the meta device) with the checkpoint's tensors, checked by name and shape."""
+    tied = tied or {}
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    stored = tensor_files(directory)
+    by_name: dict[str, tuple[str, Path]] = {}
+    unexpected = []
+    for original, path in stored.items():
+        name = rename(original)
+        if name in expected:
+            by_name[name] = (original, path)
+        elif name not in tied:
+            unexpected.append(original)
+    if unexpected:
+        raise CheckpointError(f"unexpected tensor(s) not used by this model config: {_some(unexpected)}",
+                              file=directory, field=unexpected[0])
+    missing = [name for name in expected if name not in by_name]
+    if missing:
+        raise CheckpointError(f"missing tensor(s): {_some(missing)}", file=directory, field=missing[0])
+
+    state: dict[str, torch.Tensor] = {}
+    by_file: dict[Path, list[str]] = {}
+    for name, (_, path) in by_name.items():
+        by_file.setdefault(path, []).append(name)
+    for path, names in by_file.items():
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                for name in names:
+                    original = by_name[name][0]
+                    shape = tuple(f.get_slice(original).get_shape())
+                    if shape != expected[name]:
+                        raise CheckpointError(
+                            f"tensor {original!r} has shape {list(shape)}, but config.json implies "
+                            f"{list(expected[name])}", file=path, field=original)
+                    tensor = f.get_tensor(original)
+                    target = torch.float32 if float32_params(name) else dtype
+                    state[name] = tensor.to(device=device, dtype=target if tensor.is_floating_point() else tensor.dtype)
+        except (SafetensorError, OSError) as e:
+            raise CheckpointError(f"cannot read tensors (truncated or corrupt file?): {e}", file=path) from None
+    model.load_state_dict(state, strict=True, assign=True)
+
+
+def _some(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:5])
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def load_tokenizer(directory: Path, special_ids: dict[str, int]):
+    """The checkpoint's tokenizer.json (Qwen BPE); the config's special token ids must exist in it."""
+    from tokenizers import Tokenizer
+
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        raise CheckpointError("no tokenizer.json: needed to build prompts from text", file=directory)
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:  # the tokenizers library raises a plain Exception on parse errors
+        raise CheckpointError(f"cannot load tokenizer: {e}", file=path) from None
+    for name, token_id in special_ids.items():
+        if tokenizer.id_to_token(token_id) is None:
+            raise CheckpointError(f"config.json names token id {token_id} for {name}, but the tokenizer has no "
+                                  f"such token", file=path, field=name)
+    return tokenizer

@@ -1,0 +1,288 @@
+"""MOSS-Audio-Tokenizer: residual (LFQ) dequantisation and the decoder stage list.
+
+Decode = sum over the first nq quantizers of out_proj(codebook[c]) (float32), then the
+quantizer's output_proj, then the decoder stages in order: causal sliding-window transformers
+(interleaved RoPE, layer scale) and patch reshapes. Version 2 decodes one interleaved stream
+(L0 R0 L1 R1 ...) that is split back into channels at the end.
+
+State-dict names follow the v2 release (`self_attn.in_proj`, `self_attn.out_proj`, `ffn.0`,
+`ffn.2`); v1 names (`self_attn.in_projs.0`, `out_projs.0`, `linear1`, `linear2`) and the legacy
+weight-norm names (`weight_g`, `weight_v`) are mapped onto them when loading
+(see `canonical_codec_key`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import CodecConfig, CodecStage, QuantizerConfig
+from .layers import codec_rope
+
+# Queries are processed in blocks so that attention memory stays O(T * (block + context)).
+ATTENTION_BLOCK = 512
+
+
+class WeightNormConv1x1(nn.Module):
+    """A weight-normed kernel-1 Conv1d stored as `parametrizations.weight.original0/1` + `bias`."""
+
+    def __init__(self, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.parametrizations = nn.Module()
+        self.parametrizations.weight = nn.Module()
+        self.parametrizations.weight.original0 = nn.Parameter(torch.ones(out_dim, 1, 1))
+        self.parametrizations.weight.original1 = nn.Parameter(torch.randn(out_dim, in_dim, 1))
+        self.bias = nn.Parameter(torch.zeros(out_dim))
+
+    def weight(self) -> torch.Tensor:
+        # g * v / ||v|| with the norm over all dims but the output channel.
+        w = self.parametrizations.weight
+        return torch._weight_norm(w.original1, w.original0, 0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv1d(x, self.weight(), self.bias)
+
+
+class Quantizer(nn.Module):
+    """Residual quantizer; decode only needs the codebooks and projections."""
+
+    def __init__(self, cfg: QuantizerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.input_proj = WeightNormConv1x1(cfg.input_dim, cfg.rvq_dim) if cfg.input_dim != cfg.rvq_dim else nn.Identity()
+        self.output_proj = WeightNormConv1x1(cfg.rvq_dim, cfg.output_dim) if cfg.rvq_dim != cfg.output_dim else nn.Identity()
+        self.quantizers = nn.ModuleList(_Codebook(cfg) for _ in range(cfg.num_quantizers))
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [nq, B, T] -> latents [B, output_dim, T] in float32."""
+        nq, b, t = codes.shape
+        latents = torch.zeros(b, self.cfg.rvq_dim, t, device=codes.device, dtype=torch.float32)
+        for i in range(nq):
+            latents += self.quantizers[i].decode(codes[i])
+        return self.output_proj(latents)
+
+
+class _Codebook(nn.Module):
+    def __init__(self, cfg: QuantizerConfig) -> None:
+        super().__init__()
+        project = cfg.rvq_dim != cfg.codebook_dim
+        self.in_proj = WeightNormConv1x1(cfg.rvq_dim, cfg.codebook_dim) if project else nn.Identity()
+        self.out_proj = WeightNormConv1x1(cfg.codebook_dim, cfg.rvq_dim) if project else nn.Identity()
+        self.codebook = nn.Embedding(cfg.codebook_size, cfg.codebook_dim)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, T] -> [B, rvq_dim, T] (float32)."""
+        vectors = F.embedding(codes, self.codebook.weight).transpose(1, 2).float()
+        return self.out_proj(vectors).float()
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int, init: float) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((dim,), init))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x
+
+
+class CodecAttention(nn.Module):
+    def __init__(self, stage: CodecStage, context: int | None) -> None:
+        super().__init__()
+        self.num_heads = stage.num_heads
+        self.context = context
+        self.causal = stage.causal
+        self.rope_period = stage.max_period if stage.positional_embedding == "rope" else None
+        self.in_proj = nn.Linear(stage.d_model, 3 * stage.d_model, bias=False)
+        self.out_proj = nn.Linear(stage.d_model, stage.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        qkv = self.in_proj(x).reshape(b, t, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        if self.rope_period is not None:
+            q, k = codec_rope(q, k, 0, self.rope_period)
+        if not self.causal:
+            out = F.scaled_dot_product_attention(q, k, v)
+        else:
+            out = torch.cat([self._causal_block(q, k, v, start, min(start + ATTENTION_BLOCK, t))
+                             for start in range(0, t, ATTENTION_BLOCK)], dim=2)
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, d))
+
+    def _causal_block(self, q, k, v, start: int, stop: int) -> torch.Tensor:
+        """Queries start..stop-1 see keys j with 0 <= i - j < context."""
+        first = 0 if self.context is None else max(0, start - self.context + 1)
+        q_pos = torch.arange(start, stop, device=q.device)[:, None]
+        k_pos = torch.arange(first, stop, device=q.device)[None, :]
+        delta = q_pos - k_pos
+        mask = delta >= 0
+        if self.context is not None:
+            mask &= delta < self.context
+        return F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, first:stop], v[:, :, first:stop],
+                                              attn_mask=mask)
+
+
+class CodecLayer(nn.Module):
+    def __init__(self, stage: CodecStage, context: int | None) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(stage.d_model, eps=1e-5)
+        self.self_attn = CodecAttention(stage, context)
+        self.norm2 = nn.LayerNorm(stage.d_model, eps=1e-5)
+        self.ffn = nn.Sequential(nn.Linear(stage.d_model, stage.dim_feedforward, bias=False), nn.GELU(),
+                                 nn.Linear(stage.dim_feedforward, stage.d_model, bias=False))
+        scale = stage.layer_scale
+        self.layer_scale_1 = LayerScale(stage.d_model, scale) if scale is not None else nn.Identity()
+        self.layer_scale_2 = LayerScale(stage.d_model, scale) if scale is not None else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        update = self.self_attn(self.norm1(x))
+        x = x.to(update) + self.layer_scale_1(update)
+        update = self.ffn(self.norm2(x))
+        return x.to(update) + self.layer_scale_2(update)
+
+
+class TransformerStage(nn.Module):
+    """input_proj -> causal transformer -> output_proj, on [B, D, T] ("conv layout") tensors."""
+
+    def __init__(self, stage: CodecStage, context: int | None) -> None:
+        super().__init__()
+        self.stage = stage
+        self.input_proj = (nn.Linear(stage.input_dimension, stage.d_model, bias=False)
+                           if stage.input_dimension != stage.d_model else nn.Identity())
+        self.transformer = nn.Module()
+        self.transformer.layers = nn.ModuleList(CodecLayer(stage, context) for _ in range(stage.num_layers))
+        self.output_proj = (nn.Linear(stage.d_model, stage.output_dimension, bias=False)
+                            if stage.output_dimension != stage.d_model else nn.Identity())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.input_proj(x.transpose(1, 2))
+        for layer in self.transformer.layers:
+            x = layer(x)
+        return self.output_proj(x).transpose(1, 2)
+
+
+class PatchStage(nn.Module):
+    """Pure reshape: encode folds `patch_size` steps into channels, decode unfolds them."""
+
+    def __init__(self, patch_size: int, downsample: bool) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, d, t = x.shape
+        h = self.patch_size
+        if self.downsample:  # [B, D, T*h] -> [B, D*h, T]
+            return x.reshape(b, d, -1, h).permute(0, 1, 3, 2).reshape(b, d * h, -1)
+        # [B, D*h, T] -> [B, D, T*h]
+        return x.reshape(b, d // h, h, t).permute(0, 1, 3, 2).reshape(b, d // h, t * h)
+
+
+def _context_frames(stage: CodecStage, frame_rate: float, default_duration: float) -> int | None:
+    if not stage.causal:
+        return None
+    if stage.context_duration is not None:  # v2: per-stage window, rounded
+        return int(round(frame_rate * stage.context_duration))
+    return int(frame_rate * default_duration)  # v1: one window duration for all stages
+
+
+class AudioCodec(nn.Module):
+    """The codec network. `decode` maps codes [nq, B, T] to audio [B, channels, T * downsample_rate]."""
+
+    def __init__(self, cfg: CodecConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        rate = float(cfg.sampling_rate * (cfg.channels if cfg.interleave else 1))
+        self.encoder = nn.ModuleList()
+        for stage in cfg.encoder:
+            if stage.kind == "patch":
+                self.encoder.append(PatchStage(stage.patch_size, downsample=True))
+                rate /= stage.patch_size
+            else:
+                self.encoder.append(TransformerStage(stage, _context_frames(stage, rate, cfg.context_duration)))
+        self.quantizer = Quantizer(cfg.quantizer)
+        rate = rate if cfg.encoder else cfg.frame_rate
+        self.decoder = nn.ModuleList()
+        for stage in cfg.decoder:
+            if stage.kind == "patch":
+                self.decoder.append(PatchStage(stage.patch_size, downsample=False))
+                rate *= stage.patch_size
+            else:
+                self.decoder.append(TransformerStage(stage, _context_frames(stage, rate, cfg.context_duration)))
+
+    @property
+    def sample_rate(self) -> int:
+        return self.cfg.sampling_rate
+
+    @property
+    def channels(self) -> int:
+        return self.cfg.channels
+
+    @property
+    def frame_rate(self) -> float:
+        return self.cfg.frame_rate
+
+    @property
+    def num_quantizers(self) -> int:
+        return self.cfg.quantizer.num_quantizers
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [nq, B, T] (any nq up to num_quantizers) -> float32 audio [B, channels, T * downsample_rate]."""
+        if codes.dim() != 3:
+            raise ValueError(f"codes must be [nq, B, T], got shape {tuple(codes.shape)}")
+        if not 1 <= codes.shape[0] <= self.num_quantizers:
+            raise ValueError(f"codes has {codes.shape[0]} quantizers; this codec has {self.num_quantizers}")
+        size = self.cfg.quantizer.codebook_size
+        if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= size):
+            raise ValueError(f"codes must lie in [0, {size})")
+        x = self.quantizer.decode(codes.to(self.quantizer.quantizers[0].codebook.weight.device))
+        dtype = _stage_dtype(self.decoder)
+        x = x.to(dtype)
+        for stage in self.decoder:
+            x = stage(x)
+        b = x.shape[0]
+        if self.cfg.interleave and self.cfg.channels > 1:
+            # One interleaved stream L0 R0 L1 R1 ... -> [B, channels, samples].
+            x = x.reshape(b, -1, self.cfg.channels).transpose(1, 2).contiguous()
+        return x.float()
+
+
+def _stage_dtype(stages: nn.ModuleList) -> torch.dtype:
+    for p in stages.parameters():
+        return p.dtype
+    return torch.float32
+
+
+_V1_RENAMES = [
+    (re.compile(r"\.self_attn\.in_projs\.0\."), ".self_attn.in_proj."),
+    (re.compile(r"\.self_attn\.out_projs\.0\."), ".self_attn.out_proj."),
+    (re.compile(r"\.self_attn\.in_proj_weight$"), ".self_attn.in_proj.weight"),
+    (re.compile(r"\.linear1\."), ".ffn.0."),
+    (re.compile(r"\.linear2\."), ".ffn.2."),
+    (re.compile(r"\.weight_g$"), ".parametrizations.weight.original0"),
+    (re.compile(r"\.weight_v$"), ".parametrizations.weight.original1"),
+]
+
+
+def canonical_codec_key(key: str) -> str:
+    """Map v1 / legacy state-dict names onto the names this module uses."""
+    for pattern, replacement in _V1_RENAMES:
+        key = pattern.sub(replacement, key)
+    return key
+
+
+def adapt_projections(codec: AudioCodec, keys: set[str]) -> None:
+    """v2 checkpoints store input/output projections even where the dimensions already match
+    (v1 omits them). Give such stages a Linear so the stored weights load."""
+    for prefix, stages in (("encoder", codec.encoder), ("decoder", codec.decoder)):
+        for i, stage in enumerate(stages):
+            if not isinstance(stage, TransformerStage):
+                continue
+            d = stage.stage.d_model
+            if isinstance(stage.input_proj, nn.Identity) and f"{prefix}.{i}.input_proj.weight" in keys:
+                stage.input_proj = nn.Linear(d, d, bias=False)
+            if isinstance(stage.output_proj, nn.Identity) and f"{prefix}.{i}.output_proj.weight" in keys:
+                stage.output_proj = nn.Linear(d, d, bias=False)

@@ -1,0 +1,106 @@
+"""Building blocks shared by the talker and the codec: norms, rotary embeddings, activations.
+
+Numerics follow the reference releases op for op (norm statistics and rotary angles in float32,
+results cast back to the activation dtype), so that greedy codes match the reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    """Qwen3 RMSNorm: statistics in float32, scale applied after casting back."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def inverse_frequencies(head_dim: int, base: float, device: torch.device) -> torch.Tensor:
+    """Rotary inverse frequencies, computed in float32 as in the reference."""
+    exponents = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
+    return 1.0 / (base ** exponents)
+
+
+def rotate_half_angles(positions: torch.Tensor, head_dim: int, base: float,
+                       dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [B, T, head_dim] for NeoX-style RoPE (the two halves of a head pair up)."""
+    inv_freq = inverse_frequencies(head_dim, base, positions.device)
+    freqs = positions.to(torch.float32)[..., None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Apply NeoX-style RoPE to x [B, T, heads, D] with cos/sin [B, T, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos.unsqueeze(-2) + rotated * sin.unsqueeze(-2)
+
+
+def interleaved_angles(positions: torch.Tensor, head_dim: int, base: float,
+                       dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [B, T, 1, head_dim] for GPT-J-style RoPE (adjacent dims pair up)."""
+    inv_freq = inverse_frequencies(head_dim, base, positions.device)
+    freqs = positions.to(torch.float32)[..., None] * inv_freq
+    cos = freqs.cos().repeat_interleave(2, dim=-1).unsqueeze(2).to(dtype)
+    sin = freqs.sin().repeat_interleave(2, dim=-1).unsqueeze(2).to(dtype)
+    return cos, sin
+
+
+def apply_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Apply GPT-J-style RoPE to x [B, T, heads, D]: pair (x0, x1) -> (x0 c - x1 s, x1 c + x0 s)."""
+    even, odd = x[..., ::2], x[..., 1::2]
+    rotated = torch.stack((-odd, even), dim=-1).reshape_as(x)
+    return x * cos + rotated * sin
+
+
+def codec_rope(q: torch.Tensor, k: torch.Tensor, offset: int, max_period: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The codec's interleaved RoPE on q, k [B, heads, T, D], angles and products in float32."""
+    _, _, t, d = q.shape
+    ds = torch.arange(d // 2, device=q.device, dtype=torch.float32)
+    freqs = torch.exp(ds * (-math.log(max_period) * 2 / d))
+    ts = (torch.arange(t, device=q.device, dtype=torch.float32) + float(offset)).view(1, 1, t, 1)
+    cos, sin = torch.cos(freqs * ts), torch.sin(freqs * ts)
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        pairs = x.view(*x.shape[:-1], d // 2, 2)
+        real, imag = pairs[..., 0].float(), pairs[..., 1].float()
+        out = torch.stack([(real * cos - imag * sin).to(x.dtype), (real * sin + imag * cos).to(x.dtype)], dim=-1)
+        return out.view(*x.shape)
+
+    return rotate(q), rotate(k)
+
+
+def _gelu_new(x: torch.Tensor) -> torch.Tensor:
+    # GPT-2's tanh approximation, written out as Hugging Face's NewGELU does.
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+ACTIVATIONS = {
+    "silu": F.silu,
+    "swish": F.silu,
+    "gelu": F.gelu,
+    "gelu_new": _gelu_new,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+def activation(name: str):
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(f"unsupported activation {name!r}; expected one of {sorted(ACTIVATIONS)}") from None

@@ -1,0 +1,98 @@
+"""The local depth transformer (GPT-2 style) that decodes the codebooks of one frame.
+
+Pre-LayerNorm blocks with a fused `c_attn`, interleaved-pair (GPT-J) RoPE, and an MLP
+`fc_in -> act -> fc_out`. It has no token embedding: its inputs are the backbone's hidden state
+(position 0) and the audio embeddings of the codes sampled so far in the frame.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .attention import attend, causal_mask
+from .config import LocalConfig
+from .layers import activation, apply_interleaved, interleaved_angles
+
+LocalPast = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+class LocalAttention(nn.Module):
+    def __init__(self, cfg: LocalConfig, layer: int) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.head_dim = cfg.hidden_size // cfg.num_heads
+        self.c_attn = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.c_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        scale = 1.0
+        if cfg.scale_attn_weights:
+            scale /= self.head_dim ** 0.5
+        if cfg.scale_attn_by_inverse_layer_idx:
+            scale /= float(layer + 1)
+        self.scale = scale
+
+    def forward(self, x, cos, sin, past: tuple[torch.Tensor, torch.Tensor] | None):
+        b, t, hidden = x.shape
+        q, k, v = self.c_attn(x).split(hidden, dim=-1)
+        q = q.view(b, t, self.num_heads, self.head_dim)
+        k = k.view(b, t, self.num_heads, self.head_dim)
+        v = v.view(b, t, self.num_heads, self.head_dim)
+        if cos is not None:
+            q, k = apply_interleaved(q, cos, sin), apply_interleaved(k, cos, sin)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
+        out = attend(q, k, v, self.scale, causal_mask(t, k.shape[1], x.device))
+        return self.c_proj(out.reshape(b, t, hidden)), (k, v)
+
+
+class LocalMLP(nn.Module):
+    def __init__(self, cfg: LocalConfig) -> None:
+        super().__init__()
+        self.fc_in = nn.Linear(cfg.hidden_size, cfg.inner_size)
+        self.fc_out = nn.Linear(cfg.inner_size, cfg.hidden_size)
+        self.act = activation(cfg.activation)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc_out(self.act(self.fc_in(x)))
+
+
+class LocalBlock(nn.Module):
+    def __init__(self, cfg: LocalConfig, layer: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.attn = LocalAttention(cfg, layer)
+        self.ln_2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.mlp = LocalMLP(cfg)
+
+    def forward(self, x, cos, sin, past):
+        attn_out, present = self.attn(self.ln_1(x), cos, sin, past)
+        x = x + attn_out
+        return x + self.mlp(self.ln_2(x)), present
+
+
+class LocalTransformer(nn.Module):
+    """State-dict prefix `local_transformer.`: h.{i}, ln_f (and wpe for absolute positions)."""
+
+    def __init__(self, cfg: LocalConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.h = nn.ModuleList(LocalBlock(cfg, i) for i in range(cfg.num_layers))
+        self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        if cfg.position_embedding == "absolute":
+            self.wpe = nn.Embedding(cfg.max_positions, cfg.hidden_size)
+
+    def forward(self, x: torch.Tensor, start: int, past: LocalPast | None = None) -> tuple[torch.Tensor, LocalPast]:
+        """x [B, T, H] at local positions start..start+T-1 -> (ln_f output [B, T, H], new past)."""
+        b, t, _ = x.shape
+        positions = torch.arange(start, start + t, device=x.device).unsqueeze(0).expand(b, t)
+        cos = sin = None
+        if self.cfg.position_embedding == "rope":
+            cos, sin = interleaved_angles(positions, self.cfg.hidden_size // self.cfg.num_heads,
+                                          self.cfg.rope_base, x.dtype)
+        else:
+            x = x + self.wpe(positions)
+        present: LocalPast = []
+        for i, block in enumerate(self.h):
+            x, kv = block(x, cos, sin, None if past is None else past[i])
+            present.append(kv)
+        return self.ln_f(x), present

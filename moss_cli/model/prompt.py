@@ -1,0 +1,95 @@
+"""Prompt rows for the talker: the chat / <user_inst> template, tokenised with the checkpoint's
+tokenizer, as rows [text_id, c_0 .. c_{n_vq-1}] (audio part all pad on text rows).
+
+Each template piece is tokenised on its own, exactly as the reference processor does, because
+BPE merges across piece boundaries would change the ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from .config import TalkerConfig
+
+USER_PREFIX = "user\n"
+REFERENCE_PREFIX = "<user_inst>\n- Reference(s):\n"
+TEXT_HEADER = "\n- Text:\n"
+USER_SUFFIX = "\n</user_inst>"
+ASSISTANT_TURN = "\n"
+ASSISTANT_PREFIX = "assistant\n"
+FIELDS = ("instruction", "tokens", "quality", "sound_event", "ambient_sound", "language")
+FIELD_TITLES = {"instruction": "Instruction", "tokens": "Tokens", "quality": "Quality",
+                "sound_event": "Sound Event", "ambient_sound": "Ambient Sound", "language": "Language"}
+
+
+def field_text(value: Any) -> str:
+    """An empty or missing field is written as the literal `None`."""
+    if value is None:
+        return "None"
+    return str(value).strip() or "None"
+
+
+def fields_block(fields: dict[str, Any]) -> str:
+    """The part of the template between the references and the text."""
+    block = "".join(f"\n- {FIELD_TITLES[name]}:\n{field_text(fields.get(name))}" for name in FIELDS)
+    return block + TEXT_HEADER
+
+
+class PromptBuilder:
+    def __init__(self, tokenizer, cfg: TalkerConfig) -> None:
+        self.tokenizer = tokenizer
+        self.cfg = cfg
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def text_rows(self, ids: Sequence[int]) -> torch.Tensor:
+        rows = torch.full((len(ids), self.cfg.n_vq + 1), self.cfg.audio_pad_code, dtype=torch.long)
+        if ids:
+            rows[:, 0] = torch.tensor(list(ids), dtype=torch.long)
+        return rows
+
+    def audio_rows(self, codes: torch.Tensor, slot_id: int) -> torch.Tensor:
+        if codes.dim() != 2 or codes.shape[1] != self.cfg.n_vq:
+            raise ValueError(f"reference codes must be [frames, {self.cfg.n_vq}], got {tuple(codes.shape)}")
+        rows = torch.full((codes.shape[0], self.cfg.n_vq + 1), self.cfg.audio_pad_code, dtype=torch.long)
+        rows[:, 0] = slot_id
+        rows[:, 1:] = codes.to(torch.long)
+        return rows
+
+    def build(self, text: str, *, references: Sequence[torch.Tensor] = (), **fields: Any) -> torch.Tensor:
+        """Rows [T, 1 + n_vq] ending with the audio_start row the talker continues from.
+
+        `fields` are instruction, tokens (duration hint), quality, sound_event, ambient_sound and
+        language; `references` are code tensors [frames, n_vq] of reference voices.
+        """
+        unknown = set(fields) - set(FIELDS)
+        if unknown:
+            raise TypeError(f"unknown prompt field(s): {sorted(unknown)}")
+        c = self.cfg
+        head = [c.im_start_token_id] + self.encode(USER_PREFIX) + self.encode(REFERENCE_PREFIX)
+        tail = (self.encode(fields_block(fields)) + self.encode(text)
+                + self.encode(USER_SUFFIX) + [c.im_end_token_id] + self.encode(ASSISTANT_TURN)
+                + [c.im_start_token_id] + self.encode(ASSISTANT_PREFIX) + [c.audio_start_token_id])
+        if not references:
+            return self.text_rows(head + self.encode("None") + tail)
+        parts = [self.text_rows(head)]
+        for codes in references:
+            parts += [self.text_rows([c.audio_start_token_id]), self.audio_rows(codes, c.audio_user_slot_token_id),
+                      self.text_rows([c.audio_end_token_id])]
+        parts.append(self.text_rows(tail))
+        return torch.cat(parts)
+
+
+def left_pad(prompts: Sequence[torch.Tensor], cfg: TalkerConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack prompts into a left-padded batch: (input_ids [B, T, 1 + n_vq], attention_mask [B, T])."""
+    length = max(p.shape[0] for p in prompts)
+    ids = torch.full((len(prompts), length, cfg.n_vq + 1), cfg.audio_pad_code, dtype=torch.long)
+    ids[:, :, 0] = cfg.pad_token_id
+    mask = torch.zeros(len(prompts), length, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        ids[i, length - p.shape[0]:] = p
+        mask[i, length - p.shape[0]:] = True
+    return ids, mask

@@ -1,0 +1,74 @@
+"""The MOSS-TTS-Local talker: Qwen3 backbone + local depth transformer + heads.
+
+Pure computation: no sampling, no caches of its own, no I/O. The engine drives it one frame at a
+time (see `moss_cli.engine`).
+
+Per frame and row: the backbone's last hidden state is local position 0; the local output there
+feeds the binary stop head and audio head 0; for k >= 1 the local input is
+`audio_embeddings[k-1](c_{k-1})` and its output feeds audio head k. Audio heads are tied to the
+audio embeddings and the text head to `embed_tokens`, so neither is stored separately.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .backbone import AttentionCache, Qwen3Backbone
+from .config import TalkerConfig
+from .local import LocalPast, LocalTransformer
+
+CONTINUE, STOP = 0, 1  # columns of the binary stop head: [audio_assistant_slot, audio_end]
+
+
+class MossTTSLocal(nn.Module):
+    def __init__(self, cfg: TalkerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.transformer = Qwen3Backbone(cfg.backbone)
+        self.local_transformer = LocalTransformer(cfg.local)
+        self.audio_embeddings = nn.ModuleList(
+            nn.Embedding(size, cfg.hidden_size) for size in cfg.audio_codebook_sizes)
+        if cfg.local_text_head_mode == "binary":
+            self.local_text_lm_head = nn.Linear(cfg.hidden_size, 2, bias=False)
+
+    # Tied heads, named as the reference names them in `_tied_weights_keys`.
+    TIED = {"text_lm_head.weight": "transformer.embed_tokens.weight"}
+
+    @classmethod
+    def tied_keys(cls, cfg: TalkerConfig) -> dict[str, str]:
+        tied = dict(cls.TIED)
+        tied.update({f"audio_lm_heads.{k}.weight": f"audio_embeddings.{k}.weight" for k in range(cfg.n_vq)})
+        return tied
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Rows [B, T, 1 + n_vq] -> embed_tokens(text) + sum_k audio_embeddings[k](c_k); pad codes add 0."""
+        x = self.transformer.embed_tokens(input_ids[..., 0])
+        for k, table in enumerate(self.audio_embeddings):
+            codes = input_ids[..., k + 1]
+            valid = codes.ne(self.cfg.audio_pad_code)
+            x = x + table(codes.masked_fill(~valid, 0)) * valid.unsqueeze(-1)
+        return x
+
+    def backbone(self, embeds: torch.Tensor, positions: torch.Tensor, cache: AttentionCache | None = None) -> torch.Tensor:
+        return self.transformer(embeds, positions, cache)
+
+    def local(self, x: torch.Tensor, start: int, past: LocalPast | None = None) -> tuple[torch.Tensor, LocalPast]:
+        return self.local_transformer(x.to(self.local_transformer.ln_f.weight.dtype), start, past)
+
+    def stop_logits(self, local_hidden: torch.Tensor) -> torch.Tensor:
+        """[B, H] -> [B, 2] logits for (continue, stop)."""
+        if self.cfg.local_text_head_mode == "binary":
+            return self.local_text_lm_head(local_hidden)
+        candidates = torch.tensor([self.cfg.audio_assistant_slot_token_id, self.cfg.audio_end_token_id],
+                                  device=local_hidden.device)
+        return F.linear(local_hidden, self.transformer.embed_tokens.weight).index_select(-1, candidates)
+
+    def audio_logits(self, codebook: int, local_hidden: torch.Tensor) -> torch.Tensor:
+        """[B, H] -> [B, codebook_size] through the head tied to audio_embeddings[codebook]."""
+        return F.linear(local_hidden, self.audio_embeddings[codebook].weight)
+
+    def code_embedding(self, codebook: int, codes: torch.Tensor) -> torch.Tensor:
+        """Local input after sampling `codes` [B] of `codebook`: [B, 1, H]."""
+        return self.audio_embeddings[codebook](codes).unsqueeze(1)

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import moss_cli
+from moss_cli.assets import TINY_CODEC, TINY_TALKER
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(scope="session")
+def talker64():
+    return moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float64")
+
+
+@pytest.fixture(scope="session")
+def talker32():
+    return moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def codec():
+    return moss_cli.load_codec(TINY_CODEC, device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def talker_dir(tmp_path) -> Path:
+    """A writable copy of the tiny talker checkpoint."""
+    return Path(shutil.copytree(TINY_TALKER, tmp_path / "talker"))
+
+
+@pytest.fixture
+def codec_dir(tmp_path) -> Path:
+    return Path(shutil.copytree(TINY_CODEC, tmp_path / "codec"))

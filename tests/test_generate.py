@@ -1,0 +1,56 @@
+"""Generation through the Python API (`Talker.generate`)."""
+
+import torch
+
+
+def test_greedy_left_padded_batch_returns_each_row_exactly_as_alone(talker64):
+    prompts = [talker64.prompt(t) for t in ("Hi.", "A much longer sentence than the others, to force padding.",
+                                            "Middle length text here.")]
+    batched = talker64.generate(*talker64.batch(prompts), max_new_frames=12, do_sample=False)
+    for prompt, codes in zip(prompts, batched):
+        alone = talker64.generate(*talker64.batch([prompt]), max_new_frames=12, do_sample=False)[0]
+        assert codes.shape == (12, talker64.config.n_vq) and codes.dtype == torch.long
+        assert torch.equal(codes, alone)
+
+
+def test_generate_returns_codes_in_the_audio_vocab_and_stops_rows_independently(talker32):
+    prompts = [talker32.prompt("one"), talker32.prompt("two")]
+    gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
+    out = talker32.generate(*talker32.batch(prompts), max_new_frames=300, generators=gens)
+    assert len(out) == 2
+    for codes in out:
+        assert codes.dim() == 2 and codes.shape[1] == talker32.config.n_vq
+        assert codes.numel() == 0 or (codes.min() >= 0 and codes.max() < talker32.config.audio_vocab_size)
+    assert out[0].shape[0] != out[1].shape[0]  # these seeds stop at different frames
+
+
+def test_per_row_generators_make_a_row_independent_of_its_neighbours(talker32):
+    prompt = talker32.prompt("Seeded request.")
+    other = talker32.prompt("Some neighbour with another seed.")
+    alone = talker32.generate(*talker32.batch([prompt]), max_new_frames=20,
+                              generators=[torch.Generator().manual_seed(42)])[0]
+    batched = talker32.generate(*talker32.batch([other, prompt]), max_new_frames=20,
+                                generators=[torch.Generator().manual_seed(7), torch.Generator().manual_seed(42)])[1]
+    assert torch.equal(alone, batched)
+
+
+def test_one_shared_generator_reproduces_the_same_batch(talker32):
+    ids, mask = talker32.batch([talker32.prompt("a"), talker32.prompt("b")])
+    first = talker32.generate(ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3))
+    second = talker32.generate(ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3))
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_max_new_frames_caps_the_output(talker32):
+    out = talker32.generate(*talker32.batch([talker32.prompt("cap")]), max_new_frames=3, do_sample=False)[0]
+    assert out.shape == (3, talker32.config.n_vq)
+
+
+def test_generate_works_in_bfloat16(tmp_path):
+    import moss_cli
+    from moss_cli.assets import TINY_TALKER
+
+    talker = moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="bfloat16")
+    assert talker.model.transformer.embed_tokens.weight.dtype == torch.bfloat16
+    out = talker.generate(*talker.batch([talker.prompt("bf16")]), max_new_frames=4, do_sample=False)[0]
+    assert out.shape == (4, talker.config.n_vq)

@@ -1,0 +1,74 @@
+"""Hand-checkable tests of the shared building blocks."""
+
+import math
+
+import torch
+
+from moss_cli.model.attention import causal_mask
+from moss_cli.model.layers import (RMSNorm, apply_interleaved, apply_rotate_half, codec_rope, interleaved_angles,
+                                   rotate_half_angles)
+
+
+def test_rotate_half_rope_pairs_dimension_i_with_i_plus_half():
+    # head_dim 4: pairs (x0, x2) and (x1, x3); position 1, base 1 -> both frequencies are 1 rad.
+    x = torch.tensor([[[[1.0, 2.0, 3.0, 4.0]]]])  # [B, T, heads, D]
+    cos, sin = rotate_half_angles(torch.tensor([[1]]), 4, base=1.0, dtype=torch.float32)
+    out = apply_rotate_half(x, cos, sin)
+    c, s = math.cos(1.0), math.sin(1.0)
+    expected = torch.tensor([1 * c - 3 * s, 2 * c - 4 * s, 3 * c + 1 * s, 4 * c + 2 * s])
+    torch.testing.assert_close(out[0, 0, 0], expected)
+
+
+def test_interleaved_rope_pairs_adjacent_dimensions():
+    # head_dim 4: pairs (x0, x1) and (x2, x3).
+    x = torch.tensor([[[[1.0, 2.0, 3.0, 4.0]]]])
+    cos, sin = interleaved_angles(torch.tensor([[1]]), 4, base=1.0, dtype=torch.float32)
+    out = apply_interleaved(x, cos, sin)
+    c, s = math.cos(1.0), math.sin(1.0)
+    expected = torch.tensor([1 * c - 2 * s, 2 * c + 1 * s, 3 * c - 4 * s, 4 * c + 3 * s])
+    torch.testing.assert_close(out[0, 0, 0], expected)
+
+
+def test_rope_frequencies_fall_with_dimension():
+    # base 100, head_dim 4: inverse frequencies 1 and 1/10; at position 10 the angles are 10 and 1 rad.
+    cos, _ = rotate_half_angles(torch.tensor([[10]]), 4, base=100.0, dtype=torch.float64)
+    torch.testing.assert_close(cos[0, 0], torch.tensor([math.cos(10), math.cos(1), math.cos(10), math.cos(1)],
+                                                       dtype=torch.float64), rtol=1e-6, atol=1e-6)
+
+
+def test_rope_at_position_zero_is_identity():
+    x = torch.randn(1, 1, 2, 8)
+    for angles, apply in ((rotate_half_angles, apply_rotate_half), (interleaved_angles, apply_interleaved)):
+        cos, sin = angles(torch.tensor([[0]]), 8, 10000.0, torch.float32)
+        torch.testing.assert_close(apply(x, cos, sin), x)
+
+
+def test_codec_rope_rotates_adjacent_pairs_by_position_times_frequency():
+    q = torch.tensor([1.0, 0.0, 0.0, 1.0]).view(1, 1, 1, 4)  # [B, heads, T, D]
+    q2, k2 = codec_rope(q, q.clone(), offset=3, max_period=10000.0)
+    # frequencies exp(-log(10000) * 2 * i / 4) = 1, 0.01 for i = 0, 1; angles 3 and 0.03 rad.
+    a, b = 3.0, 0.03
+    expected = torch.tensor([math.cos(a), math.sin(a), -math.sin(b), math.cos(b)])
+    torch.testing.assert_close(q2.view(4), expected)
+    torch.testing.assert_close(k2, q2)
+
+
+def test_qk_norm_normalises_each_head_separately():
+    norm = RMSNorm(2, eps=0.0)
+    with torch.no_grad():
+        norm.weight.copy_(torch.tensor([1.0, 2.0]))
+    heads = torch.tensor([[3.0, 4.0], [0.5, 0.5]])  # two heads of dim 2
+    out = norm(heads)
+    rms0, rms1 = math.sqrt((9 + 16) / 2), 0.5
+    torch.testing.assert_close(out, torch.tensor([[3 / rms0, 2 * 4 / rms0], [0.5 / rms1, 2 * 0.5 / rms1]]))
+
+
+def test_rms_norm_computes_statistics_in_float32_for_half_inputs():
+    x = torch.tensor([[300.0, 400.0]], dtype=torch.float16)  # squares overflow float16
+    out = RMSNorm(2).half()(x)
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+
+
+def test_causal_mask_for_queries_at_the_end_of_the_keys():
+    mask = causal_mask(2, 4, torch.device("cpu"))
+    assert mask.tolist() == [[True, True, True, False], [True, True, True, True]]
