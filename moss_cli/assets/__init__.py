@@ -11,3 +11,4 @@ from pathlib import Path
 ASSETS = Path(__file__).resolve().parent
 TINY_TALKER = ASSETS / "tiny-talker"
 TINY_CODEC = ASSETS / "tiny-codec"
+TINY_DEPLOY = ASSETS / "deploy-tiny.yaml"

@@ -5,9 +5,13 @@ from __future__ import annotations
 import typer
 
 from .. import __version__
+from . import config
+from .synth import synth
 
-app = typer.Typer(name="moss", no_args_is_help=True, add_completion=False,
+app = typer.Typer(name="moss", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Batch speech synthesis with MOSS-TTS-Local, and audits that prove it is reproducible.")
+app.command("synth")(synth)
+app.add_typer(config.app, name="config")
 
 
 def _version(value: bool) -> None:

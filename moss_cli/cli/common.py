@@ -1,0 +1,56 @@
+"""What every command shares: consoles, error handling, option types."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from enum import Enum
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..errors import MossError
+
+stdout = Console()
+stderr = Console(stderr=True)
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+    npu = "npu"
+
+
+class DType(str, Enum):
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float64 = "float64"
+
+
+def interactive() -> bool:
+    """Progress bars only for a person at a terminal: not when piped, not in CI, not with NO_COLOR."""
+    return stderr.is_terminal and not os.environ.get("NO_COLOR") and not os.environ.get("CI")
+
+
+@contextmanager
+def user_errors():
+    """Turn problems with the user's input into a message and exit code 2, without a traceback."""
+    try:
+        yield
+    except MossError as e:
+        stderr.print(f"[bold red]error:[/] {escape(e.describe())}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        stderr.print("[bold red]interrupted[/]")
+        raise typer.Exit(130) from None
+    except (RuntimeError, OSError, ValueError, MemoryError) as e:
+        if os.environ.get("MOSS_DEBUG"):
+            raise
+        stderr.print(f"[bold red]error:[/] {type(e).__name__}: {escape(str(e))}", highlight=False, soft_wrap=True)
+        stderr.print("(set MOSS_DEBUG=1 for the traceback)", style="dim")
+        raise typer.Exit(2) from None
+

@@ -1,0 +1,50 @@
+"""`moss config show`: the resolved stage-0 sampling parameters and where each came from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ..assets import TINY_DEPLOY
+from ..config.deploy import load_deploy
+from .common import stdout, user_errors
+
+app = typer.Typer(help="Inspect deploy configs.", no_args_is_help=True)
+
+SHOWN = ("temperature", "top_p", "top_k", "max_tokens", "seed", "repetition_penalty")
+
+
+@app.command("show")
+def show(
+    deploy: Annotated[Optional[Path], typer.Option(help="Deploy YAML (default: the shipped tiny recipe).")] = None,
+    platform: Annotated[str, typer.Option(help="Platform section to apply: cpu, cuda, npu, xpu, rocm.")] = "cpu",
+    builtin: Annotated[bool, typer.Option("--builtin", help="Show the built-in published v1.5 defaults.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Print stage 0's default sampling params, max_num_seqs, max_model_len and codec streaming keys,
+    each with the file and line it came from (after base_config and platform merges)."""
+    with user_errors():
+        config = load_deploy(None if builtin else (deploy or TINY_DEPLOY), platform.lower())
+    params = config.sampling
+    rows = [(f"default_sampling_params.{key}", params.get(key),
+             config.source("stages", 0, "default_sampling_params", key)) for key in SHOWN]
+    rows += [(key, config.stage(0).get(key), config.source("stages", 0, key)) for key in ("max_num_seqs", "max_model_len")]
+    stream = config.codec_stream
+    rows += [(f"connectors.{config.codec_connector}.extra.{key}", value,
+              config.source("connectors", config.codec_connector, "extra", key)) for key, value in stream.items()]
+    if as_json:
+        stdout.print_json(json.dumps({"deploy": str(config.path) if config.path else None, "platform": platform,
+                                      "values": {name: {"value": value, "source": str(src)}
+                                                 for name, value, src in rows}}))
+        return
+    table = Table(title=f"stage 0 of {config.path or 'built-in defaults'} (platform {platform})")
+    table.add_column("key", overflow="fold")
+    table.add_column("value", justify="right", overflow="fold")
+    table.add_column("from", overflow="fold")
+    for name, value, src in rows:
+        table.add_row(name, "null" if value is None else str(value), str(src))
+    stdout.print(table)

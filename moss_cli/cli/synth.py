@@ -1,0 +1,58 @@
+"""`moss synth`: synthesise a request file into audio files and a manifest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..synth import SynthOptions, synthesize
+from .common import Device, DType, interactive, stderr, stdout, user_errors
+
+
+
+
+def synth(
+    requests: Annotated[Path, typer.Argument(help="Request file: .jsonl, .csv or .txt (one utterance per line).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")] = Path("out"),
+    deploy: Annotated[Optional[Path], typer.Option(help="vllm-omni deploy YAML (default: the tiny recipe, or the "
+                                                         "published v1.5 defaults with --model).")] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Talker checkpoint directory (default: the shipped tiny one).")] = None,
+    codec: Annotated[Optional[Path], typer.Option(help="Audio tokenizer checkpoint directory (with --model).")] = None,
+    device: Annotated[Device, typer.Option(help="Where to run.")] = Device.auto,
+    dtype: Annotated[DType, typer.Option(help="Model dtype (auto: float32 on CPU, bfloat16 elsewhere).")] = DType.auto,
+    max_batch: Annotated[Optional[int], typer.Option(min=1, help="Requests in flight at once "
+                                                     "(default: stage-0 max_num_seqs).")] = None,
+    audio_format: Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")] = "wav",
+    legacy_global_rng: Annotated[bool, typer.Option(help="Negative control: every request draws from the one "
+                                                   "global RNG in batch order (the pre-fix behaviour).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")] = False,
+) -> None:
+    """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv."""
+    options = SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
+                           max_batch=max_batch, legacy_global_rng=legacy_global_rng)
+    with user_errors():
+        if interactive():
+            with Progress(TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TextColumn("{task.description}"), console=stderr, transient=True) as progress:
+                task = progress.add_task("", total=None)
+                summary = synthesize(
+                    requests, out, options, audio_format=audio_format.lower(),
+                    on_start=lambda n: progress.update(task, total=n),
+                    on_result=lambda r: progress.update(task, advance=1, description=r.request.id))
+        else:
+            summary = synthesize(requests, out, options, audio_format=audio_format.lower())
+    if as_json:
+        stdout.print_json(json.dumps(summary.as_dict()))
+        return
+    table = Table(title=f"moss synth → {summary.out}", show_header=True)
+    for column in ("requests", "audio s", "wall s", "real-time factor"):
+        table.add_column(column, justify="right")
+    table.add_row(str(summary.requests), f"{summary.audio_s:.2f}", f"{summary.wall_s:.2f}",
+                  f"{summary.real_time_factor:.3f}")
+    stdout.print(table)
+    stdout.print(f"manifest: {summary.manifest}")

@@ -1,0 +1,1 @@
+"""Inputs: deploy configs (vllm-omni YAML) and request files."""

@@ -1,0 +1,181 @@
+"""Continuous batching: up to `max_batch` requests in flight, new ones join as others finish.
+
+Each request is prefilled on its own, then decoded one frame per step together with whatever
+else is in flight. Every request carries its own KV cache and its own random generator, so what
+it produces does not depend on the order of the input or on its neighbours' random draws.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+import torch
+
+from ..model.talker import MossTTSLocal
+from .frame import STOP_HEAD, choose_codes, choose_stop, start_frame
+from .kv_cache import RequestBatch, RequestCache
+from .sampling import HeadSampling, sample
+
+# Called with (request key, frame index, codebook, logits [V]) before each draw (audit hook).
+LogitsHook = Callable[[str, int, int, torch.Tensor], None]
+
+
+@dataclass
+class GenerationRequest:
+    """What the engine needs to know about one request; it knows nothing of files or ids' meaning."""
+
+    key: str
+    prompt: torch.Tensor  # [T, 1 + n_vq]
+    max_new_frames: int
+    audio: HeadSampling
+    stop: HeadSampling
+    seed: int | None = None  # None: draw from the global RNG
+    do_sample: bool = True
+
+
+@dataclass
+class GenerationResult:
+    key: str
+    codes: torch.Tensor  # [frames, n_vq] on CPU
+    stopped: bool  # True: the stop head ended it; False: the frame budget did
+    batch_size_seen: int  # most requests in flight together while this one ran
+    first_step: int
+    last_step: int
+    wall_s: float
+
+
+@dataclass
+class _Running:
+    request: GenerationRequest
+    cache: RequestCache
+    generator: torch.Generator | None
+    started: float
+    first_step: int
+    hidden: torch.Tensor | None = None  # backbone output for the next frame [H]
+    frames: list[torch.Tensor] = field(default_factory=list)
+    batch_size_seen: int = 1
+
+
+class Engine:
+    def __init__(self, model: MossTTSLocal, *, max_batch: int = 8, legacy_global_rng: bool = False,
+                 logits_hook: LogitsHook | None = None) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.model = model
+        self.max_batch = max_batch
+        self.legacy_global_rng = legacy_global_rng
+        self.logits_hook = logits_hook
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.steps = 0
+
+    def _generator(self, seed: int | None) -> torch.Generator | None:
+        if self.legacy_global_rng or seed is None:
+            return None  # the global RNG, shared by everything in the batch
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    @torch.inference_mode()
+    def _prefill(self, request: GenerationRequest) -> _Running:
+        cfg = self.model.cfg.backbone
+        prompt = request.prompt.to(self.device)
+        cache = RequestCache(cfg.num_layers, prompt.shape[0] + request.max_new_frames, cfg.num_kv_heads,
+                             cfg.head_dim, self.device, self.dtype)
+        running = _Running(request, cache, self._generator(request.seed), time.perf_counter(), self.steps)
+        batch = RequestBatch([cache])
+        positions = torch.arange(prompt.shape[0], device=self.device)[None]
+        hidden = self.model.backbone(self.model.embed(prompt[None]), positions, batch)
+        batch.advance(prompt.shape[0])
+        running.hidden = hidden[0, -1]
+        return running
+
+    def run(self, requests: Iterable[GenerationRequest]) -> Iterator[GenerationResult]:
+        """Yield each request's result as soon as it finishes."""
+        waiting = iter(requests)
+        pending: deque[GenerationRequest] = deque()
+        running: list[_Running] = []
+        exhausted = False
+        while True:
+            while len(running) < self.max_batch and not exhausted:
+                request = pending.popleft() if pending else next(waiting, None)
+                if request is None:
+                    exhausted = True
+                    break
+                if request.max_new_frames <= 0:
+                    yield GenerationResult(request.key, torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long),
+                                           False, 1, self.steps, self.steps, 0.0)
+                    continue
+                running.append(self._prefill(request))
+            if not running:
+                return
+            for r in running:
+                r.batch_size_seen = max(r.batch_size_seen, len(running))
+            yield from self._step(running)
+            self.steps += 1
+
+    @torch.inference_mode()
+    def _step(self, running: list[_Running]) -> Iterator[GenerationResult]:
+        """Decode one frame for every running request, then feed the continuing ones to the backbone."""
+        model, cfg = self.model, self.model.cfg
+        hidden = torch.stack([r.hidden for r in running])
+        rows = list(running)
+
+        def choose(codebook: int, logits: torch.Tensor) -> torch.Tensor:
+            if self.logits_hook is not None:
+                for i, r in enumerate(rows):
+                    self.logits_hook(r.request.key, len(r.frames), codebook, logits[i])
+            if codebook == STOP_HEAD:
+                params = [r.request.stop for r in rows]
+                histories = None
+            else:
+                params = [r.request.audio for r in rows]
+                histories = [torch.stack(r.frames)[:, codebook] if r.frames else None for r in rows]
+            # Rows draw one after another, each from its own generator (or the global RNG).
+            out = torch.empty(len(rows), dtype=torch.long, device=logits.device)
+            for i, r in enumerate(rows):
+                out[i] = sample(logits[i:i + 1], [params[i]], do_sample=r.request.do_sample,
+                                histories=None if histories is None else [histories[i]],
+                                generators=[r.generator])[0]
+            return out
+
+        local_hidden, past = start_frame(model, hidden)
+        stops = choose_stop(model, local_hidden, choose).tolist()
+        keep = [i for i, s in enumerate(stops) if not s]
+        for i, s in enumerate(stops):
+            if s:
+                yield self._finish(running[i], stopped=True)
+        if not keep:
+            running.clear()
+            return
+        rows = [running[i] for i in keep]
+        idx = torch.tensor(keep, device=self.device)
+        past = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in past]
+        codes = choose_codes(model, local_hidden.index_select(0, idx), past, choose)
+
+        survivors = []
+        for r, frame in zip(rows, codes):
+            r.frames.append(frame)
+            if len(r.frames) >= r.request.max_new_frames:
+                yield self._finish(r, stopped=False)
+            else:
+                survivors.append((r, frame))
+        running[:] = [r for r, _ in survivors]
+        if not survivors:
+            return
+        next_rows = torch.full((len(survivors), 1, cfg.n_vq + 1), cfg.audio_pad_code, dtype=torch.long,
+                               device=self.device)
+        next_rows[:, 0, 0] = cfg.audio_assistant_slot_token_id
+        next_rows[:, 0, 1:] = torch.stack([frame for _, frame in survivors])
+        batch = RequestBatch([r.cache for r, _ in survivors])
+        positions = torch.tensor([[r.cache.length] for r, _ in survivors], device=self.device)
+        out = model.backbone(model.embed(next_rows), positions, batch)
+        batch.advance(1)
+        for (r, _), h in zip(survivors, out[:, -1]):
+            r.hidden = h
+
+    def _finish(self, r: _Running, *, stopped: bool) -> GenerationResult:
+        codes = torch.stack(r.frames).cpu() if r.frames else torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long)
+        return GenerationResult(r.request.key, codes, stopped, r.batch_size_seen, r.first_step, self.steps,
+                                time.perf_counter() - r.started)

@@ -1,0 +1,1 @@
+"""Outputs: audio files and the manifest, written atomically."""

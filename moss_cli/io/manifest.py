@@ -1,0 +1,31 @@
+"""The manifest: one row per request, written as CSV with pandas."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+COLUMNS = ["id", "text", "seed", "seed_source", "frames", "duration_s", "sample_rate", "channels",
+           "codes_sha256", "pcm_sha256", "batch_size_seen", "wall_s", "file", "stopped", "temperature",
+           "top_p", "top_k", "repetition_penalty", "prompt_tokens"]
+
+
+def manifest_frame(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame["seed"] = frame["seed"].astype("Int64")  # integer column that can hold "no seed"
+    return frame
+
+
+def write_manifest(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        manifest_frame(rows).to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_manifest(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, dtype={"id": str, "seed": "Int64"}, keep_default_na=False, na_values=[""])
