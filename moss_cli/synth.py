@@ -81,8 +81,9 @@ class Synthesizer:
         deploy_path = options.deploy if options.deploy is not None else (TINY_DEPLOY if options.model is None else None)
         self.deploy: DeployConfig = load_deploy(deploy_path, platform_name(self.device))
         self.talker: Talker = load_talker(options.model or TINY_TALKER, device=self.device, dtype=self.dtype)
+        self.codec_path = Path(options.codec or TINY_CODEC)
         codec_dtype = self.dtype if self.dtype != torch.float64 or self.device.type == "cpu" else torch.float32
-        self.codec: AudioCodec = load_codec(options.codec or TINY_CODEC, device=self.device, dtype=codec_dtype)
+        self.codec: AudioCodec = load_codec(self.codec_path, device=self.device, dtype=codec_dtype)
         self._check_pairing()
         self.max_batch = options.max_batch or self.deploy.max_num_seqs or 8
 

@@ -6,11 +6,13 @@ import typer
 
 from .. import __version__
 from . import config
+from .audit import audit_determinism
 from .synth import synth
 
 app = typer.Typer(name="moss", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Batch speech synthesis with MOSS-TTS-Local, and audits that prove it is reproducible.")
 app.command("synth")(synth)
+app.command("audit-determinism")(audit_determinism)
 app.add_typer(config.app, name="config")
 
 

@@ -19,8 +19,11 @@ from .frame import STOP_HEAD, choose_codes, choose_stop, start_frame
 from .kv_cache import RequestBatch, RequestCache
 from .sampling import HeadSampling, sample
 
-# Called with (request key, frame index, codebook, logits [V]) before each draw (audit hook).
-LogitsHook = Callable[[str, int, int, torch.Tensor], None]
+# Called right before each draw with (request key, frame index, codebook, logits [V], rows in the
+# batch, the row's generator or None for the global RNG); codebook -1 is the stop head. It may
+# return replacement logits (a test hook for perturbations) or None. The audit records logits and
+# random-stream states through it.
+LogitsHook = Callable[[str, int, int, torch.Tensor, int, "torch.Generator | None"], "torch.Tensor | None"]
 
 
 @dataclass
@@ -34,6 +37,7 @@ class GenerationRequest:
     stop: HeadSampling
     seed: int | None = None  # None: draw from the global RNG
     do_sample: bool = True
+    arrival_step: int = 0  # the engine step from which it may be admitted (to model late arrivals)
 
 
 @dataclass
@@ -98,18 +102,27 @@ class Engine:
         running: list[_Running] = []
         exhausted = False
         while True:
-            while len(running) < self.max_batch and not exhausted:
-                request = pending.popleft() if pending else next(waiting, None)
-                if request is None:
-                    exhausted = True
-                    break
+            while len(running) < self.max_batch:
+                if not pending:
+                    nxt = None if exhausted else next(waiting, None)
+                    if nxt is None:
+                        exhausted = True
+                        break
+                    pending.append(nxt)
+                if pending[0].arrival_step > self.steps:
+                    if running:
+                        break  # not arrived yet: admitted at a later step
+                    self.steps = pending[0].arrival_step  # idle until it arrives
+                request = pending.popleft()
                 if request.max_new_frames <= 0:
                     yield GenerationResult(request.key, torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long),
                                            False, 1, self.steps, self.steps, 0.0)
                     continue
                 running.append(self._prefill(request))
             if not running:
-                return
+                if exhausted and not pending:
+                    return
+                continue
             for r in running:
                 r.batch_size_seen = max(r.batch_size_seen, len(running))
             yield from self._step(running)
@@ -123,20 +136,19 @@ class Engine:
         rows = list(running)
 
         def choose(codebook: int, logits: torch.Tensor) -> torch.Tensor:
-            if self.logits_hook is not None:
-                for i, r in enumerate(rows):
-                    self.logits_hook(r.request.key, len(r.frames), codebook, logits[i])
-            if codebook == STOP_HEAD:
-                params = [r.request.stop for r in rows]
-                histories = None
-            else:
-                params = [r.request.audio for r in rows]
-                histories = [torch.stack(r.frames)[:, codebook] if r.frames else None for r in rows]
             # Rows draw one after another, each from its own generator (or the global RNG).
             out = torch.empty(len(rows), dtype=torch.long, device=logits.device)
             for i, r in enumerate(rows):
-                out[i] = sample(logits[i:i + 1], [params[i]], do_sample=r.request.do_sample,
-                                histories=None if histories is None else [histories[i]],
+                row = logits[i]
+                if self.logits_hook is not None:  # called right before this row's draw
+                    replaced = self.logits_hook(r.request.key, len(r.frames), codebook, row, len(rows), r.generator)
+                    row = row if replaced is None else replaced
+                if codebook == STOP_HEAD:
+                    params, history = r.request.stop, None
+                else:
+                    params = r.request.audio
+                    history = torch.stack(r.frames)[:, codebook] if r.frames and params.repetition_penalty != 1.0 else None
+                out[i] = sample(row[None], [params], do_sample=r.request.do_sample, histories=[history],
                                 generators=[r.generator])[0]
             return out
 

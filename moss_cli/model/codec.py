@@ -23,7 +23,7 @@ from .config import CodecConfig, CodecStage, QuantizerConfig
 from .layers import codec_rope
 
 # Queries are processed in blocks so that attention memory stays O(T * (block + context)).
-ATTENTION_BLOCK = 512
+ATTENTION_BLOCK = 1024
 
 
 class WeightNormConv1x1(nn.Module):

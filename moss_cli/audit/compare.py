@@ -1,0 +1,101 @@
+"""Comparing one request's output in a scenario with its reference (alone) output."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..io.audio import pcm_sha256
+
+STOP = "stop"  # the first difference is in the stop decision (one output is longer)
+
+
+@dataclass
+class Output:
+    """What the audit keeps of one synthesised request."""
+
+    codes: torch.Tensor  # [frames, n_vq]
+    audio: torch.Tensor  # float [channels, samples]
+    pcm_sha256: str
+    seed_source: str
+
+
+@dataclass
+class Comparison:
+    codes_equal: bool
+    first_frame: int | None  # first frame whose codes (or stop decision) differ
+    first_codebook: int | str | None  # codebook index, or "stop"
+    frames_reference: int
+    frames_other: int
+    duration_diff_s: float
+    pcm_equal: bool
+    max_abs_diff: float
+    snr_db: float | None  # None: identical (infinite SNR)
+    log_spectral_distance: float
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def first_divergence(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int | str] | None:
+    """(frame, codebook) of the first differing code, (frame, "stop") if one is a prefix of the other."""
+    n = min(a.shape[0], b.shape[0])
+    diff = (a[:n] != b[:n]).nonzero()
+    if diff.numel():
+        frame, codebook = diff[0].tolist()
+        return frame, codebook
+    if a.shape[0] != b.shape[0]:
+        return n, STOP
+    return None
+
+
+def snr_db(reference: torch.Tensor, other: torch.Tensor) -> float | None:
+    """Signal-to-noise ratio of `other` against `reference` over their common length."""
+    n = min(reference.shape[-1], other.shape[-1])
+    ref, oth = reference[..., :n].double(), other[..., :n].double()
+    noise = (ref - oth).pow(2).sum().item()
+    if noise == 0.0 and reference.shape[-1] == other.shape[-1]:
+        return None
+    signal = ref.pow(2).sum().item()
+    if noise == 0.0:
+        noise = 1e-30  # equal over the overlap but different lengths
+    return 10.0 * math.log10(max(signal, 1e-30) / noise)
+
+
+def log_spectral_distance(reference: torch.Tensor, other: torch.Tensor, n_fft: int = 1024, hop: int = 256) -> float:
+    """Mean over STFT frames of the RMS difference of the log power spectra (dB), on the mono mix."""
+    n = min(reference.shape[-1], other.shape[-1])
+    if n < n_fft:
+        return 0.0 if torch.equal(reference, other) else float("nan")
+    window = torch.hann_window(n_fft, dtype=torch.float64)
+
+    def log_power(x: torch.Tensor) -> torch.Tensor:
+        spec = torch.stft(x[..., :n].double().mean(0), n_fft, hop, window=window, return_complex=True)
+        return 10.0 * torch.log10(spec.abs().pow(2) + 1e-10)
+
+    diff = log_power(reference) - log_power(other)
+    return float(diff.pow(2).mean(0).sqrt().mean())
+
+
+def compare(reference: Output, other: Output, sample_rate: int) -> Comparison:
+    div = first_divergence(reference.codes, other.codes)
+    n = min(reference.audio.shape[-1], other.audio.shape[-1])
+    max_abs = float((reference.audio[..., :n] - other.audio[..., :n]).abs().max()) if n else 0.0
+    return Comparison(
+        codes_equal=div is None,
+        first_frame=None if div is None else div[0],
+        first_codebook=None if div is None else div[1],
+        frames_reference=int(reference.codes.shape[0]),
+        frames_other=int(other.codes.shape[0]),
+        duration_diff_s=(other.audio.shape[-1] - reference.audio.shape[-1]) / sample_rate,
+        pcm_equal=reference.pcm_sha256 == other.pcm_sha256,
+        max_abs_diff=max_abs,
+        snr_db=snr_db(reference.audio, other.audio),
+        log_spectral_distance=log_spectral_distance(reference.audio, other.audio),
+    )
+
+
+def output_of(result) -> Output:
+    return Output(result.codes, result.audio, pcm_sha256(result.pcm), result.effective.seed_source)

@@ -1,0 +1,156 @@
+"""Running an audit: the reference (every request alone), the scenarios, comparison, attribution."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config.requests import read_requests
+from ..engine.scheduler import LogitsHook
+from ..errors import MossError
+from ..synth import Prepared, SynthOptions, Synthesizer
+from .attribution import Attribution, attribute
+from .builtin import builtin_requests
+from .compare import Comparison, Output, compare, output_of
+from .environment import environment
+from .scenarios import SCENARIOS, Run, build_runs
+
+LEVELS = ("codes", "waveform", "bitwise")
+
+
+@dataclass
+class AuditOptions:
+    requests: Path | None = None
+    synth: SynthOptions = field(default_factory=SynthOptions)
+    scenarios: tuple[str, ...] = SCENARIOS
+    level: str = "codes"
+    min_snr_db: float = 60.0
+    strict_unseeded: bool = False
+    max_batch: int | None = None
+    perturb: LogitsHook | None = None  # test hook: may change logits (e.g. of batched rows only)
+
+
+@dataclass
+class Case:
+    """One audited request in one scenario run."""
+
+    scenario: str
+    run: str
+    request: str
+    seed_source: str
+    verdict: str  # "pass" | "fail" | "unseeded"
+    comparison: Comparison | None
+    attribution: Attribution | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "fail"
+
+    def as_dict(self) -> dict:
+        return {"scenario": self.scenario, "run": self.run, "request": self.request, "seed_source": self.seed_source,
+                "verdict": self.verdict, "comparison": self.comparison.as_dict() if self.comparison else None,
+                "attribution": self.attribution.as_dict() if self.attribution else None}
+
+
+@dataclass
+class AuditResult:
+    options: AuditOptions
+    cases: list[Case]
+    environment: dict
+    reference: dict[str, Output]
+    outputs: dict[tuple[str, str], dict[str, Output]]  # (scenario, run) -> request -> output
+    elapsed_s: float
+    sample_rate: int
+    requests: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not any(case.failed for case in self.cases)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+
+def violates(cmp: Comparison, level: str, min_snr_db: float) -> bool:
+    if level == "codes":
+        return not cmp.codes_equal
+    if level == "waveform":
+        return not cmp.codes_equal or (cmp.snr_db is not None and cmp.snr_db < min_snr_db)
+    return not cmp.pcm_equal
+
+
+class Auditor:
+    def __init__(self, options: AuditOptions) -> None:
+        if options.level not in LEVELS:
+            raise MossError(f"unknown level {options.level!r}; expected one of {', '.join(LEVELS)}", field="--level")
+        unknown = [s for s in options.scenarios if s not in SCENARIOS]
+        if unknown:
+            raise MossError(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}",
+                            field="--scenarios")
+        self.options = options
+        requests = read_requests(options.requests) if options.requests else builtin_requests()
+        self.synth = Synthesizer(options.synth)
+        self.prepared = self.synth.prepare(requests, options.requests)
+        self.max_batch = options.max_batch or self.synth.max_batch
+
+    def _run(self, prepared: list[Prepared], max_batch: int, hook: LogitsHook | None = None) -> dict[str, Output]:
+        return {r.request.id: output_of(r)
+                for r in self.synth.run(prepared, max_batch=max_batch, logits_hook=hook or self.options.perturb)}
+
+    def _execute(self, run: Run, hook: LogitsHook | None = None) -> dict[str, Output]:
+        if run.alone:
+            outputs = {}
+            for p in run.prepared:
+                outputs.update(self._run([p], 1, hook))
+            return outputs
+        return self._run(run.prepared, run.max_batch, hook)
+
+    def _runner(self, run: Run, key: str):
+        """A callable that re-runs `run` (only as far as needed) with a logits hook, for attribution."""
+        if run.alone:
+            only = [p for p in run.prepared if p.request.id == key]
+            return lambda hook: self._run(only, 1, hook)
+        return lambda hook: self._execute(run, hook)
+
+    def run(self) -> AuditResult:
+        start = time.perf_counter()
+        audited = {p.request.id: p for p in self.prepared}
+        reference_run = Run("alone", self.prepared, 1, alone=True)
+        reference = self._execute(reference_run)
+        cases, outputs = [], {}
+        for scenario in self.options.scenarios:
+            for run in build_runs(scenario, self.synth, self.prepared, self.max_batch):
+                got = self._execute(run)
+                outputs[(scenario, run.label)] = got
+                for key in audited:
+                    cases.append(self._judge(scenario, run, reference_run, key, reference[key], got[key]))
+        env = environment(self.synth)
+        return AuditResult(self.options, cases, env, reference, outputs, time.perf_counter() - start,
+                           self.synth.codec.sample_rate, list(audited))
+
+    def _judge(self, scenario: str, run: Run, reference_run: Run, key: str, ref: Output, out: Output) -> Case:
+        cmp = compare(ref, out, self.synth.codec.sample_rate)
+        case = Case(scenario, run.label, key, ref.seed_source, "pass", cmp)
+        if not violates(cmp, self.options.level, self.options.min_snr_db):
+            return case
+        if ref.seed_source == "none":
+            case.verdict = "fail" if self.options.strict_unseeded else "unseeded"
+            case.attribution = Attribution("unseeded", "no request seed and no deploy seed: drawn from the global "
+                                                       "RNG, expected to vary")
+            return case
+        case.verdict = "fail"
+        if cmp.codes_equal:
+            case.attribution = Attribution(
+                "codec-numeric", f"identical codes but different PCM (max abs diff {cmp.max_abs_diff:.3g}, "
+                                 f"SNR {cmp.snr_db if cmp.snr_db is not None else 'inf'} dB)")
+        else:
+            case.attribution = attribute(self._runner(reference_run, key), self._runner(run, key), key,
+                                         cmp.first_frame, cmp.first_codebook, self.synth.talker.config.n_vq,
+                                         self.options.perturb)
+        return case
+
+
+def run_audit(options: AuditOptions) -> AuditResult:
+    return Auditor(options).run()

@@ -1,0 +1,64 @@
+"""`moss audit-determinism`: prove (or disprove) that each request's output ignores its batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..audit.golden import check_golden, save_golden
+from ..audit.report import render, summary, write_reports
+from ..audit.runner import AuditOptions, run_audit
+from ..audit.scenarios import SCENARIOS
+from ..errors import MossError
+from ..synth import SynthOptions
+from .common import Device, DType, stderr, stdout, user_errors
+
+
+def audit_determinism(
+    requests: Annotated[Optional[Path], typer.Argument(help="Request file (default: the built-in audit set).")] = None,
+    deploy: Annotated[Optional[Path], typer.Option(help="vllm-omni deploy YAML.")] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Talker checkpoint directory.")] = None,
+    codec: Annotated[Optional[Path], typer.Option(help="Audio tokenizer checkpoint directory.")] = None,
+    scenarios: Annotated[str, typer.Option(help=f"Comma-separated: {','.join(SCENARIOS)}.")] = ",".join(SCENARIOS),
+    level: Annotated[str, typer.Option(help="What counts as a violation: codes | waveform | bitwise.")] = "codes",
+    min_snr_db: Annotated[float, typer.Option(help="Waveform level: minimum SNR against the reference.")] = 60.0,
+    strict_unseeded: Annotated[bool, typer.Option(help="Fail on differences of unseeded requests too.")] = False,
+    legacy_global_rng: Annotated[bool, typer.Option(help="Negative control: one global RNG for every draw.")] = False,
+    max_batch: Annotated[Optional[int], typer.Option(min=1, help="Max batch (default: stage-0 max_num_seqs).")] = None,
+    device: Annotated[Device, typer.Option(help="Where to run.")] = Device.auto,
+    dtype: Annotated[DType, typer.Option(help="Model dtype.")] = DType.auto,
+    report_dir: Annotated[Optional[Path], typer.Option(help="Write every report and the audio of diverging pairs.")] = None,
+    junit: Annotated[Optional[Path], typer.Option(help="JUnit XML (xunit2) report.")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="JSON report with every comparison.")] = None,
+    markdown: Annotated[Optional[Path], typer.Option(help="Markdown summary (also appended to "
+                                                          "$GITHUB_STEP_SUMMARY when set).")] = None,
+    save_golden_path: Annotated[Optional[Path], typer.Option("--save-golden", help="Save a golden baseline.")] = None,
+    golden: Annotated[Optional[Path], typer.Option(help="Compare against a golden baseline; drift fails.")] = None,
+) -> None:
+    """Synthesise the same requests in many batch compositions and compare each with its output alone.
+
+    Exit 0: no violation; 1: a violation (or golden drift); 2: bad input or runtime error."""
+    with user_errors():
+        chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip())
+        if not chosen:
+            raise MossError("no scenario selected", field="--scenarios")
+        options = AuditOptions(
+            requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db, strict_unseeded=strict_unseeded,
+            max_batch=max_batch,
+            synth=SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
+                               legacy_global_rng=legacy_global_rng))
+        if golden is not None and not golden.is_file():
+            raise MossError("golden file does not exist", file=golden, field="--golden")
+        result = run_audit(options)
+        check = check_golden(golden, result) if golden is not None else None
+        write_reports(result, check, json_path=json_path, junit_path=junit, markdown_path=markdown,
+                      report_dir=report_dir)
+        if save_golden_path is not None:
+            save_golden(save_golden_path, result)
+    render(stdout, result, check)
+    code = summary(result, check)["exit_code"]
+    if code:
+        stderr.print("audit found violations", style="red")
+    raise typer.Exit(code)

@@ -1,0 +1,132 @@
+"""`moss audit-determinism`: scenarios, verdicts, attribution, reports, golden baselines."""
+
+import json
+import shutil
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from moss_cli.assets import TINY_CODEC, TINY_TALKER
+from moss_cli.audit.runner import AuditOptions, run_audit
+from moss_cli.audit.scenarios import SCENARIOS
+from moss_cli.cli.app import app
+from moss_cli.synth import SynthOptions
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+runner = CliRunner()
+
+
+def _audit(*args):
+    return runner.invoke(app, ["audit-determinism", *map(str, args)])
+
+
+def test_default_audit_passes_at_codes_level_and_writes_parseable_reports(tmp_path):
+    result = _audit("--json", tmp_path / "a.json", "--junit", tmp_path / "a.xml", "--markdown", tmp_path / "a.md")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "a.json").read_text())
+    assert report["summary"]["passed"] and report["summary"]["failures"] == 0
+    assert set(report["summary"]["scenarios"]) == set(SCENARIOS)
+    assert {c["scenario"] for c in report["cases"]} == set(SCENARIOS)
+    suites = ET.parse(tmp_path / "a.xml").getroot()
+    assert {s.get("name") for s in suites} == {f"audit.{s}" for s in SCENARIOS}
+    assert int(suites.get("tests")) == len(report["cases"]) and suites.get("failures") == "0"
+    assert "passed" in (tmp_path / "a.md").read_text()
+
+
+def test_legacy_global_rng_fails_with_rng_coupling_and_the_first_diverging_draw(tmp_path):
+    result = _audit("--legacy-global-rng", "--scenarios", "repeat,batched", "--json", tmp_path / "l.json",
+                    "--junit", tmp_path / "l.xml")
+    assert result.exit_code == 1, result.output
+    cases = json.loads((tmp_path / "l.json").read_text())["cases"]
+    assert all(c["verdict"] == "pass" for c in cases if c["scenario"] == "repeat")  # reproducible run to run
+    coupled = [c for c in cases if c["verdict"] == "fail" and c["attribution"]["cause"] == "rng-coupling"]
+    assert coupled
+    for case in coupled:
+        assert case["comparison"]["first_frame"] is not None and case["comparison"]["first_codebook"] is not None
+    failures = ET.parse(tmp_path / "l.xml").getroot().iter("failure")
+    assert any(f.get("type") == "rng-coupling" and "first diverging frame" in f.text for f in failures)
+
+
+def _perturb_batched_rows(key, frame, codebook, logits, batch, generator):
+    # A tiny change (at most 0.01 on logits of magnitude ~4) to rows that share a batch; rows alone
+    # are untouched. It flips a draw now and then, as numeric batch variance does.
+    if batch > 1:
+        return logits + 1e-2 * torch.sin(torch.arange(logits.shape[-1], dtype=logits.dtype) * 7.0)
+    return None
+
+
+def test_injected_numeric_perturbation_is_attributed_numeric_not_rng_coupling(tmp_path):
+    requests = tmp_path / "seeded.jsonl"
+    requests.write_text("".join(f'{{"id": "r{i}", "text": "Request number {i} in a batch.", "seed": {i}, '
+                                f'"max_new_frames": 60}}\n' for i in range(6)))
+    result = run_audit(AuditOptions(requests=requests, scenarios=("batched",), synth=SynthOptions(device="cpu"),
+                                    perturb=_perturb_batched_rows))
+    causes = [c.attribution.cause for c in result.cases if c.verdict == "fail"]
+    assert causes and set(causes) == {"numeric"}
+    case = next(c for c in result.cases if c.verdict == "fail")
+    assert case.attribution.max_logit_diff > 0 and case.attribution.head is not None
+
+
+def test_unseeded_requests_are_reported_unseeded_and_fail_only_when_strict(tmp_path):
+    requests = tmp_path / "r.jsonl"
+    requests.write_text('{"id": "free", "text": "No seed anywhere.", "max_new_frames": 20}\n'
+                        '{"id": "pinned", "text": "This one is seeded.", "seed": 5, "max_new_frames": 20}\n')
+    deploy = RECIPES / "moss_tts_local_tiny_unseeded.yaml"
+    relaxed = _audit(requests, "--deploy", deploy, "--scenarios", "repeat,batched", "--json", tmp_path / "r.json")
+    assert relaxed.exit_code == 0, relaxed.output
+    cases = json.loads((tmp_path / "r.json").read_text())["cases"]
+    assert {c["verdict"] for c in cases if c["request"] == "free"} == {"unseeded"}
+    assert {c["verdict"] for c in cases if c["request"] == "pinned"} == {"pass"}
+    strict = _audit(requests, "--deploy", deploy, "--scenarios", "repeat", "--strict-unseeded")
+    assert strict.exit_code == 1
+
+
+def test_golden_baseline_passes_on_the_same_machine_and_reports_drift_for_a_changed_checkpoint(tmp_path):
+    golden = tmp_path / "golden.json"
+    saved = _audit("--scenarios", "repeat", "--save-golden", golden)
+    assert saved.exit_code == 0, saved.output
+    data = json.loads(golden.read_text())
+    assert {"torch_version", "device", "dtype", "threads", "talker_checkpoint"} <= set(data["environment"])
+    same = _audit("--scenarios", "repeat", "--golden", golden)
+    assert same.exit_code == 0, same.output
+
+    talker = Path(shutil.copytree(TINY_TALKER, tmp_path / "talker"))
+    tensors = load_file(str(talker / "model.safetensors"))
+    tensors["transformer.norm.weight"] = tensors["transformer.norm.weight"] * 1.01
+    save_file(tensors, str(talker / "model.safetensors"))
+    changed = _audit("--scenarios", "repeat", "--golden", golden, "--model", talker, "--codec", TINY_CODEC,
+                     "--deploy", RECIPES / "moss_tts_local_tiny.yaml", "--json", tmp_path / "d.json")
+    assert changed.exit_code == 1, changed.output
+    report = json.loads((tmp_path / "d.json").read_text())
+    assert report["golden"]["drifts"] and "talker_checkpoint" in report["golden"]["environment_changes"]
+
+
+def test_report_dir_holds_every_report_and_the_audio_of_diverging_pairs(tmp_path):
+    result = _audit("--legacy-global-rng", "--scenarios", "batched", "--report-dir", tmp_path / "rep")
+    assert result.exit_code == 1
+    names = {p.name for p in (tmp_path / "rep").iterdir()}
+    assert {"audit.json", "junit.xml", "summary.md", "diverging"} <= names
+    wavs = list((tmp_path / "rep" / "diverging" / "batched").glob("*.wav"))
+    assert any(w.name.endswith(".alone.wav") for w in wavs) and len(wavs) % 2 == 0
+
+
+def test_markdown_goes_to_the_github_step_summary_when_set(tmp_path, monkeypatch):
+    summary = tmp_path / "step.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = _audit("--scenarios", "repeat")
+    assert result.exit_code == 0
+    assert "moss audit-determinism" in summary.read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--scenarios", "nope"], "unknown scenario"),
+    (["--level", "loose"], "unknown level"),
+    (["--golden", "/nonexistent/golden.json"], "golden file does not exist"),
+])
+def test_bad_audit_options_exit_2(args, message):
+    result = _audit(*args)
+    assert result.exit_code == 2 and message in result.output
