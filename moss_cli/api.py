@@ -8,7 +8,7 @@ from typing import Sequence
 import torch
 
 from .device import resolve_device, resolve_dtype
-from .engine.generate import LogitsHook, generate_padded
+from .engine.generate import generate_invariant, generate_padded
 from .engine.sampling import Generators, HeadSampling
 from .errors import CheckpointError, MossError
 from .model.checkpoint import checkpoint_dir, load_tokenizer, load_weights, read_json, tensor_files
@@ -49,11 +49,13 @@ class Talker:
                  text_temperature: float = 1.0, text_top_p: float = 1.0, text_top_k: int = 50,
                  generator: torch.Generator | None = None,
                  generators: Sequence[torch.Generator | None] | None = None,
-                 logits_hook: LogitsHook | None = None) -> list[torch.Tensor]:
+                 batch_invariant: bool = True) -> list[torch.Tensor]:
         """input_ids [B, T, 1 + n_vq] (left-padded), attention_mask [B, T] -> one [frames, n_vq] per row.
 
         `generator` is one random stream for the batch (None: the global RNG); `generators` gives
-        each row its own stream.
+        each row its own stream. With `batch_invariant` (default) every row's logits are bitwise
+        what they would be alone; `batch_invariant=False` runs the reference's padded-batch loop
+        (and, with one shared stream, its batched draws) exactly.
         """
         if input_ids.dim() == 2:
             input_ids = input_ids.unsqueeze(0)
@@ -68,12 +70,11 @@ class Talker:
         if generators is not None and len(generators) != input_ids.shape[0]:
             raise ValueError("generators must have one entry per row")
         rng: Generators = list(generators) if generators is not None else generator
-        return generate_padded(
-            self.model, input_ids.to(self.device), attention_mask.to(self.device),
-            max_new_frames=int(max_new_frames), do_sample=do_sample,
-            audio=HeadSampling(temperature, top_p, top_k, repetition_penalty),
-            stop=HeadSampling(text_temperature, text_top_p, text_top_k),
-            generators=rng, logits_hook=logits_hook)
+        run = generate_invariant if batch_invariant else generate_padded
+        return run(self.model, input_ids.to(self.device), attention_mask.to(self.device),
+                   max_new_frames=int(max_new_frames), do_sample=do_sample,
+                   audio=HeadSampling(temperature, top_p, top_k, repetition_penalty),
+                   stop=HeadSampling(text_temperature, text_top_p, text_top_k), generators=rng)
 
 
 def _read_model_config(directory: Path) -> tuple[dict, str]:

@@ -21,7 +21,7 @@ from .config.deploy import DeployConfig, load_deploy
 from .config.effective import Effective, effective, frame_budget
 from .config.requests import Problem, Request, RequestFileError, read_requests
 from .device import resolve_device, resolve_dtype
-from .engine.scheduler import Engine, GenerationRequest, LogitsHook
+from .engine.scheduler import ROW_BLOCK, Engine, GenerationRequest, GenerationResult, LogitsHook
 from .errors import MossError
 from .io.audio import FORMATS, codes_sha256, pcm_sha256, to_pcm16, write_audio
 from .io.manifest import write_manifest
@@ -37,6 +37,8 @@ class SynthOptions:
     dtype: str = "auto"
     max_batch: int | None = None
     legacy_global_rng: bool = False
+    batch_invariant: bool = True
+    row_block: int = ROW_BLOCK
 
 
 @dataclass
@@ -127,18 +129,47 @@ class Synthesizer:
             torch.manual_seed(self.deploy.default_seed if self.deploy.default_seed is not None else 0)
         by_key = {p.generation.key: p for p in prepared}
         engine = Engine(self.talker.model, max_batch=max_batch or self.max_batch,
-                        legacy_global_rng=self.options.legacy_global_rng, logits_hook=logits_hook)
-        for result in engine.run(p.generation for p in prepared):
-            p = by_key[result.key]
-            audio = self.decode(result.codes)
-            yield SynthResult(p.request, p.effective, result.codes, audio, to_pcm16(audio), result.stopped,
-                              result.batch_size_seen, result.wall_s, int(p.generation.prompt.shape[0]))
+                        legacy_global_rng=self.options.legacy_global_rng,
+                        batch_invariant=self.options.batch_invariant, row_block=self.options.row_block,
+                        logits_hook=logits_hook)
+        for group in self._decode_groups(engine.run(p.generation for p in prepared)):
+            for result, audio in zip(group, self.decode_many([r.codes for r in group])):
+                p = by_key[result.key]
+                yield SynthResult(p.request, p.effective, result.codes, audio, to_pcm16(audio), result.stopped,
+                                  result.batch_size_seen, result.wall_s, int(p.generation.prompt.shape[0]))
+
+    def _decode_groups(self, results: Iterator[GenerationResult]) -> Iterator[list[GenerationResult]]:
+        """Batch-invariant mode decodes every request on its own. The fast mode decodes requests that
+        finish in the same engine step together in one padded codec batch (as a throughput-minded
+        server does), so a waveform's bits can depend on what it was decoded with."""
+        if self.options.batch_invariant:
+            for result in results:
+                yield [result]
+            return
+        group: list[GenerationResult] = []
+        for result in results:
+            if group and result.last_step != group[-1].last_step:
+                yield group
+                group = []
+            group.append(result)
+        if group:
+            yield group
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """One request's codes [frames, n_vq] -> float audio [channels, samples], decoded on its own."""
-        if codes.shape[0] == 0:
-            return torch.zeros(self.codec.channels, 0)
-        return self.codec.decode(codes.T.unsqueeze(1).to(self.device))[0].cpu()
+        return self.decode_many([codes])[0]
+
+    def decode_many(self, codes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Decode several requests in one padded batch; each gets back exactly its own length."""
+        lengths = [int(c.shape[0]) for c in codes]
+        if max(lengths) == 0:
+            return [torch.zeros(self.codec.channels, 0) for _ in codes]
+        batch = torch.zeros(self.talker.config.n_vq, len(codes), max(lengths), dtype=torch.long)
+        for i, c in enumerate(codes):
+            batch[:, i, : lengths[i]] = c.T
+        audio = self.codec.decode(batch.to(self.device)).cpu()
+        hop = self.codec.cfg.downsample_rate
+        return [audio[i, :, : lengths[i] * hop].contiguous() for i in range(len(codes))]
 
 
 @dataclass

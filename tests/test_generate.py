@@ -1,14 +1,18 @@
 """Generation through the Python API (`Talker.generate`)."""
 
+import pytest
 import torch
 
 
-def test_greedy_left_padded_batch_returns_each_row_exactly_as_alone(talker64):
+@pytest.mark.parametrize("batch_invariant", [True, False])
+def test_greedy_left_padded_batch_returns_each_row_exactly_as_alone(talker64, batch_invariant):
     prompts = [talker64.prompt(t) for t in ("Hi.", "A much longer sentence than the others, to force padding.",
                                             "Middle length text here.")]
-    batched = talker64.generate(*talker64.batch(prompts), max_new_frames=12, do_sample=False)
+    batched = talker64.generate(*talker64.batch(prompts), max_new_frames=12, do_sample=False,
+                                batch_invariant=batch_invariant)
     for prompt, codes in zip(prompts, batched):
-        alone = talker64.generate(*talker64.batch([prompt]), max_new_frames=12, do_sample=False)[0]
+        alone = talker64.generate(*talker64.batch([prompt]), max_new_frames=12, do_sample=False,
+                                  batch_invariant=batch_invariant)[0]
         assert codes.shape == (12, talker64.config.n_vq) and codes.dtype == torch.long
         assert torch.equal(codes, alone)
 
@@ -34,11 +38,24 @@ def test_per_row_generators_make_a_row_independent_of_its_neighbours(talker32):
     assert torch.equal(alone, batched)
 
 
-def test_one_shared_generator_reproduces_the_same_batch(talker32):
+@pytest.mark.parametrize("batch_invariant", [True, False])
+def test_one_shared_generator_reproduces_the_same_batch(talker32, batch_invariant):
     ids, mask = talker32.batch([talker32.prompt("a"), talker32.prompt("b")])
-    first = talker32.generate(ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3))
-    second = talker32.generate(ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3))
+    first = talker32.generate(ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3),
+                              batch_invariant=batch_invariant)
+    second = talker32.generate(ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3),
+                               batch_invariant=batch_invariant)
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_reference_mode_draws_one_batched_sample_from_the_shared_stream(talker32):
+    # batch_invariant=False is the reference loop: one multinomial call per head for the whole batch.
+    ids, mask = talker32.batch([talker32.prompt("a"), talker32.prompt("b")])
+    torch.manual_seed(11)
+    first = talker32.generate(ids, mask, max_new_frames=6, batch_invariant=False)
+    torch.manual_seed(11)
+    again = talker32.generate(ids, mask, max_new_frames=6, batch_invariant=False)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
 def test_max_new_frames_caps_the_output(talker32):

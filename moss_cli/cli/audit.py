@@ -26,6 +26,9 @@ def audit_determinism(
     min_snr_db: Annotated[float, typer.Option(help="Waveform level: minimum SNR against the reference.")] = 60.0,
     strict_unseeded: Annotated[bool, typer.Option(help="Fail on differences of unseeded requests too.")] = False,
     legacy_global_rng: Annotated[bool, typer.Option(help="Negative control: one global RNG for every draw.")] = False,
+    batch_invariant: Annotated[bool, typer.Option("--batch-invariant/--no-batch-invariant", help="Compute every "
+                                                 "request bitwise as if it ran alone (default); off: faster "
+                                                 "kernels whose rounding depends on the batch.")] = True,
     max_batch: Annotated[Optional[int], typer.Option(min=1, help="Max batch (default: stage-0 max_num_seqs).")] = None,
     device: Annotated[Device, typer.Option(help="Where to run.")] = Device.auto,
     dtype: Annotated[DType, typer.Option(help="Model dtype.")] = DType.auto,
@@ -48,7 +51,7 @@ def audit_determinism(
             requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db, strict_unseeded=strict_unseeded,
             max_batch=max_batch,
             synth=SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
-                               legacy_global_rng=legacy_global_rng))
+                               legacy_global_rng=legacy_global_rng, batch_invariant=batch_invariant))
         if golden is not None and not golden.is_file():
             raise MossError("golden file does not exist", file=golden, field="--golden")
         result = run_audit(options)

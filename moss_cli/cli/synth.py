@@ -30,11 +30,14 @@ def synth(
     audio_format: Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")] = "wav",
     legacy_global_rng: Annotated[bool, typer.Option(help="Negative control: every request draws from the one "
                                                    "global RNG in batch order (the pre-fix behaviour).")] = False,
+    batch_invariant: Annotated[bool, typer.Option("--batch-invariant/--no-batch-invariant", help="Compute every "
+                                                 "request bitwise as if it ran alone (default); off: faster "
+                                                 "kernels whose rounding depends on the batch.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")] = False,
 ) -> None:
     """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv."""
     options = SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
-                           max_batch=max_batch, legacy_global_rng=legacy_global_rng)
+                           max_batch=max_batch, legacy_global_rng=legacy_global_rng, batch_invariant=batch_invariant)
     with user_errors():
         if interactive():
             with Progress(TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

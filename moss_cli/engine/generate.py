@@ -1,8 +1,10 @@
-"""Generation for one left-padded batch, with the reference talker's semantics.
+"""Generation for one left-padded batch: the loop behind `Talker.generate` (the Python API).
 
-This is the loop behind `Talker.generate` (the Python API): the whole batch is prefilled
-together, then every step runs the backbone on one new row per request. A row that stops gets
-`[pad, pad codes]` rows with attention mask 0 from then on.
+`generate_padded` has the reference talker's semantics exactly: the whole batch is prefilled
+together, then every step runs the backbone on one new row per request; a row that stops gets
+`[pad, pad codes]` rows with attention mask 0 from then on. `generate_invariant` gives each row
+the result it would have alone: padding is stripped, each row is prefilled on its own and the
+rows are decoded by the batch-invariant engine.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from ..model.talker import MossTTSLocal
 from .frame import STOP_HEAD, choose_codes, choose_stop, start_frame
 from .kv_cache import PaddedBatchCache
 from .sampling import Generators, HeadSampling, sample
+from .scheduler import Engine, GenerationRequest
 
 # Called with (step, codebook, logits) before each draw; the audit records logits through it.
 LogitsHook = Callable[[int, int, torch.Tensor], None]
@@ -65,3 +68,21 @@ def generate_padded(model: MossTTSLocal, input_ids: torch.Tensor, attention_mask
 
     stacked = torch.stack(frames, dim=1) if frames else torch.zeros(batch, 0, cfg.n_vq, dtype=torch.long, device=device)
     return [stacked[i, : int(lengths[i])].cpu() for i in range(batch)]
+
+
+def generate_invariant(model: MossTTSLocal, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                       max_new_frames: int, do_sample: bool, audio: HeadSampling, stop: HeadSampling,
+                       generators: Generators = None, logits_hook=None) -> list[torch.Tensor]:
+    """Each row decoded as if alone. A single shared generator (or the global RNG) is drawn from
+    row by row in batch order; per-row generators make rows fully independent."""
+    batch = input_ids.shape[0]
+    mask = attention_mask.to(torch.bool)
+    requests = []
+    for i in range(batch):
+        per_row = generators[i] if isinstance(generators, (list, tuple)) else generators
+        requests.append(GenerationRequest(key=str(i), prompt=input_ids[i][mask[i].to(input_ids.device)],
+                                          max_new_frames=max_new_frames, audio=audio, stop=stop, seed=None,
+                                          do_sample=do_sample, generator=per_row))
+    engine = Engine(model, max_batch=batch, batch_invariant=True, logits_hook=logits_hook)
+    results = {r.key: r.codes for r in engine.run(requests)}
+    return [results[str(i)] for i in range(batch)]

@@ -63,13 +63,16 @@ class RequestBatch:
     alone, whatever the batch: its neighbours' lengths cannot change its reduction.
     """
 
-    def __init__(self, caches: list[RequestCache]) -> None:
-        self.caches = caches
+    def __init__(self, caches: list[RequestCache | None]) -> None:
+        self.caches = caches  # None: an idle row (padding), whose attention output is zero
 
     def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
         outs = []
         t = q.shape[1]
         for i, cache in enumerate(self.caches):
+            if cache is None:
+                outs.append(torch.zeros_like(q[i:i + 1]))
+                continue
             keys, values = cache.store(layer, k[i], v[i])
             mask = causal_mask(t, keys.shape[1], q.device) if t > 1 else None
             outs.append(attend(q[i:i + 1], keys, values, scale, mask))
@@ -77,4 +80,5 @@ class RequestBatch:
 
     def advance(self, steps: int) -> None:
         for cache in self.caches:
-            cache.length += steps
+            if cache is not None:
+                cache.length += steps

@@ -19,6 +19,10 @@ from .frame import STOP_HEAD, choose_codes, choose_stop, start_frame
 from .kv_cache import RequestBatch, RequestCache
 from .sampling import HeadSampling, sample
 
+# Rows per block in batch-invariant mode. Any fixed value gives invariance (a GEMM row depends only
+# on its own inputs at a fixed row count); 8 keeps CPU cost flat up to a batch of 8.
+ROW_BLOCK = 8
+
 # Called right before each draw with (request key, frame index, codebook, logits [V], rows in the
 # batch, the row's generator or None for the global RNG); codebook -1 is the stop head. It may
 # return replacement logits (a test hook for perturbations) or None. The audit records logits and
@@ -38,6 +42,7 @@ class GenerationRequest:
     seed: int | None = None  # None: draw from the global RNG
     do_sample: bool = True
     arrival_step: int = 0  # the engine step from which it may be admitted (to model late arrivals)
+    generator: torch.Generator | None = None  # an explicit random stream (then `seed` is not used)
 
 
 @dataclass
@@ -65,10 +70,12 @@ class _Running:
 
 class Engine:
     def __init__(self, model: MossTTSLocal, *, max_batch: int = 8, legacy_global_rng: bool = False,
+                 batch_invariant: bool = True, row_block: int = ROW_BLOCK,
                  logits_hook: LogitsHook | None = None) -> None:
-        if max_batch < 1:
-            raise ValueError("max_batch must be at least 1")
+        if max_batch < 1 or row_block < 1:
+            raise ValueError("max_batch and row_block must be at least 1")
         self.model = model
+        self.row_block = row_block if batch_invariant else None
         self.max_batch = max_batch
         self.legacy_global_rng = legacy_global_rng
         self.logits_hook = logits_hook
@@ -87,7 +94,8 @@ class Engine:
         prompt = request.prompt.to(self.device)
         cache = RequestCache(cfg.num_layers, prompt.shape[0] + request.max_new_frames, cfg.num_kv_heads,
                              cfg.head_dim, self.device, self.dtype)
-        running = _Running(request, cache, self._generator(request.seed), time.perf_counter(), self.steps)
+        generator = request.generator if request.generator is not None else self._generator(request.seed)
+        running = _Running(request, cache, generator, time.perf_counter(), self.steps)
         batch = RequestBatch([cache])
         positions = torch.arange(prompt.shape[0], device=self.device)[None]
         hidden = self.model.backbone(self.model.embed(prompt[None]), positions, batch)
@@ -130,62 +138,91 @@ class Engine:
 
     @torch.inference_mode()
     def _step(self, running: list[_Running]) -> Iterator[GenerationResult]:
-        """Decode one frame for every running request, then feed the continuing ones to the backbone."""
+        """Decode one frame for every running request, then feed the continuing ones to the backbone.
+
+        Batch-invariant mode computes the step in blocks of exactly `row_block` rows, padding the
+        last block with idle rows. Every matrix product then has the same shape whatever the batch,
+        so a row's numbers never depend on how many neighbours it has (CPU GEMMs round a row
+        differently for different row counts; cuBLAS picks different kernels). Attention and
+        sampling are per request in both modes.
+        """
+        if self.row_block:
+            blocks = [running[i:i + self.row_block] for i in range(0, len(running), self.row_block)]
+        else:
+            blocks = [list(running)]
+        finished: set[int] = set()
+        for block in blocks:
+            for result, r in self._step_block(block, self.row_block or len(block)):
+                finished.add(id(r))
+                yield result
+        running[:] = [r for r in running if id(r) not in finished]
+
+    def _step_block(self, rows: list[_Running], size: int) -> Iterator[tuple[GenerationResult, _Running]]:
         model, cfg = self.model, self.model.cfg
-        hidden = torch.stack([r.hidden for r in running])
-        rows = list(running)
+        n = len(rows)
+        hidden = torch.stack([r.hidden for r in rows])
+        if size > n:  # idle rows: zeros in, ignored out
+            hidden = torch.cat([hidden, hidden.new_zeros(size - n, hidden.shape[1])])
+        active = [True] * n  # rows still drawing in this frame
 
         def choose(codebook: int, logits: torch.Tensor) -> torch.Tensor:
             # Rows draw one after another, each from its own generator (or the global RNG).
-            out = torch.empty(len(rows), dtype=torch.long, device=logits.device)
+            out = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
             for i, r in enumerate(rows):
+                if not active[i]:
+                    continue
                 row = logits[i]
                 if self.logits_hook is not None:  # called right before this row's draw
-                    replaced = self.logits_hook(r.request.key, len(r.frames), codebook, row, len(rows), r.generator)
+                    replaced = self.logits_hook(r.request.key, len(r.frames), codebook, row, n, r.generator)
                     row = row if replaced is None else replaced
                 if codebook == STOP_HEAD:
                     params, history = r.request.stop, None
                 else:
                     params = r.request.audio
-                    history = torch.stack(r.frames)[:, codebook] if r.frames and params.repetition_penalty != 1.0 else None
+                    history = (torch.stack(r.frames)[:, codebook]
+                               if r.frames and params.repetition_penalty != 1.0 else None)
                 out[i] = sample(row[None], [params], do_sample=r.request.do_sample, histories=[history],
                                 generators=[r.generator])[0]
             return out
 
         local_hidden, past = start_frame(model, hidden)
-        stops = choose_stop(model, local_hidden, choose).tolist()
-        keep = [i for i, s in enumerate(stops) if not s]
-        for i, s in enumerate(stops):
-            if s:
-                yield self._finish(running[i], stopped=True)
-        if not keep:
-            running.clear()
+        stops = choose_stop(model, local_hidden, choose)[:n].tolist()
+        for i, stop in enumerate(stops):
+            if stop:
+                active[i] = False
+                yield self._finish(rows[i], stopped=True), rows[i]
+        if not any(active):
             return
-        rows = [running[i] for i in keep]
-        idx = torch.tensor(keep, device=self.device)
-        past = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in past]
-        codes = choose_codes(model, local_hidden.index_select(0, idx), past, choose)
+        # Stopped and idle rows stay in the block (their codes are ignored) so its shape is fixed.
+        codes = choose_codes(model, local_hidden, past, choose)
 
-        survivors = []
-        for r, frame in zip(rows, codes):
-            r.frames.append(frame)
+        feed = []  # rows that go on: (block index, request)
+        for i, r in enumerate(rows):
+            if not active[i]:
+                continue
+            r.frames.append(codes[i])
             if len(r.frames) >= r.request.max_new_frames:
-                yield self._finish(r, stopped=False)
+                yield self._finish(r, stopped=False), r
             else:
-                survivors.append((r, frame))
-        running[:] = [r for r, _ in survivors]
-        if not survivors:
+                feed.append((i, r))
+        if not feed:
             return
-        next_rows = torch.full((len(survivors), 1, cfg.n_vq + 1), cfg.audio_pad_code, dtype=torch.long,
-                               device=self.device)
-        next_rows[:, 0, 0] = cfg.audio_assistant_slot_token_id
-        next_rows[:, 0, 1:] = torch.stack([frame for _, frame in survivors])
-        batch = RequestBatch([r.cache for r, _ in survivors])
-        positions = torch.tensor([[r.cache.length] for r, _ in survivors], device=self.device)
+        width = size if self.row_block else len(feed)
+        next_rows = torch.full((width, 1, cfg.n_vq + 1), cfg.audio_pad_code, dtype=torch.long, device=self.device)
+        next_rows[:, 0, 0] = cfg.pad_token_id
+        caches: list[RequestCache | None] = [None] * width
+        positions = torch.zeros(width, 1, dtype=torch.long, device=self.device)
+        for slot, (i, r) in enumerate(feed):
+            at = i if self.row_block else slot  # invariant mode keeps each row in its place
+            next_rows[at, 0, 0] = cfg.audio_assistant_slot_token_id
+            next_rows[at, 0, 1:] = codes[i]
+            caches[at] = r.cache
+            positions[at, 0] = r.cache.length
+        batch = RequestBatch(caches)
         out = model.backbone(model.embed(next_rows), positions, batch)
         batch.advance(1)
-        for (r, _), h in zip(survivors, out[:, -1]):
-            r.hidden = h
+        for slot, (i, r) in enumerate(feed):
+            r.hidden = out[i if self.row_block else slot, -1]
 
     def _finish(self, r: _Running, *, stopped: bool) -> GenerationResult:
         codes = torch.stack(r.frames).cpu() if r.frames else torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long)

@@ -1,0 +1,105 @@
+"""Bitwise batch invariance: a request's logits, codes and PCM do not depend on its batch."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from moss_cli.config.requests import Request
+from moss_cli.engine.sampling import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
+from moss_cli.engine.scheduler import Engine, GenerationRequest
+from moss_cli.synth import SynthOptions, Synthesizer
+from typer.testing import CliRunner
+
+
+@pytest.fixture(scope="module")
+def synth():
+    return Synthesizer(SynthOptions(device="cpu"))
+
+
+def _random_requests(rng: random.Random, prefix: str, count: int, seeded: bool) -> list[Request]:
+    words = "alpha beta gamma delta seed batch frame codec voice stream token model".split()
+    return [Request(id=f"{prefix}{i}", text=" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))),
+                    line=i + 1, seed=rng.randint(0, 2**31) if seeded or rng.random() < 0.5 else None,
+                    max_new_frames=rng.randint(1, 40),
+                    sampling={"temperature": rng.choice([0.8, 1.2, 1.7])} if rng.random() < 0.3 else {})
+            for i in range(count)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_compositions_give_bitwise_identical_codes_and_pcm_to_running_alone(synth, seed):
+    rng = random.Random(seed)
+    audited = synth.prepare(_random_requests(rng, "req", rng.randint(3, 6), seeded=False))
+    neighbours = synth.prepare(_random_requests(rng, "nb", rng.randint(0, 5), seeded=True))
+    alone = {}
+    for p in audited:
+        alone.update({r.request.id: r for r in synth.run([p], max_batch=1)})
+    mixed = audited + neighbours
+    rng.shuffle(mixed)
+    for i, p in enumerate(mixed):  # late arrivals
+        p.generation.arrival_step = rng.choice([0, 0, i, 2 * i])
+    together = {r.request.id: r for r in synth.run(mixed, max_batch=rng.randint(2, 10))}
+    for p in audited:
+        key = p.request.id
+        assert torch.equal(alone[key].codes, together[key].codes), key
+        assert alone[key].pcm.tobytes() == together[key].pcm.tobytes(), key
+
+
+def _logits_by_step(talker, max_batch, batch_invariant):
+    prompts = [talker.prompt(f"request {i} " * (i + 1)) for i in range(9)]
+    seen = {}
+
+    def hook(key, frame, codebook, logits, batch, generator):
+        seen[(key, frame, codebook)] = logits.clone()
+
+    requests = [GenerationRequest(str(i), p, 25, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=i) for i, p in enumerate(prompts)]
+    list(Engine(talker.model, max_batch=max_batch, batch_invariant=batch_invariant, logits_hook=hook).run(requests))
+    return seen
+
+
+def test_every_logit_of_every_step_is_bitwise_identical_alone_and_batched(talker32):
+    alone = _logits_by_step(talker32, 1, True)
+    for max_batch in (3, 9):
+        batched = _logits_by_step(talker32, max_batch, True)
+        common = alone.keys() & batched.keys()
+        assert len(common) > 500
+        assert all(torch.equal(alone[k], batched[k]) for k in common)
+
+
+def test_without_invariance_the_same_logits_differ_with_the_batch(talker32):
+    alone = _logits_by_step(talker32, 1, False)
+    batched = _logits_by_step(talker32, 9, False)
+    common = alone.keys() & batched.keys()
+    assert sum(not torch.equal(alone[k], batched[k]) for k in common) > 0
+
+
+def test_this_cpu_rounds_a_matrix_row_differently_for_different_row_counts():
+    # The kernel-level variance the invariant mode removes: F.linear(X[:m], W)[0] is not one value.
+    torch.manual_seed(0)
+    weight, x = torch.randn(192, 64), torch.randn(32, 64)
+    rows = {F.linear(x[:m], weight)[0].numpy().tobytes() for m in range(1, 33)}
+    assert len(rows) > 1
+    # ...while at a fixed row count a row depends only on itself, wherever it sits in the block.
+    block = F.linear(x[:8], weight)
+    rolled = F.linear(torch.roll(x[:8], 3, 0), weight)
+    assert all(torch.equal(block[j], rolled[(j + 3) % 8]) for j in range(8))
+
+
+def test_batched_codec_decode_changes_waveform_bits_but_invariant_synthesis_decodes_alone(synth):
+    codes = [torch.randint(0, 128, (n, 6)) for n in (7, 11, 4)]
+    together = synth.decode_many(codes)
+    alone = [synth.decode(c) for c in codes]
+    assert [a.shape for a in alone] == [t.shape for t in together]
+    assert any(not torch.equal(a, t) for a, t in zip(alone, together))
+
+
+def test_audit_at_bitwise_level_passes_on_every_scenario(tmp_path):
+    import json
+
+    from moss_cli.cli.app import app
+
+    result = CliRunner().invoke(app, ["audit-determinism", "--level", "bitwise", "--json", str(tmp_path / "b.json")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "b.json").read_text())["summary"]
+    assert summary["failures"] == 0 and len(summary["scenarios"]) == 7
