@@ -82,11 +82,21 @@ def _read_model_config(directory: Path) -> tuple[dict, str]:
     return read_json(path, "model config"), str(path)
 
 
+def read_talker_config(path: str | Path) -> TalkerConfig:
+    """A talker checkpoint's config.json, checked, without loading any weights."""
+    raw, where = _read_model_config(checkpoint_dir(path))
+    return TalkerConfig.from_dict(raw, where)
+
+
+def read_codec_config(path: str | Path) -> CodecConfig:
+    raw, where = _read_model_config(checkpoint_dir(path))
+    return CodecConfig.from_dict(raw, where)
+
+
 def load_talker(path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto") -> Talker:
     """Load a MOSS-TTS-Local talker from a checkpoint directory (config.json + safetensors)."""
     directory = checkpoint_dir(path)
-    raw, where = _read_model_config(directory)
-    cfg = TalkerConfig.from_dict(raw, where)
+    cfg = read_talker_config(directory)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     with torch.device("meta"):
@@ -98,8 +108,7 @@ def load_talker(path: str | Path, device: str | torch.device = "auto", dtype: st
 def load_codec(path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto") -> AudioCodec:
     """Load a MOSS-Audio-Tokenizer (v1 or v2 layout). The quantizer always stays float32."""
     directory = checkpoint_dir(path)
-    raw, where = _read_model_config(directory)
-    cfg = CodecConfig.from_dict(raw, where)
+    cfg = read_codec_config(directory)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     with torch.device("meta"):

@@ -7,15 +7,18 @@ does. `synthesize` adds the outputs (audio files and manifest).
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 
-from .api import Talker, load_codec, load_talker
+from .api import Talker, load_codec, load_talker, read_codec_config, read_talker_config
 from .assets import TINY_CODEC, TINY_DEPLOY, TINY_TALKER
 from .config.deploy import DeployConfig, load_deploy
 from .config.effective import Effective, effective, frame_budget
@@ -25,7 +28,10 @@ from .engine.scheduler import ROW_BLOCK, Engine, GenerationRequest, GenerationRe
 from .errors import MossError
 from .io.audio import FORMATS, codes_sha256, pcm_sha256, to_pcm16, write_audio
 from .io.manifest import write_manifest
+from .io.resume import Journal, fingerprint, plan_resume, remove_stale_temporaries
+from .model.checkpoint import checkpoint_dir, checkpoint_fingerprint, load_tokenizer
 from .model.codec import AudioCodec
+from .model.prompt import PromptBuilder
 
 
 @dataclass
@@ -43,9 +49,14 @@ class SynthOptions:
 
 @dataclass
 class Prepared:
+    """A validated request with everything the engine needs except its prompt tensor, which is
+    built only when the engine admits it (so a long request file never holds every prompt)."""
+
     request: Request
     effective: Effective
-    generation: GenerationRequest
+    prompt_length: int
+    max_new_frames: int
+    arrival_step: int = 0
 
 
 @dataclass
@@ -72,71 +83,106 @@ def platform_name(device: torch.device) -> str:
 
 
 class Synthesizer:
-    """Loaded talker + codec + deploy config."""
+    """Deploy config, talker and codec. Configs and the tokenizer are read at construction (enough
+    to validate every request); the weights load on first use."""
 
     def __init__(self, options: SynthOptions) -> None:
-        if options.model is None and options.codec is not None or options.model is not None and options.codec is None:
+        if (options.model is None) != (options.codec is None):
             raise MossError("--model and --codec go together (a talker needs its audio tokenizer)", field="--codec")
         self.options = options
         self.device = resolve_device(options.device)
         self.dtype = resolve_dtype(options.dtype, self.device)
         deploy_path = options.deploy if options.deploy is not None else (TINY_DEPLOY if options.model is None else None)
         self.deploy: DeployConfig = load_deploy(deploy_path, platform_name(self.device))
-        self.talker: Talker = load_talker(options.model or TINY_TALKER, device=self.device, dtype=self.dtype)
+        self.talker_path = Path(options.model or TINY_TALKER)
         self.codec_path = Path(options.codec or TINY_CODEC)
-        codec_dtype = self.dtype if self.dtype != torch.float64 or self.device.type == "cpu" else torch.float32
-        self.codec: AudioCodec = load_codec(self.codec_path, device=self.device, dtype=codec_dtype)
+        self.talker_config = read_talker_config(self.talker_path)
+        self.codec_config = read_codec_config(self.codec_path)
         self._check_pairing()
+        self.prompts = PromptBuilder(load_tokenizer(checkpoint_dir(self.talker_path),
+                                                    self.talker_config.special_token_ids), self.talker_config)
         self.max_batch = options.max_batch or self.deploy.max_num_seqs or 8
+        self._talker: Talker | None = None
+        self._codec: AudioCodec | None = None
+
+    @property
+    def talker(self) -> Talker:
+        if self._talker is None:
+            self._talker = load_talker(self.talker_path, device=self.device, dtype=self.dtype)
+        return self._talker
+
+    @property
+    def codec(self) -> AudioCodec:
+        if self._codec is None:
+            dtype = self.dtype if self.dtype != torch.float64 or self.device.type == "cpu" else torch.float32
+            self._codec = load_codec(self.codec_path, device=self.device, dtype=dtype)
+        return self._codec
+
+    def load(self) -> None:
+        """Load both models now (errors in the weights surface here, before any output is written)."""
+        _ = self.talker, self.codec
 
     def _check_pairing(self) -> None:
-        cfg, codec = self.talker.config, self.codec
-        if codec.num_quantizers < cfg.n_vq:
-            raise MossError(f"the codec has {codec.num_quantizers} quantizers but the talker generates {cfg.n_vq} "
-                            "codebooks per frame", field="--codec")
-        if max(cfg.audio_codebook_sizes) > codec.cfg.quantizer.codebook_size:
+        cfg, codec = self.talker_config, self.codec_config
+        if codec.quantizer.num_quantizers < cfg.n_vq:
+            raise MossError(f"the codec has {codec.quantizer.num_quantizers} quantizers but the talker generates "
+                            f"{cfg.n_vq} codebooks per frame", file=self.codec_path, field="quantizer_kwargs")
+        if max(cfg.audio_codebook_sizes) > codec.quantizer.codebook_size:
             raise MossError(f"the talker's audio vocab ({max(cfg.audio_codebook_sizes)}) exceeds the codec's "
-                            f"codebook size ({codec.cfg.quantizer.codebook_size})", field="--codec")
-        if cfg.sampling_rate != codec.sample_rate:
+                            f"codebook size ({codec.quantizer.codebook_size})", file=self.codec_path,
+                            field="quantizer_kwargs")
+        if cfg.sampling_rate != codec.sampling_rate:
             raise MossError(f"the talker expects {cfg.sampling_rate} Hz audio but the codec produces "
-                            f"{codec.sample_rate} Hz", field="--codec")
+                            f"{codec.sampling_rate} Hz", file=self.codec_path, field="sampling_rate")
 
-    def prepare(self, requests: Sequence[Request], file: Path | None = None) -> list[Prepared]:
-        """Build prompts and effective parameters; a text too long for max_model_len is an error."""
+    def prompt_length(self, request: Request) -> int:
+        return self.prompts.length(request.text, **request.prompt_fields)
+
+    def prepare(self, requests: Iterable[Request], file: Path | None = None) -> list[Prepared]:
+        """Effective parameters and frame budgets; a text too long for max_model_len is an error."""
         prepared, problems = [], []
+        limit = self.deploy.max_model_len
         for request in requests:
-            prompt = self.talker.prompt(request.text, **request.prompt_fields)
-            eff = effective(request, self.deploy)
-            budget = frame_budget(request, self.deploy, prompt.shape[0])
-            limit = self.deploy.max_model_len
-            if limit is not None and prompt.shape[0] >= limit:
-                problems.append(Problem(request.line, "text", f"the prompt is {prompt.shape[0]} tokens, but "
-                                        f"max_model_len is {limit}: shorten the text"))
+            length = self.prompt_length(request)
+            if limit is not None and length >= limit:
+                problems.append(Problem(request.line, "text", f"the prompt is {length} tokens, but max_model_len "
+                                        f"is {limit}: shorten the text"))
                 continue
-            prepared.append(Prepared(request, eff, GenerationRequest(
-                key=request.id, prompt=prompt, max_new_frames=budget, audio=eff.audio, stop=eff.stop,
-                seed=eff.seed, do_sample=eff.do_sample)))
+            prepared.append(Prepared(request, effective(request, self.deploy), length,
+                                     frame_budget(request, self.deploy, length)))
         if problems:
             raise RequestFileError(file or Path("<requests>"), problems)
         return prepared
 
-    def run(self, prepared: Sequence[Prepared], *, max_batch: int | None = None,
+    def generation(self, p: Prepared) -> GenerationRequest:
+        prompt = self.prompts.build(p.request.text, **p.request.prompt_fields)
+        eff = p.effective
+        return GenerationRequest(key=p.request.id, prompt=prompt, max_new_frames=p.max_new_frames, audio=eff.audio,
+                                 stop=eff.stop, seed=eff.seed, do_sample=eff.do_sample, arrival_step=p.arrival_step)
+
+    def run(self, prepared: Iterable[Prepared], *, max_batch: int | None = None,
             logits_hook: LogitsHook | None = None) -> Iterator[SynthResult]:
         """Synthesise in the given order; yield each request as soon as its audio is decoded."""
         if self.options.legacy_global_rng:
             # Pre-fix behaviour: one global stream for every draw; seeded once per run, so a run
             # reproduces itself but not another batch composition.
             torch.manual_seed(self.deploy.default_seed if self.deploy.default_seed is not None else 0)
-        by_key = {p.generation.key: p for p in prepared}
+        by_key: dict[str, Prepared] = {}
+
+        def generations():
+            for p in prepared:
+                by_key[p.request.id] = p
+                yield self.generation(p)
+
         engine = Engine(self.talker.model, max_batch=max_batch or self.max_batch,
                         legacy_global_rng=self.options.legacy_global_rng,
                         batch_invariant=self.options.batch_invariant, row_block=self.options.row_block,
                         logits_hook=logits_hook)
-        for group in self._decode_groups(engine.run(p.generation for p in prepared)):
+        for group in self._decode_groups(engine.run(generations())):
             for result, audio in zip(group, self.decode_many([r.codes for r in group])):
-                p = by_key[result.key]
+                p = by_key.pop(result.key)
                 yield SynthResult(p.request, p.effective, result.codes, audio, to_pcm16(audio), result.stopped,
-                                  result.batch_size_seen, result.wall_s, int(p.generation.prompt.shape[0]))
+                                  result.batch_size_seen, result.wall_s, p.prompt_length)
 
     def _decode_groups(self, results: Iterator[GenerationResult]) -> Iterator[list[GenerationResult]]:
         """Batch-invariant mode decodes every request on its own. The fast mode decodes requests that
@@ -164,7 +210,7 @@ class Synthesizer:
         lengths = [int(c.shape[0]) for c in codes]
         if max(lengths) == 0:
             return [torch.zeros(self.codec.channels, 0) for _ in codes]
-        batch = torch.zeros(self.talker.config.n_vq, len(codes), max(lengths), dtype=torch.long)
+        batch = torch.zeros(self.talker_config.n_vq, len(codes), max(lengths), dtype=torch.long)
         for i, c in enumerate(codes):
             batch[:, i, : lengths[i]] = c.T
         audio = self.codec.decode(batch.to(self.device)).cpu()
@@ -178,8 +224,13 @@ class SynthSummary:
     audio_s: float
     wall_s: float
     out: Path
-    manifest: Path
+    manifest: Path | None
     rows: list[dict] = field(default_factory=list)
+    resumed: int = 0  # requests already done by an earlier run of the same command
+    dry_run: bool = False
+    frame_budget: int = 0
+    seed_sources: dict[str, int] = field(default_factory=dict)
+    frame_rate: float = 12.5
 
     @property
     def real_time_factor(self) -> float:
@@ -187,9 +238,12 @@ class SynthSummary:
         return self.wall_s / self.audio_s if self.audio_s else float("nan")
 
     def as_dict(self) -> dict:
-        return {"requests": self.requests, "audio_s": round(self.audio_s, 3), "wall_s": round(self.wall_s, 3),
-                "real_time_factor": round(self.real_time_factor, 4), "out": str(self.out),
-                "manifest": str(self.manifest)}
+        return {"requests": self.requests, "resumed": self.resumed, "dry_run": self.dry_run,
+                "audio_s": round(self.audio_s, 3), "wall_s": round(self.wall_s, 3),
+                "real_time_factor": None if self.real_time_factor != self.real_time_factor
+                else round(self.real_time_factor, 4),
+                "frame_budget": self.frame_budget, "seed_sources": self.seed_sources,
+                "out": str(self.out), "manifest": str(self.manifest) if self.manifest else None}
 
 
 def manifest_row(result: SynthResult, sample_rate: int, channels: int, file: str) -> dict:
@@ -206,31 +260,103 @@ def manifest_row(result: SynthResult, sample_rate: int, channels: int, file: str
     }
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM; `signum` gives the exit code 128 + signum."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+@contextmanager
+def interrupts_as_exceptions():
+    """SIGTERM (and SIGINT) raise `Interrupted`, so the run stops through the normal cleanup path."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def request_fingerprint(p: Prepared, synth: Synthesizer, audio_format: str, checkpoints: dict) -> str:
+    eff = p.effective
+    return fingerprint({
+        "text": p.request.text, "fields": p.request.prompt_fields, "seed": eff.seed, "seed_source": eff.seed_source,
+        "audio": eff.audio.__dict__, "stop": eff.stop.__dict__, "do_sample": eff.do_sample,
+        "max_new_frames": p.max_new_frames, "format": audio_format, "checkpoints": checkpoints,
+        "batch_invariant": synth.options.batch_invariant, "row_block": synth.options.row_block,
+        "legacy_global_rng": synth.options.legacy_global_rng, "dtype": str(synth.dtype),
+    })
+
+
 def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_format: str = "wav",
-               on_start: Callable[[int], None] | None = None,
+               dry_run: bool = False, force: bool = False,
+               on_start: Callable[[int, int], None] | None = None,
                on_result: Callable[[SynthResult], None] | None = None) -> SynthSummary:
-    """Read and validate the request file, then synthesise it into `out` (audio files + manifest.csv)."""
+    """Validate everything, then synthesise into `out` (audio files + manifest.csv), resuming a
+    previous run of the same command. `dry_run` stops after validation and writes nothing."""
     if audio_format not in FORMATS:
         raise MossError(f"unknown audio format {audio_format!r}; expected wav or flac", field="--format")
-    requests = read_requests(requests_path)  # every problem reported before any model loads
     if out.exists() and not out.is_dir():
         raise MossError("output path exists and is not a directory", file=out, field="--out")
+    requests = read_requests(requests_path)  # every problem reported before any weights load
     synth = Synthesizer(options)
     prepared = synth.prepare(requests, requests_path)
+    names = {p.request.id: f"{p.request.id}.{audio_format}" for p in prepared}
+    for rid, name in names.items():  # ids are validated as plain names; this keeps it that way
+        if (out / name).resolve().parent != out.resolve():
+            raise MossError(f"id {rid!r} would write outside the output directory", file=requests_path, field="id")
+    sources: dict[str, int] = {}
+    for p in prepared:
+        sources[p.effective.seed_source] = sources.get(p.effective.seed_source, 0) + 1
+    budget = sum(p.max_new_frames for p in prepared)
+    if dry_run:
+        return SynthSummary(len(prepared), 0.0, 0.0, out, None, dry_run=True, frame_budget=budget,
+                            seed_sources=sources, frame_rate=synth.codec_config.frame_rate)
+
+    synth.load()
+    checkpoints = {"talker": checkpoint_fingerprint(synth.talker_path),
+                   "codec": checkpoint_fingerprint(synth.codec_path)}
+    fps = {p.request.id: request_fingerprint(p, synth, audio_format, checkpoints) for p in prepared}
+    journal = Journal(out)
+    if force:
+        journal.reset()
+    else:
+        journal.load()
+    done = plan_resume(out, journal, {rid: (fps[rid], names[rid]) for rid in fps}, force) if out.exists() else {}
     out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out)
+    todo = [p for p in prepared if p.request.id not in done]
     if on_start:
-        on_start(len(prepared))
+        on_start(len(prepared), len(done))
     rate, channels = synth.codec.sample_rate, synth.codec.channels
-    rows: dict[str, dict] = {}
-    start = time.perf_counter()
-    for result in synth.run(prepared):
-        name = f"{result.request.id}.{audio_format}"
-        write_audio(out / name, result.pcm, rate, audio_format)  # written as each request finishes
-        rows[result.request.id] = manifest_row(result, rate, channels, name)
-        if on_result:
-            on_result(result)
-    wall = time.perf_counter() - start
-    ordered = [rows[p.request.id] for p in prepared]  # manifest in input order, whatever finished first
+    rows: dict[str, dict] = dict(done)
     manifest = out / "manifest.csv"
+    start = time.perf_counter()
+    try:
+        with interrupts_as_exceptions():
+            for result in synth.run(todo):
+                rid = result.request.id
+                row = manifest_row(result, rate, channels, names[rid])
+                journal.append(fps[rid], row)  # first the record, then the file: a kill leaves no orphan
+                write_audio(out / names[rid], result.pcm, rate, audio_format)  # as each request finishes
+                rows[rid] = row
+                if on_result:
+                    on_result(result)
+    except KeyboardInterrupt:
+        write_manifest(manifest, [rows[p.request.id] for p in prepared if p.request.id in rows])
+        raise
+    wall = time.perf_counter() - start
+    ordered = [rows[p.request.id] for p in prepared]  # input order, whatever finished first
     write_manifest(manifest, ordered)
-    return SynthSummary(len(ordered), sum(r["duration_s"] for r in ordered), wall, out, manifest, ordered)
+    return SynthSummary(len(ordered), sum(r["duration_s"] for r in ordered), wall, out, manifest, ordered,
+                        resumed=len(done), frame_budget=budget, seed_sources=sources,
+                        frame_rate=synth.codec_config.frame_rate)

@@ -38,7 +38,7 @@ def test_random_compositions_give_bitwise_identical_codes_and_pcm_to_running_alo
     mixed = audited + neighbours
     rng.shuffle(mixed)
     for i, p in enumerate(mixed):  # late arrivals
-        p.generation.arrival_step = rng.choice([0, 0, i, 2 * i])
+        p.arrival_step = rng.choice([0, 0, i, 2 * i])
     together = {r.request.id: r for r in synth.run(mixed, max_batch=rng.randint(2, 10))}
     for p in audited:
         key = p.request.id

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -59,22 +60,49 @@ def tokenizer_json() -> dict:
     }
 
 
-def talker_config() -> dict:
+@dataclass(frozen=True)
+class TalkerSizes:
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    ffn: int = 128
+    local_heads: int = 4
+    local_ffn: int = 128
+    n_vq: int = 6
+    codebook: int = 128
+
+
+@dataclass(frozen=True)
+class CodecSizes:
+    d_model: int = 32
+    heads: int = 2
+    layers: int = 1
+    code_dim: int = 32
+    rvq_dim: int = 16
+    quantizers: int = 8
+    codebook: int = 128
+    codebook_dim: int = 4
+
+
+def talker_config(z: TalkerSizes = TalkerSizes()) -> dict:
     qwen = {
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 272, "hidden_size": 64,
-        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "head_dim": 16, "hidden_act": "silu", "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 272, "hidden_size": z.hidden,
+        "intermediate_size": z.ffn, "num_hidden_layers": z.layers, "num_attention_heads": z.heads,
+        "num_key_value_heads": z.kv_heads, "head_dim": z.hidden // z.heads, "hidden_act": "silu",
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0, "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": True,
         "use_sliding_window": False, "sliding_window": None, "initializer_range": 0.02, "pad_token_id": 256,
     }
     gpt2 = {
-        "model_type": "gpt2", "vocab_size": 272, "n_embd": 64, "n_layer": 1, "n_head": 4, "n_inner": 128,
-        "n_positions": 7, "n_ctx": 7, "activation_function": "silu", "layer_norm_epsilon": 1e-6,
+        "model_type": "gpt2", "vocab_size": 272, "n_embd": z.hidden, "n_layer": 1, "n_head": z.local_heads,
+        "n_inner": z.local_ffn, "n_positions": z.n_vq + 1, "n_ctx": z.n_vq + 1, "activation_function": "silu",
+        "layer_norm_epsilon": 1e-6,
         "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "position_embedding_type": "rope",
         "rope_base": 10000.0, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
         "initializer_range": 0.02,
     }
-    n_vq, codebook = 6, 128
+    n_vq, codebook = z.n_vq, z.codebook
     return {
         "architectures": ["MossTTSLocalModel"], "model_type": "moss_tts_local", "dtype": "float32",
         "transformers_version": "4.57.1",
@@ -88,29 +116,33 @@ def talker_config() -> dict:
     }
 
 
-def _transformer(inp: int, out: int, context: float, d: int = 32) -> dict:
-    return {"module_type": "Transformer", "input_dimension": inp, "output_dimension": out, "d_model": d,
-            "num_heads": 2, "num_layers": 1, "dim_feedforward": 2 * d, "causal": True, "norm": "layer_norm",
+def _transformer(inp: int, out: int, context: float, z: CodecSizes) -> dict:
+    return {"module_type": "Transformer", "input_dimension": inp, "output_dimension": out, "d_model": z.d_model,
+            "num_heads": z.heads, "num_layers": z.layers, "dim_feedforward": 2 * z.d_model, "causal": True,
+            "norm": "layer_norm",
             "positional_embedding": "rope", "max_period": 10000, "gating": "none", "layer_scale": 0.01,
             "conv_layout": True, "context_duration": context}
 
 
-def codec_config() -> dict:
+def codec_config(z: CodecSizes = CodecSizes()) -> dict:
+    """v2 layout: 48 kHz stereo interleaved, hop 3840, six transformer stages each way."""
     patch2 = {"module_type": "PatchedPretransform", "patch_size": 2}
     patch240 = {"module_type": "PatchedPretransform", "patch_size": 240}
-    encoder = [patch240, _transformer(240, 16, 1.0), patch2, _transformer(32, 16, 2.0), patch2,
-               _transformer(32, 16, 4.0), patch2, _transformer(32, 16, 8.0), patch2, _transformer(32, 32, 10.0),
-               patch2, _transformer(64, 32, 10.0)]
-    decoder = [_transformer(32, 64, 10.0), patch2, _transformer(32, 64, 10.0), patch2, _transformer(32, 64, 8.0),
-               patch2, _transformer(32, 64, 4.0), patch2, _transformer(32, 64, 2.0), patch2,
-               _transformer(32, 240, 1.0), patch240]
+    d, half, code = z.d_model, z.d_model // 2, z.code_dim
+    encoder = [patch240, _transformer(240, half, 1.0, z), patch2, _transformer(d, half, 2.0, z), patch2,
+               _transformer(d, half, 4.0, z), patch2, _transformer(d, half, 8.0, z), patch2,
+               _transformer(d, code, 10.0, z), patch2, _transformer(2 * code, code, 10.0, z)]
+    decoder = [_transformer(code, 2 * d, 10.0, z), patch2, _transformer(d, 2 * d, 10.0, z), patch2,
+               _transformer(d, 2 * d, 8.0, z), patch2, _transformer(d, 2 * d, 4.0, z), patch2,
+               _transformer(d, 2 * d, 2.0, z), patch2, _transformer(d, 240, 1.0, z), patch240]
     return {
         "architectures": ["MossAudioTokenizerModel"], "model_type": "moss-audio-tokenizer", "version": "tiny-v2",
         "sampling_rate": 48000, "downsample_rate": 3840, "number_channels": 2, "enable_channel_interleave": True,
-        "causal_transformer_context_duration": 10.0, "code_dim": 32, "attention_implementation": "sdpa",
+        "causal_transformer_context_duration": 10.0, "code_dim": code, "attention_implementation": "sdpa",
         "compute_dtype": "fp32", "quantizer_type": "rlfq",
-        "quantizer_kwargs": {"input_dim": 32, "rvq_dim": 16, "output_dim": 32, "num_quantizers": 8,
-                             "codebook_size": 128, "codebook_dim": 4, "quantizer_type": "rlfq"},
+        "quantizer_kwargs": {"input_dim": code, "rvq_dim": z.rvq_dim, "output_dim": code,
+                             "num_quantizers": z.quantizers, "codebook_size": z.codebook,
+                             "codebook_dim": z.codebook_dim, "quantizer_type": "rlfq"},
         "encoder_kwargs": encoder, "decoder_kwargs": decoder, "dtype": "float32",
     }
 
@@ -136,7 +168,7 @@ def _fill(name: str, shape: tuple[int, ...]) -> torch.Tensor:
     return _randn(name, shape, fan_in ** -0.5)
 
 
-def talker_tensors(cfg: TalkerConfig) -> dict[str, torch.Tensor]:
+def talker_tensors(cfg: TalkerConfig, stop_margin: float = STOP_MARGIN) -> dict[str, torch.Tensor]:
     with torch.device("meta"):
         model = MossTTSLocal(cfg)
     tensors = {name: _fill(name, tuple(t.shape)) for name, t in model.state_dict().items()}
@@ -149,7 +181,7 @@ def talker_tensors(cfg: TalkerConfig) -> dict[str, torch.Tensor]:
     tensors["local_text_lm_head.weight"] = head
     direction = head[0] - head[1]
     # Shift ln_f's bias along (continue - stop) so that continuing is STOP_MARGIN logits likelier.
-    tensors["local_transformer.ln_f.bias"] = direction * (STOP_MARGIN / direction.dot(direction))
+    tensors["local_transformer.ln_f.bias"] = direction * (stop_margin / direction.dot(direction))
     return tensors
 
 
@@ -177,15 +209,17 @@ def _write(directory: Path, config: dict, tensors: dict[str, torch.Tensor], extr
         (directory / filename).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def build(out: Path = ASSETS) -> tuple[Path, Path]:
-    talker_dir, codec_dir = out / "tiny-talker", out / "tiny-codec"
-    tcfg = talker_config()
-    _write(talker_dir, tcfg, talker_tensors(TalkerConfig.from_dict(tcfg)), {
+def build(out: Path = ASSETS, talker: TalkerSizes = TalkerSizes(), codec: CodecSizes = CodecSizes(),
+          stop_margin: float = STOP_MARGIN, names: tuple[str, str] = ("tiny-talker", "tiny-codec")) -> tuple[Path, Path]:
+    """Write a talker and a codec checkpoint (the shipped tiny ones by default)."""
+    talker_dir, codec_dir = out / names[0], out / names[1]
+    tcfg = talker_config(talker)
+    _write(talker_dir, tcfg, talker_tensors(TalkerConfig.from_dict(tcfg), stop_margin), {
         "tokenizer.json": tokenizer_json(),
         "tokenizer_config.json": {"tokenizer_class": "Qwen2TokenizerFast", "model_max_length": 4096,
                                   "pad_token": "<|endoftext|>", "eos_token": "<|im_end|>"},
     })
-    ccfg = codec_config()
+    ccfg = codec_config(codec)
     _write(codec_dir, ccfg, codec_tensors(CodecConfig.from_dict(ccfg)), {})
     return talker_dir, codec_dir
 

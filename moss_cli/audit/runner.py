@@ -147,7 +147,7 @@ class Auditor:
                                  f"SNR {cmp.snr_db if cmp.snr_db is not None else 'inf'} dB)")
         else:
             case.attribution = attribute(self._runner(reference_run, key), self._runner(run, key), key,
-                                         cmp.first_frame, cmp.first_codebook, self.synth.talker.config.n_vq,
+                                         cmp.first_frame, cmp.first_codebook, self.synth.talker_config.n_vq,
                                          self.options.perturb)
         return case
 

@@ -60,13 +60,13 @@ def build_runs(name: str, synth: Synthesizer, audited: list[Prepared], max_batch
         neighbours = _neighbours(synth, n, "neighbour-seeded", seed_base=1000, frames=[16, 24, 8], greedy=False)
         return [Run("with-seeded-neighbours", _interleave(neighbours, audited), max_batch)]
     if name == "length-mix":
-        longest = max((p.generation.max_new_frames for p in audited), default=16)
+        longest = max((p.max_new_frames for p in audited), default=16)
         cap = synth.deploy.max_tokens or 4 * longest
         neighbours = _neighbours(synth, n, "neighbour-length", seed_base=2000,
                                  frames=[min(3 * longest, cap), 2], greedy=True)
         return [Run("with-long-and-short-neighbours", _interleave(neighbours, audited), max_batch)]
     if name == "staggered":
-        late = [dataclasses.replace(p, generation=dataclasses.replace(p.generation, arrival_step=3 * i))
+        late = [dataclasses.replace(p, arrival_step=3 * i)
                 for i, p in enumerate(audited)]
         return [Run("arrivals-every-3-steps", late, max_batch)]
     raise ValueError(f"unknown scenario {name!r}")

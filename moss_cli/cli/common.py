@@ -44,9 +44,11 @@ def user_errors():
     except MossError as e:
         stderr.print(f"[bold red]error:[/] {escape(e.describe())}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        stderr.print("[bold red]interrupted[/]")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", 2)  # SIGINT unless the run says otherwise (SIGTERM: 15)
+        stderr.print(f"[bold red]interrupted[/] (signal {signum}); finished outputs are kept, run the same "
+                     "command again to resume")
+        raise typer.Exit(128 + signum) from None
     except (RuntimeError, OSError, ValueError, MemoryError) as e:
         if os.environ.get("MOSS_DEBUG"):
             raise

@@ -33,9 +33,15 @@ def synth(
     batch_invariant: Annotated[bool, typer.Option("--batch-invariant/--no-batch-invariant", help="Compute every "
                                                  "request bitwise as if it ran alone (default); off: faster "
                                                  "kernels whose rounding depends on the batch.")] = True,
+    dry_run: Annotated[bool, typer.Option(help="Validate the requests, deploy config and checkpoint configs, "
+                                                "print what would run, and stop.")] = False,
+    force: Annotated[bool, typer.Option(help="Regenerate everything, even outputs of an earlier run.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")] = False,
 ) -> None:
-    """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv."""
+    """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv.
+
+    Re-running the same command on the same --out resumes: requests whose outputs exist and match
+    are skipped. Exit codes: 0 done, 2 bad input or runtime error, 130/143 interrupted (SIGINT/SIGTERM)."""
     options = SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
                            max_batch=max_batch, legacy_global_rng=legacy_global_rng, batch_invariant=batch_invariant)
     with user_errors():
@@ -44,18 +50,27 @@ def synth(
                           TextColumn("{task.description}"), console=stderr, transient=True) as progress:
                 task = progress.add_task("", total=None)
                 summary = synthesize(
-                    requests, out, options, audio_format=audio_format.lower(),
-                    on_start=lambda n: progress.update(task, total=n),
+                    requests, out, options, audio_format=audio_format.lower(), dry_run=dry_run, force=force,
+                    on_start=lambda n, done: progress.update(task, total=n, completed=done),
                     on_result=lambda r: progress.update(task, advance=1, description=r.request.id))
         else:
-            summary = synthesize(requests, out, options, audio_format=audio_format.lower())
+            summary = synthesize(requests, out, options, audio_format=audio_format.lower(), dry_run=dry_run,
+                                 force=force)
     if as_json:
         stdout.print_json(json.dumps(summary.as_dict()))
         return
+    if summary.dry_run:
+        table = Table(title=f"moss synth --dry-run: {requests} is valid")
+        for column in ("requests", "frame budget", "max audio s", "seeds (request/deploy/none)"):
+            table.add_column(column, justify="right")
+        seeds = "/".join(str(summary.seed_sources.get(k, 0)) for k in ("request", "deploy", "none"))
+        table.add_row(str(summary.requests), str(summary.frame_budget), f"{summary.frame_budget / summary.frame_rate:.1f}", seeds)
+        stdout.print(table)
+        return
     table = Table(title=f"moss synth → {summary.out}", show_header=True)
-    for column in ("requests", "audio s", "wall s", "real-time factor"):
+    for column in ("requests", "resumed", "audio s", "wall s", "real-time factor"):
         table.add_column(column, justify="right")
-    table.add_row(str(summary.requests), f"{summary.audio_s:.2f}", f"{summary.wall_s:.2f}",
+    table.add_row(str(summary.requests), str(summary.resumed), f"{summary.audio_s:.2f}", f"{summary.wall_s:.2f}",
                   f"{summary.real_time_factor:.3f}")
     stdout.print(table)
     stdout.print(f"manifest: {summary.manifest}")

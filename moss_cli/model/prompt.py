@@ -59,6 +59,17 @@ class PromptBuilder:
         rows[:, 1:] = codes.to(torch.long)
         return rows
 
+    def length(self, text: str, **fields: Any) -> int:
+        """Rows of the prompt `build` would make (without references), from token counts only."""
+        return self._template_length(fields) + len(self.encode(text))
+
+    def _template_length(self, fields: dict[str, Any]) -> int:
+        key = tuple(sorted((k, field_text(v)) for k, v in fields.items()))
+        cache = self.__dict__.setdefault("_template_lengths", {})
+        if key not in cache:
+            cache[key] = self.build("", **fields).shape[0]
+        return cache[key]
+
     def build(self, text: str, *, references: Sequence[torch.Tensor] = (), **fields: Any) -> torch.Tensor:
         """Rows [T, 1 + n_vq] ending with the audio_start row the talker continues from.
 

@@ -1,0 +1,107 @@
+"""Resumable output directories.
+
+Every finished request is recorded in `OUT/.moss/journal.jsonl` (one JSON line, flushed and
+fsynced) *before* its audio file is renamed into place, together with a fingerprint of what
+produced it: the request's content, its effective seed and sampling parameters, its frame budget,
+the audio format, the execution mode and the checkpoints' configs. A re-run skips a request whose
+journal entry has the same fingerprint and whose file holds exactly the journaled samples, and
+regenerates the rest. A file that exists without a matching entry belongs to something else: that
+is an error unless `--force`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import soundfile as sf
+
+from ..errors import MossError
+from .audio import pcm_sha256
+
+JOURNAL = Path(".moss") / "journal.jsonl"
+
+
+def fingerprint(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass
+class Entry:
+    fingerprint: str
+    row: dict
+
+
+class Journal:
+    def __init__(self, out: Path) -> None:
+        self.path = out / JOURNAL
+        self.entries: dict[str, Entry] = {}
+
+    def load(self) -> None:
+        """Read earlier entries; a torn last line (a killed writer) is ignored."""
+        if not self.path.is_file():
+            return
+        with self.path.open(encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    item = json.loads(line)
+                    self.entries[item["row"]["id"]] = Entry(item["fingerprint"], item["row"])
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+
+    def reset(self) -> None:
+        self.entries.clear()
+        self.path.unlink(missing_ok=True)
+
+    def append(self, fp: str, row: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"fingerprint": fp, "row": row}, default=str) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.entries[row["id"]] = Entry(fp, row)
+
+
+def file_matches(path: Path, pcm_hash: str) -> bool:
+    """True when the audio file exists, decodes, and holds exactly the journaled samples."""
+    if not path.is_file():
+        return False
+    try:
+        data, _ = sf.read(str(path), dtype="int16", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, OSError):
+        return False
+    return pcm_sha256(data) == pcm_hash
+
+
+def remove_stale_temporaries(out: Path) -> None:
+    """Temporary files left by a killed run (`.<name>.tmp-<pid>`)."""
+    for path in out.glob(".*.tmp-*"):
+        if path.is_file():
+            path.unlink(missing_ok=True)
+
+
+def plan_resume(out: Path, journal: Journal, expected: dict[str, tuple[str, str]], force: bool) -> dict[str, dict]:
+    """Which requests are already done. `expected` maps id -> (fingerprint, file name).
+
+    Returns the journaled manifest rows to reuse; raises MossError for outputs that belong to a
+    different request (unless `force`)."""
+    done: dict[str, dict] = {}
+    conflicts = []
+    for rid, (fp, name) in expected.items():
+        entry = journal.entries.get(rid)
+        path = out / name
+        if entry is not None and entry.fingerprint == fp and entry.row.get("file") == name \
+                and file_matches(path, entry.row["pcm_sha256"]):
+            done[rid] = entry.row
+        elif entry is not None and entry.fingerprint != fp and path.exists():
+            conflicts.append(f"{name}: made from different request content or settings")
+        elif entry is None and path.exists():
+            conflicts.append(f"{name}: exists but was not written by moss for this request")
+    if conflicts and not force:
+        shown = "; ".join(conflicts[:5]) + (f"; and {len(conflicts) - 5} more" if len(conflicts) > 5 else "")
+        raise MossError(f"output already exists for other content: {shown}. Use --force to regenerate, "
+                        "or choose another --out", file=out, field="--out")
+    return done

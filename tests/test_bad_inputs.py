@@ -1,0 +1,135 @@
+"""A corpus of bad inputs (tests/bad_inputs/): each one exits 2 with a message that names the
+problem and where it is, prints no traceback, and leaves the output directory untouched."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from moss_cli.assets import TINY_CODEC, TINY_TALKER
+from moss_cli.cli.app import app
+
+CORPUS = Path(__file__).resolve().parent / "bad_inputs"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+GOOD = EXAMPLES / "lines.txt"
+
+# (request file, deploy file or None, expected fragments of the message)
+REQUEST_CASES = [
+    ("malformed.jsonl", ["malformed.jsonl:2", "invalid JSON"]),
+    ("not-an-object.jsonl", ["not-an-object.jsonl:1", "expected a JSON object"]),
+    ("missing-text.jsonl", ["missing-text.jsonl:2 [text]", "missing 'text'"]),
+    ("empty-text.jsonl", ["empty-text.jsonl:1 [text]", "empty"]),
+    ("text-not-string.jsonl", ["text-not-string.jsonl:1 [text]", "must be a string"]),
+    ("seed-bool.jsonl", ["seed-bool.jsonl:1 [seed]", "signed 64-bit"]),
+    ("seed-overflow.jsonl", ["seed-overflow.jsonl:1 [seed]", "signed 64-bit"]),
+    ("seed-string.jsonl", ["seed-string.jsonl:1 [seed]", "integer"]),
+    ("frames-negative.jsonl", ["frames-negative.jsonl:1 [max_new_frames]", "[0, 1000000]"]),
+    ("frames-absurd.jsonl", ["frames-absurd.jsonl:1 [max_new_frames]", "[0, 1000000]"]),
+    ("temperature-negative.jsonl", ["temperature-negative.jsonl:1 [temperature]", ">= 0"]),
+    ("top-p-range.jsonl", ["top-p-range.jsonl:1 [top_p]", "(0, 1]"]),
+    ("top-k-negative.jsonl", ["top-k-negative.jsonl:1 [top_k]", ">= 0"]),
+    ("unknown-field.jsonl", ["unknown-field.jsonl:1 [langauge]", "did you mean 'language'"]),
+    ("duplicate-id.jsonl", ["duplicate-id.jsonl:2 [id]", "duplicate id 'same'", "line 1"]),
+    ("id-traversal.jsonl", ["id-traversal.jsonl:1 [id]", "not a safe file name"]),
+    ("id-separator.jsonl", ["id-separator.jsonl:1 [id]", "not a safe file name"]),
+    ("id-control.jsonl", ["id-control.jsonl:1 [id]", "not a safe file name"]),
+    ("id-reserved.jsonl", ["id-reserved.jsonl:1 [id]", "reserved name"]),
+    ("id-too-long.jsonl", ["id-too-long.jsonl:1 [id]", "at most 128"]),
+    ("text-too-long.jsonl", ["text-too-long.jsonl:1 [text]", "max_model_len is 1024"]),
+    ("wrong-columns.csv", ["wrong-columns.csv:3", "expected 3 columns, got 4"]),
+    ("csv-unknown-column.csv", ["csv-unknown-column.csv:2 [txt]", "did you mean 'text'"]),
+    ("empty.jsonl", ["empty.jsonl", "no requests"]),
+    ("not-utf8.txt", ["not-utf8.txt", "not UTF-8"]),
+    ("wrong-type.xml", ["wrong-type.xml", "unsupported request file type"]),
+    ("ref-audio-missing.jsonl", ["ref-audio-missing.jsonl:1 [ref_audio]"]),
+]
+
+DEPLOY_CASES = [
+    ("invalid-yaml.yaml", ["invalid-yaml.yaml:", "invalid YAML"]),
+    ("no-stage-0.yaml", ["no-stage-0.yaml", "stage_id 0"]),
+    ("missing-base.yaml", ["missing-base.yaml:1 [base_config]", "does-not-exist.yaml"]),
+    ("loop-a.yaml", ["[base_config]", "cycle", "loop-a.yaml", "loop-b.yaml"]),
+    ("top-p-range.yaml", ["top-p-range.yaml:5", "top_p"]),
+    ("removed-schema.yaml", ["removed-schema.yaml:1 [stage_args]", "removed"]),
+    ("not-a-mapping.yaml", ["not-a-mapping.yaml", "must be a YAML mapping"]),
+    ("bad-max-num-seqs.yaml", ["bad-max-num-seqs.yaml:3", "max_num_seqs must be a positive integer"]),
+    ("seed-float.yaml", ["seed-float.yaml:3", "seed"]),
+]
+
+CHECKPOINT_CASES = [
+    ("no-config.json", ["talker", "no config.json"]),
+    ("truncated-safetensors.json", ["model.safetensors", "safetensors"]),
+    ("corrupt-header.json", ["codec", "model.safetensors", "not a readable safetensors file"]),
+    ("size-mismatch.json", ["transformer.layers.0.mlp.down_proj.weight", "[64, 128]", "[64, 96]"]),
+    ("codec-too-few-quantizers.json", ["codec", "4 quantizers", "6 codebooks"]),
+    ("tokenizer-missing-special.json", ["tokenizer.json [audio_end_token_id]", "270"]),
+    ("pickled-only.json", ["pickled weights are never loaded"]),
+    ("no-tokenizer.json", ["talker", "no tokenizer.json"]),
+    ("codec-rate-mismatch.json", ["codec", "[sampling_rate]", "48000 Hz", "24000 Hz"]),
+]
+
+
+def _merge(base: dict, patch: dict) -> dict:
+    out = dict(base)
+    for key, value in patch.items():
+        out[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
+
+
+def _broken_checkpoints(case: dict, tmp_path: Path) -> tuple[Path, Path]:
+    talker = Path(shutil.copytree(TINY_TALKER, tmp_path / "talker"))
+    codec = Path(shutil.copytree(TINY_CODEC, tmp_path / "codec"))
+    target = talker if case["component"] == "talker" else codec
+    for name in case.get("remove", []):
+        (target / name).unlink()
+    for name, size in case.get("truncate", {}).items():
+        (target / name).write_bytes((target / name).read_bytes()[:size])
+    for name, text in case.get("overwrite", {}).items():
+        (target / name).write_text(text)
+    if "config_patch" in case:
+        config = json.loads((target / "config.json").read_text())
+        (target / "config.json").write_text(json.dumps(_merge(config, case["config_patch"])))
+    return talker, codec
+
+
+def _run_and_check(args: list, out: Path, expected: list[str]) -> None:
+    out.mkdir()
+    (out / "keep.txt").write_text("untouched")
+    result = CliRunner().invoke(app, ["synth", *map(str, args), "--out", str(out)])
+    message = result.output.replace("\n", " ")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    for fragment in expected:
+        assert fragment in message, f"{fragment!r} not in {result.output!r}"
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]  # nothing written, nothing removed
+
+
+def test_the_corpus_has_at_least_25_bad_inputs():
+    assert len(REQUEST_CASES) + len(DEPLOY_CASES) + len(CHECKPOINT_CASES) >= 25
+    listed = {name for name, _ in REQUEST_CASES}
+    assert listed == {p.name for p in (CORPUS / "requests").iterdir()}
+
+
+@pytest.mark.parametrize("name, expected", REQUEST_CASES, ids=[c[0] for c in REQUEST_CASES])
+def test_bad_request_file(name, expected, tmp_path):
+    _run_and_check([CORPUS / "requests" / name], tmp_path / "out", expected)
+
+
+@pytest.mark.parametrize("name, expected", DEPLOY_CASES, ids=[c[0] for c in DEPLOY_CASES])
+def test_bad_deploy_config(name, expected, tmp_path):
+    _run_and_check([GOOD, "--deploy", CORPUS / "deploy" / name], tmp_path / "out", expected)
+
+
+@pytest.mark.parametrize("name, expected", CHECKPOINT_CASES, ids=[c[0] for c in CHECKPOINT_CASES])
+def test_bad_checkpoint(name, expected, tmp_path):
+    talker, codec = _broken_checkpoints(json.loads((CORPUS / "checkpoints" / name).read_text()), tmp_path)
+    _run_and_check([GOOD, "--model", talker, "--codec", codec, "--deploy", EXAMPLES.parent / "recipes" /
+                    "moss_tts_local_tiny.yaml"], tmp_path / "out", expected)
+
+
+def test_missing_model_directory_and_lone_model_option(tmp_path):
+    _run_and_check([GOOD, "--model", tmp_path / "nowhere", "--codec", TINY_CODEC], tmp_path / "a",
+                   ["nowhere", "does not exist"])
+    _run_and_check([GOOD, "--model", TINY_TALKER], tmp_path / "b", ["--model and --codec go together"])
