@@ -28,6 +28,7 @@ from .engine.scheduler import ROW_BLOCK, Engine, GenerationRequest, GenerationRe
 from .errors import MossError
 from .io.audio import FORMATS, codes_sha256, pcm_sha256, to_pcm16, write_audio
 from .io.manifest import write_manifest
+from .io.reference_audio import Reference, ReferenceError, read_reference
 from .io.resume import Journal, fingerprint, plan_resume, remove_stale_temporaries
 from .model.checkpoint import checkpoint_dir, checkpoint_fingerprint, load_tokenizer
 from .model.codec import AudioCodec
@@ -57,6 +58,7 @@ class Prepared:
     prompt_length: int
     max_new_frames: int
     arrival_step: int = 0
+    reference: Reference | None = None
 
 
 @dataclass
@@ -104,6 +106,8 @@ class Synthesizer:
         self.max_batch = options.max_batch or self.deploy.max_num_seqs or 8
         self._talker: Talker | None = None
         self._codec: AudioCodec | None = None
+        self._references: dict[Path, Reference] = {}
+        self._reference_codes: dict[str, torch.Tensor] = {}  # by file content hash: encode once
 
     @property
     def talker(self) -> Talker:
@@ -135,27 +139,66 @@ class Synthesizer:
             raise MossError(f"the talker expects {cfg.sampling_rate} Hz audio but the codec produces "
                             f"{codec.sampling_rate} Hz", file=self.codec_path, field="sampling_rate")
 
-    def prompt_length(self, request: Request) -> int:
-        return self.prompts.length(request.text, **request.prompt_fields)
+    def reference(self, path: Path) -> Reference:
+        """A reference voice at the codec's rate and channels (read once per path)."""
+        key = path.resolve()
+        if key not in self._references:
+            self._references[key] = read_reference(key, self.codec_config.channels, self.codec_config.sampling_rate)
+        return self._references[key]
+
+    def reference_codes(self, ref: Reference) -> torch.Tensor:
+        """[frames, n_vq] codes of a reference voice; identical files are encoded once per run."""
+        if ref.sha256 not in self._reference_codes:
+            codes, lengths = self.codec.encode(ref.audio[None].to(self.device), self.talker_config.n_vq)
+            self._reference_codes[ref.sha256] = codes[:, 0, : int(lengths[0])].T.cpu()
+        return self._reference_codes[ref.sha256]
+
+    def prompt_length(self, request: Request, reference: Reference | None = None) -> int:
+        if reference is None:
+            return self.prompts.length(request.text, **request.prompt_fields)
+        frames = reference.audio.shape[-1] // self.codec_config.downsample_rate
+        if request.ref_text is not None:  # continuation: transcript + text, the voice as prefix audio
+            return self.prompts.length(request.ref_text + request.text, continuation_frames=frames,
+                                       **request.prompt_fields)
+        return self.prompts.length(request.text, reference_frames=frames, **request.prompt_fields)
 
     def prepare(self, requests: Iterable[Request], file: Path | None = None) -> list[Prepared]:
-        """Effective parameters and frame budgets; a text too long for max_model_len is an error."""
+        """Effective parameters and frame budgets; unusable references and prompts too long for
+        max_model_len are errors (all reported together)."""
         prepared, problems = [], []
         limit = self.deploy.max_model_len
         for request in requests:
-            length = self.prompt_length(request)
+            reference = None
+            if request.ref_audio is not None:
+                try:
+                    reference = self.reference(request.ref_audio)
+                except ReferenceError as e:
+                    problems.append(Problem(request.line, "ref_audio", str(e)))
+                    continue
+            length = self.prompt_length(request, reference)
             if limit is not None and length >= limit:
-                problems.append(Problem(request.line, "text", f"the prompt is {length} tokens, but max_model_len "
-                                        f"is {limit}: shorten the text"))
+                what = "text and reference audio" if reference is not None else "text"
+                problems.append(Problem(request.line, "ref_audio" if reference is not None else "text",
+                                        f"the prompt is {length} tokens, but max_model_len is {limit}: shorten the "
+                                        f"{what}"))
                 continue
             prepared.append(Prepared(request, effective(request, self.deploy), length,
-                                     frame_budget(request, self.deploy, length)))
+                                     frame_budget(request, self.deploy, length), reference=reference))
         if problems:
             raise RequestFileError(file or Path("<requests>"), problems)
         return prepared
 
+    def prompt(self, p: Prepared) -> torch.Tensor:
+        request = p.request
+        if p.reference is None:
+            return self.prompts.build(request.text, **request.prompt_fields)
+        codes = self.reference_codes(p.reference)
+        if request.ref_text is not None:
+            return self.prompts.build(request.ref_text + request.text, continuation=codes, **request.prompt_fields)
+        return self.prompts.build(request.text, references=[codes], **request.prompt_fields)
+
     def generation(self, p: Prepared) -> GenerationRequest:
-        prompt = self.prompts.build(p.request.text, **p.request.prompt_fields)
+        prompt = self.prompt(p)
         eff = p.effective
         return GenerationRequest(key=p.request.id, prompt=prompt, max_new_frames=p.max_new_frames, audio=eff.audio,
                                  stop=eff.stop, seed=eff.seed, do_sample=eff.do_sample, arrival_step=p.arrival_step)
@@ -292,6 +335,7 @@ def request_fingerprint(p: Prepared, synth: Synthesizer, audio_format: str, chec
         "text": p.request.text, "fields": p.request.prompt_fields, "seed": eff.seed, "seed_source": eff.seed_source,
         "audio": eff.audio.__dict__, "stop": eff.stop.__dict__, "do_sample": eff.do_sample,
         "max_new_frames": p.max_new_frames, "format": audio_format, "checkpoints": checkpoints,
+        "ref_audio": p.reference.sha256 if p.reference else None, "ref_text": p.request.ref_text,
         "batch_invariant": synth.options.batch_invariant, "row_block": synth.options.row_block,
         "legacy_global_rng": synth.options.legacy_global_rng, "dtype": str(synth.dtype),
     })

@@ -33,6 +33,8 @@ class Request:
     max_new_frames: int | None = None
     prompt_fields: dict[str, Any] = field(default_factory=dict)
     sampling: dict[str, Any] = field(default_factory=dict)  # per-request overrides of stage-0 defaults
+    ref_audio: Path | None = None  # reference voice, resolved against the request file's folder
+    ref_text: str | None = None  # its transcript: continuation mode
 
 
 @dataclass
@@ -77,7 +79,7 @@ def read_requests(path: str | Path) -> list[Request]:
     requests = []
     seen: dict[str, int] = {}
     for line, record in records:
-        request = _validate(record, line, file.stem, problems)
+        request = _validate(record, line, file.stem, problems, file.parent)
         if request is None:
             continue
         if request.id in seen:
@@ -155,7 +157,7 @@ def _csv_value(key: str, cell: str) -> Any:
     return cell
 
 
-def _validate(record: dict, line: int, stem: str, problems: list[Problem]) -> Request | None:
+def _validate(record: dict, line: int, stem: str, problems: list[Problem], base: Path = Path(".")) -> Request | None:
     before = len(problems)
 
     def bad(field_name: str, message: str) -> None:
@@ -219,10 +221,17 @@ def _validate(record: dict, line: int, stem: str, problems: list[Problem]) -> Re
             bad(key, f"'{key}' must be a string, got {type(value).__name__}")
         else:
             fields[key] = value
-    if record.get("ref_audio") is not None or record.get("ref_text") is not None:
-        bad("ref_audio", "voice cloning from reference audio is not supported yet by this version")
+    ref_audio, ref_text = record.get("ref_audio"), record.get("ref_text")
+    if ref_audio is not None and (not isinstance(ref_audio, str) or not ref_audio.strip()):
+        bad("ref_audio", "'ref_audio' must be a path to an audio file")
+    if ref_text is not None and not isinstance(ref_text, str):
+        bad("ref_text", f"'ref_text' must be a string, got {type(ref_text).__name__}")
+    elif ref_text is not None and ref_audio is None:
+        bad("ref_text", "'ref_text' is the transcript of 'ref_audio', which is missing")
 
     if len(problems) > before:
         return None
     return Request(id=request_id, text=text, line=line, seed=seed, max_new_frames=frames,
-                   prompt_fields=fields, sampling=sampling)
+                   prompt_fields=fields, sampling=sampling,
+                   ref_audio=None if ref_audio is None else base / Path(ref_audio).expanduser(),
+                   ref_text=ref_text if ref_text and ref_text.strip() else None)

@@ -56,6 +56,21 @@ class Quantizer(nn.Module):
         self.output_proj = WeightNormConv1x1(cfg.rvq_dim, cfg.output_dim) if cfg.rvq_dim != cfg.output_dim else nn.Identity()
         self.quantizers = nn.ModuleList(_Codebook(cfg) for _ in range(cfg.num_quantizers))
 
+    def encode(self, latents: torch.Tensor, lengths: torch.Tensor, nq: int) -> torch.Tensor:
+        """Residual quantisation of encoder latents [B, input_dim, T] -> codes [nq, B, T] (float32 math).
+
+        Positions at or beyond each row's length are masked out of the residual, as in the reference."""
+        z = self.input_proj(latents.float()).float()
+        b, _, t = z.shape
+        mask = (torch.arange(t, device=z.device)[None, :] < lengths[:, None]).unsqueeze(1)
+        residual = z.clone()
+        codes = []
+        for quantizer in self.quantizers[:nq]:
+            z_q, indices = quantizer.quantize(residual * mask)
+            residual = residual - z_q * mask
+            codes.append(indices)
+        return torch.stack(codes) if codes else torch.empty(0, b, t, dtype=torch.long, device=z.device)
+
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [nq, B, T] -> latents [B, output_dim, T] in float32."""
         nq, b, t = codes.shape
@@ -72,6 +87,23 @@ class _Codebook(nn.Module):
         self.in_proj = WeightNormConv1x1(cfg.rvq_dim, cfg.codebook_dim) if project else nn.Identity()
         self.out_proj = WeightNormConv1x1(cfg.codebook_dim, cfg.rvq_dim) if project else nn.Identity()
         self.codebook = nn.Embedding(cfg.codebook_size, cfg.codebook_dim)
+        self.lfq = cfg.kind == "rlfq"
+
+    def quantize(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """z [B, rvq_dim, T] -> (projected code vectors [B, rvq_dim, T], indices [B, T]).
+
+        LFQ: project in, L2-normalise both the latent and the codebook, take the nearest entry
+        (squared distance), and return that entry's *unnormalised* vector projected out."""
+        z_e = self.in_proj(z.float()).float()
+        rows = z_e.transpose(1, 2).reshape(-1, z_e.shape[1])
+        book = self.codebook.weight.float()
+        if self.lfq:
+            rows, book = F.normalize(rows), F.normalize(book)
+        dist = rows.pow(2).sum(1, keepdim=True) - 2 * rows @ book.t() + book.pow(2).sum(1, keepdim=True).t()
+        indices = (-dist).max(1)[1].reshape(z.shape[0], -1)
+        z_q = F.embedding(indices, self.codebook.weight).transpose(1, 2).float()
+        z_q = (z_e + (z_q - z_e)).float()  # the reference's straight-through form, kept for identical rounding
+        return self.out_proj(z_q).float(), indices
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, T] -> [B, rvq_dim, T] (float32)."""
@@ -227,6 +259,36 @@ class AudioCodec(nn.Module):
     @property
     def num_quantizers(self) -> int:
         return self.cfg.quantizer.num_quantizers
+
+    @torch.inference_mode()
+    def encode(self, audio: torch.Tensor, num_quantizers: int | None = None,
+               lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """audio [B, channels, samples] at `sample_rate` -> (codes [nq, B, T], code lengths [B]).
+
+        Samples are zero-padded to a multiple of `downsample_rate`; a trailing partial frame is
+        encoded but not counted in the lengths (as in the reference). Version 2 interleaves the
+        channels into one stream (L0 R0 L1 R1 ...) before the encoder."""
+        if audio.dim() != 3 or audio.shape[1] != self.channels:
+            raise ValueError(f"audio must be [B, {self.channels}, samples], got {tuple(audio.shape)}")
+        if not self.encoder:
+            raise ValueError("this codec config has no encoder stages")
+        nq = num_quantizers or self.num_quantizers
+        if not 1 <= nq <= self.num_quantizers:
+            raise ValueError(f"num_quantizers must be in [1, {self.num_quantizers}]")
+        b, c, n = audio.shape
+        lengths = torch.full((b,), n, dtype=torch.long) if lengths is None else lengths.to(torch.long).cpu()
+        hop = self.cfg.downsample_rate
+        x = F.pad(audio.float(), (0, (-n) % hop))
+        if self.cfg.interleave and c > 1:
+            x = x.transpose(1, 2).reshape(b, 1, -1)
+            lengths = lengths * c
+        x = x.to(_stage_dtype(self.encoder))
+        for stage in self.encoder:
+            x = stage(x)
+            if isinstance(stage, PatchStage):
+                lengths = lengths // stage.patch_size
+        codes = self.quantizer.encode(x, lengths.to(x.device), nq)
+        return codes, lengths
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:

@@ -59,9 +59,13 @@ class PromptBuilder:
         rows[:, 1:] = codes.to(torch.long)
         return rows
 
-    def length(self, text: str, **fields: Any) -> int:
-        """Rows of the prompt `build` would make (without references), from token counts only."""
-        return self._template_length(fields) + len(self.encode(text))
+    def length(self, text: str, *, reference_frames: int | None = None, continuation_frames: int = 0,
+               **fields: Any) -> int:
+        """Rows of the prompt `build` would make, from token counts only."""
+        rows = self._template_length(fields) + len(self.encode(text)) + continuation_frames
+        if reference_frames is not None:  # [audio_start, frames..., audio_end] replace the "None"
+            rows += 2 + reference_frames - len(self.encode("None"))
+        return rows
 
     def _template_length(self, fields: dict[str, Any]) -> int:
         key = tuple(sorted((k, field_text(v)) for k, v in fields.items()))
@@ -70,12 +74,21 @@ class PromptBuilder:
             cache[key] = self.build("", **fields).shape[0]
         return cache[key]
 
-    def build(self, text: str, *, references: Sequence[torch.Tensor] = (), **fields: Any) -> torch.Tensor:
+    def build(self, text: str, *, references: Sequence[torch.Tensor] = (), continuation: torch.Tensor | None = None,
+              **fields: Any) -> torch.Tensor:
         """Rows [T, 1 + n_vq] ending with the audio_start row the talker continues from.
 
         `fields` are instruction, tokens (duration hint), quality, sound_event, ambient_sound and
-        language; `references` are code tensors [frames, n_vq] of reference voices.
+        language; `references` are code tensors [frames, n_vq] of reference voices (voice clone).
+        `continuation` [frames, n_vq] is audio the talker continues from: it follows the
+        audio_start row as assistant-slot rows (the caller puts its transcript before `text`).
         """
+        rows = self._build(text, references, fields)
+        if continuation is None:
+            return rows
+        return torch.cat([rows, self.audio_rows(continuation, self.cfg.audio_assistant_slot_token_id)])
+
+    def _build(self, text: str, references: Sequence[torch.Tensor], fields: dict[str, Any]) -> torch.Tensor:
         unknown = set(fields) - set(FIELDS)
         if unknown:
             raise TypeError(f"unknown prompt field(s): {sorted(unknown)}")
