@@ -24,14 +24,15 @@ from .config.deploy import DeployConfig, load_deploy
 from .config.effective import Effective, effective, frame_budget
 from .config.requests import Problem, Request, RequestFileError, read_requests
 from .device import resolve_device, resolve_dtype
+from .engine.chunks import StreamingDecode, chunk_schedule
 from .engine.scheduler import ROW_BLOCK, Engine, GenerationRequest, GenerationResult, LogitsHook
 from .errors import MossError
-from .io.audio import FORMATS, codes_sha256, pcm_sha256, to_pcm16, write_audio
+from .io.audio import FORMATS, ProgressiveAudio, codes_sha256, pcm_sha256, to_pcm16, write_audio
 from .io.manifest import write_manifest
 from .io.reference_audio import Reference, ReferenceError, read_reference
 from .io.resume import Journal, fingerprint, plan_resume, remove_stale_temporaries
 from .model.checkpoint import checkpoint_dir, checkpoint_fingerprint, load_tokenizer
-from .model.codec import AudioCodec
+from .model.codec import ROW_TILE, AudioCodec
 from .model.prompt import PromptBuilder
 
 
@@ -72,6 +73,14 @@ class SynthResult:
     batch_size_seen: int
     wall_s: float
     prompt_tokens: int
+    stream: StreamingDecode | None = None  # chunk sizes and timings when decoded while generating
+
+    @property
+    def time_to_first_audio(self) -> float | None:
+        """Seconds from admission to the first decoded chunk (streaming only)."""
+        if self.stream is None or not self.stream.chunks:
+            return None
+        return self.stream.chunks[0].at_s - (self.stream.finished - self.wall_s)
 
     @property
     def frames(self) -> int:
@@ -120,7 +129,15 @@ class Synthesizer:
         if self._codec is None:
             dtype = self.dtype if self.dtype != torch.float64 or self.device.type == "cpu" else torch.float32
             self._codec = load_codec(self.codec_path, device=self.device, dtype=dtype)
+            # Fixed tiles make a request's waveform independent of what it is decoded with, and
+            # chunked (streaming) decode bitwise equal to decoding the whole sequence.
+            self._codec.row_block = ROW_TILE if self.options.batch_invariant else None
         return self._codec
+
+    @property
+    def chunk_schedule(self) -> list[int]:
+        """Streaming chunk sizes from the deploy's connector keys (the last one repeats)."""
+        return chunk_schedule(self.deploy.codec_stream)
 
     def load(self) -> None:
         """Load both models now (errors in the weights surface here, before any output is written)."""
@@ -204,28 +221,48 @@ class Synthesizer:
                                  stop=eff.stop, seed=eff.seed, do_sample=eff.do_sample, arrival_step=p.arrival_step)
 
     def run(self, prepared: Iterable[Prepared], *, max_batch: int | None = None,
-            logits_hook: LogitsHook | None = None) -> Iterator[SynthResult]:
-        """Synthesise in the given order; yield each request as soon as its audio is decoded."""
+            logits_hook: LogitsHook | None = None, stream: bool = False,
+            sinks: Callable[[str], Callable[[torch.Tensor], None]] | None = None) -> Iterator[SynthResult]:
+        """Synthesise in the given order; yield each request as soon as its audio is decoded.
+
+        `stream` decodes each request chunk by chunk while it is generated (the deploy's chunk
+        schedule); `sinks(id)` then gives a callable that receives each chunk's audio."""
         if self.options.legacy_global_rng:
             # Pre-fix behaviour: one global stream for every draw; seeded once per run, so a run
             # reproduces itself but not another batch composition.
             torch.manual_seed(self.deploy.default_seed if self.deploy.default_seed is not None else 0)
         by_key: dict[str, Prepared] = {}
+        decoders: dict[str, StreamingDecode] = {}
 
         def generations():
             for p in prepared:
                 by_key[p.request.id] = p
                 yield self.generation(p)
 
+        def on_frame(key: str, frame: torch.Tensor) -> None:
+            if key not in decoders:
+                decoders[key] = StreamingDecode(self.codec, self.chunk_schedule, sinks(key) if sinks else None)
+            decoders[key].push(frame)
+
         engine = Engine(self.talker.model, max_batch=max_batch or self.max_batch,
                         legacy_global_rng=self.options.legacy_global_rng,
                         batch_invariant=self.options.batch_invariant, row_block=self.options.row_block,
-                        logits_hook=logits_hook)
-        for group in self._decode_groups(engine.run(generations())):
+                        logits_hook=logits_hook, on_frame=on_frame if stream else None)
+        results = engine.run(generations())
+        if stream:
+            for result in results:
+                decoder = decoders.pop(result.key, None)
+                audio = decoder.finish() if decoder else torch.zeros(self.codec.channels, 0)
+                yield self._result(by_key.pop(result.key), result, audio, decoder)
+            return
+        for group in self._decode_groups(results):
             for result, audio in zip(group, self.decode_many([r.codes for r in group])):
-                p = by_key.pop(result.key)
-                yield SynthResult(p.request, p.effective, result.codes, audio, to_pcm16(audio), result.stopped,
-                                  result.batch_size_seen, result.wall_s, p.prompt_length)
+                yield self._result(by_key.pop(result.key), result, audio, None)
+
+    def _result(self, p: Prepared, result: GenerationResult, audio: torch.Tensor,
+                decoder: StreamingDecode | None) -> SynthResult:
+        return SynthResult(p.request, p.effective, result.codes, audio, to_pcm16(audio), result.stopped,
+                           result.batch_size_seen, result.wall_s, p.prompt_length, decoder)
 
     def _decode_groups(self, results: Iterator[GenerationResult]) -> Iterator[list[GenerationResult]]:
         """Batch-invariant mode decodes every request on its own. The fast mode decodes requests that
@@ -300,6 +337,9 @@ def manifest_row(result: SynthResult, sample_rate: int, channels: int, file: str
         "temperature": eff.audio.temperature if eff.do_sample else 0.0, "top_p": eff.audio.top_p,
         "top_k": eff.audio.top_k, "repetition_penalty": eff.audio.repetition_penalty,
         "prompt_tokens": result.prompt_tokens,
+        "ttfa_s": None if result.time_to_first_audio is None else round(result.time_to_first_audio, 4),
+        "chunks": None if result.stream is None else " ".join(str(c.frames) for c in result.stream.chunks),
+        "chunk_ms": None if result.stream is None else " ".join(f"{c.decode_ms:.1f}" for c in result.stream.chunks),
     }
 
 
@@ -338,11 +378,12 @@ def request_fingerprint(p: Prepared, synth: Synthesizer, audio_format: str, chec
         "ref_audio": p.reference.sha256 if p.reference else None, "ref_text": p.request.ref_text,
         "batch_invariant": synth.options.batch_invariant, "row_block": synth.options.row_block,
         "legacy_global_rng": synth.options.legacy_global_rng, "dtype": str(synth.dtype),
+        "codec_row_tile": ROW_TILE if synth.options.batch_invariant else None,
     })
 
 
 def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_format: str = "wav",
-               dry_run: bool = False, force: bool = False,
+               dry_run: bool = False, force: bool = False, stream: bool = False,
                on_start: Callable[[int, int], None] | None = None,
                on_result: Callable[[SynthResult], None] | None = None) -> SynthSummary:
     """Validate everything, then synthesise into `out` (audio files + manifest.csv), resuming a
@@ -384,18 +425,31 @@ def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_f
     rate, channels = synth.codec.sample_rate, synth.codec.channels
     rows: dict[str, dict] = dict(done)
     manifest = out / "manifest.csv"
+    writers: dict[str, ProgressiveAudio] = {}  # streaming: files grow chunk by chunk
+
+    def sink(rid: str):
+        writers[rid] = ProgressiveAudio(out / names[rid], rate, channels, audio_format)
+        return writers[rid].write
+
     start = time.perf_counter()
     try:
         with interrupts_as_exceptions():
-            for result in synth.run(todo):
+            for result in synth.run(todo, stream=stream, sinks=sink if stream else None):
                 rid = result.request.id
                 row = manifest_row(result, rate, channels, names[rid])
                 journal.append(fps[rid], row)  # first the record, then the file: a kill leaves no orphan
-                write_audio(out / names[rid], result.pcm, rate, audio_format)  # as each request finishes
+                if stream:
+                    writer = writers.pop(rid, None) or ProgressiveAudio(out / names[rid], rate, channels,
+                                                                        audio_format)
+                    writer.commit()
+                else:
+                    write_audio(out / names[rid], result.pcm, rate, audio_format)  # as each request finishes
                 rows[rid] = row
                 if on_result:
                     on_result(result)
     except KeyboardInterrupt:
+        for writer in writers.values():
+            writer.discard()
         write_manifest(manifest, [rows[p.request.id] for p in prepared if p.request.id in rows])
         raise
     wall = time.perf_counter() - start

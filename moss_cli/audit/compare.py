@@ -20,6 +20,7 @@ class Output:
     audio: torch.Tensor  # float [channels, samples]
     pcm_sha256: str
     seed_source: str
+    chunks: list[int] | None = None  # streaming: the chunk sizes actually decoded
 
 
 @dataclass
@@ -98,4 +99,5 @@ def compare(reference: Output, other: Output, sample_rate: int) -> Comparison:
 
 
 def output_of(result) -> Output:
-    return Output(result.codes, result.audio, pcm_sha256(result.pcm), result.effective.seed_source)
+    chunks = None if result.stream is None else [c.frames for c in result.stream.chunks]
+    return Output(result.codes, result.audio, pcm_sha256(result.pcm), result.effective.seed_source, chunks)

@@ -53,6 +53,10 @@ def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
         "environment": result.environment,
         "reference": {key: {"frames": int(out.codes.shape[0]), "pcm_sha256": out.pcm_sha256,
                             "seed_source": out.seed_source} for key, out in result.reference.items()},
+        "streaming": {"schedule": result.chunk_schedule,
+                      "chunks": {f"{scenario}/{run}": {key: out.chunks for key, out in outs.items()}
+                                 for (scenario, run), outs in result.outputs.items()
+                                 if any(o.chunks is not None for o in outs.values())}},
         "cases": [case.as_dict() for case in result.cases],
         "golden": None if golden is None else golden.as_dict(),
     })

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,7 @@ class AuditResult:
     elapsed_s: float
     sample_rate: int
     requests: list[str]
+    chunk_schedule: list[int] = field(default_factory=list)  # streaming chunk sizes (the last repeats)
 
     @property
     def passed(self) -> bool:
@@ -94,10 +96,13 @@ class Auditor:
         self.synth = Synthesizer(options.synth)
         self.prepared = self.synth.prepare(requests, options.requests)
         self.max_batch = options.max_batch or self.synth.max_batch
+        self.workdir = Path(tempfile.mkdtemp(prefix="moss-audit-"))  # generated voice clips
 
-    def _run(self, prepared: list[Prepared], max_batch: int, hook: LogitsHook | None = None) -> dict[str, Output]:
+    def _run(self, prepared: list[Prepared], max_batch: int, hook: LogitsHook | None = None,
+             stream: bool = False) -> dict[str, Output]:
         return {r.request.id: output_of(r)
-                for r in self.synth.run(prepared, max_batch=max_batch, logits_hook=hook or self.options.perturb)}
+                for r in self.synth.run(prepared, max_batch=max_batch, logits_hook=hook or self.options.perturb,
+                                        stream=stream)}
 
     def _execute(self, run: Run, hook: LogitsHook | None = None) -> dict[str, Output]:
         if run.alone:
@@ -105,7 +110,7 @@ class Auditor:
             for p in run.prepared:
                 outputs.update(self._run([p], 1, hook))
             return outputs
-        return self._run(run.prepared, run.max_batch, hook)
+        return self._run(run.prepared, run.max_batch, hook, run.stream)
 
     def _runner(self, run: Run, key: str):
         """A callable that re-runs `run` (only as far as needed) with a logits hook, for attribution."""
@@ -121,14 +126,14 @@ class Auditor:
         reference = self._execute(reference_run)
         cases, outputs = [], {}
         for scenario in self.options.scenarios:
-            for run in build_runs(scenario, self.synth, self.prepared, self.max_batch):
+            for run in build_runs(scenario, self.synth, self.prepared, self.max_batch, self.workdir):
                 got = self._execute(run)
                 outputs[(scenario, run.label)] = got
                 for key in audited:
                     cases.append(self._judge(scenario, run, reference_run, key, reference[key], got[key]))
         env = environment(self.synth)
         return AuditResult(self.options, cases, env, reference, outputs, time.perf_counter() - start,
-                           self.synth.codec.sample_rate, list(audited))
+                           self.synth.codec.sample_rate, list(audited), self.synth.chunk_schedule)
 
     def _judge(self, scenario: str, run: Run, reference_run: Run, key: str, ref: Output, out: Output) -> Case:
         cmp = compare(ref, out, self.synth.codec.sample_rate)

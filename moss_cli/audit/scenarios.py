@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+
+import soundfile as sf
 
 from ..config.requests import Request
+from ..io.reference_audio import synthetic_voice
 from ..synth import Prepared, Synthesizer
 
-SCENARIOS = ("repeat", "batched", "shuffled", "batch-sizes", "seeded-neighbours", "length-mix", "staggered")
+SCENARIOS = ("repeat", "batched", "shuffled", "batch-sizes", "seeded-neighbours", "length-mix", "staggered",
+             "voices", "streaming")
 SHUFFLE_SEED = 1234
 NEIGHBOUR_TEXTS = ["A neighbour with its own explicit seed.", "Another request sharing the batch.",
                    "Background traffic, seeded.", "One more neighbour in the queue."]
@@ -23,6 +29,7 @@ class Run:
     prepared: list[Prepared]
     max_batch: int
     alone: bool = False  # every request in a run of its own (the reference)
+    stream: bool = False  # decode chunk by chunk while generating (compared with offline decode)
 
     @property
     def keys(self) -> list[str]:
@@ -44,7 +51,26 @@ def _interleave(a: list[Prepared], b: list[Prepared]) -> list[Prepared]:
     return out
 
 
-def build_runs(name: str, synth: Synthesizer, audited: list[Prepared], max_batch: int) -> list[Run]:
+def _voice_neighbours(synth: Synthesizer, count: int, workdir: Path) -> list[Prepared]:
+    """Neighbours cloning two different synthetic voices (one in continuation mode) and one without."""
+    clips = []
+    for i, pitch in enumerate((110.0, 220.0)):
+        path = workdir / f"voice-{i}.wav"
+        if not path.exists():
+            sf.write(str(path), synthetic_voice(1.6, 22_050, pitch), 22_050, subtype="PCM_16")
+        clips.append(path)
+    requests = []
+    for i in range(count):
+        kind = i % 3
+        requests.append(Request(
+            id=f"neighbour-voice-{i}", text=NEIGHBOUR_TEXTS[i % len(NEIGHBOUR_TEXTS)], line=0, seed=3000 + i,
+            max_new_frames=[20, 12, 16][kind], ref_audio=clips[kind % 2] if kind < 2 else None,
+            ref_text="A neighbour's transcript" if kind == 1 else None))
+    return synth.prepare(requests)
+
+
+def build_runs(name: str, synth: Synthesizer, audited: list[Prepared], max_batch: int,
+               workdir: Path | None = None) -> list[Run]:
     n = len(audited)
     if name == "repeat":
         return [Run("repeat", audited, 1, alone=True)]
@@ -69,4 +95,10 @@ def build_runs(name: str, synth: Synthesizer, audited: list[Prepared], max_batch
         late = [dataclasses.replace(p, arrival_step=3 * i)
                 for i, p in enumerate(audited)]
         return [Run("arrivals-every-3-steps", late, max_batch)]
+    if name == "voices":
+        neighbours = _voice_neighbours(synth, n, workdir or Path(tempfile.mkdtemp(prefix="moss-voices-")))
+        return [Run("with-voice-cloning-neighbours", _interleave(neighbours, audited), max_batch)]
+    if name == "streaming":
+        schedule = " ".join(str(c) for c in synth.chunk_schedule)
+        return [Run(f"streamed-chunks-{schedule.replace(' ', '-')}-then-repeat", audited, max_batch, stream=True)]
     raise ValueError(f"unknown scenario {name!r}")

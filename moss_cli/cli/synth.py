@@ -36,6 +36,9 @@ def synth(
     dry_run: Annotated[bool, typer.Option(help="Validate the requests, deploy config and checkpoint configs, "
                                                 "print what would run, and stop.")] = False,
     force: Annotated[bool, typer.Option(help="Regenerate everything, even outputs of an earlier run.")] = False,
+    stream: Annotated[bool, typer.Option(help="Decode each request while it is generated, in the deploy's codec "
+                                              "chunks, writing its file progressively (time to first audio and "
+                                              "chunk timings go to the manifest).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")] = False,
 ) -> None:
     """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv.
@@ -51,11 +54,11 @@ def synth(
                 task = progress.add_task("", total=None)
                 summary = synthesize(
                     requests, out, options, audio_format=audio_format.lower(), dry_run=dry_run, force=force,
-                    on_start=lambda n, done: progress.update(task, total=n, completed=done),
+                    stream=stream, on_start=lambda n, done: progress.update(task, total=n, completed=done),
                     on_result=lambda r: progress.update(task, advance=1, description=r.request.id))
         else:
             summary = synthesize(requests, out, options, audio_format=audio_format.lower(), dry_run=dry_run,
-                                 force=force)
+                                 force=force, stream=stream)
     if as_json:
         stdout.print_json(json.dumps(summary.as_dict()))
         return

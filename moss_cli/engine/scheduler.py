@@ -71,7 +71,8 @@ class _Running:
 class Engine:
     def __init__(self, model: MossTTSLocal, *, max_batch: int = 8, legacy_global_rng: bool = False,
                  batch_invariant: bool = True, row_block: int = ROW_BLOCK,
-                 logits_hook: LogitsHook | None = None) -> None:
+                 logits_hook: LogitsHook | None = None,
+                 on_frame: Callable[[str, torch.Tensor], None] | None = None) -> None:
         if max_batch < 1 or row_block < 1:
             raise ValueError("max_batch and row_block must be at least 1")
         self.model = model
@@ -79,6 +80,7 @@ class Engine:
         self.max_batch = max_batch
         self.legacy_global_rng = legacy_global_rng
         self.logits_hook = logits_hook
+        self.on_frame = on_frame  # (request key, codes [n_vq]) as each frame is produced (streaming)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.steps = 0
@@ -201,6 +203,8 @@ class Engine:
             if not active[i]:
                 continue
             r.frames.append(codes[i])
+            if self.on_frame is not None:
+                self.on_frame(r.request.key, codes[i])
             if len(r.frames) >= r.request.max_new_frames:
                 yield self._finish(r, stopped=False), r
             else:

@@ -41,3 +41,31 @@ def write_audio(path: Path, pcm: np.ndarray, sample_rate: int, audio_format: str
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+class ProgressiveAudio:
+    """An audio file written chunk by chunk (streaming) under a temporary name, renamed into place
+    by `commit` once complete; `discard` removes it."""
+
+    def __init__(self, path: Path, sample_rate: int, channels: int, audio_format: str) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self.sample_rate, self.channels, self.format = sample_rate, channels, FORMATS[audio_format]
+        self.file: sf.SoundFile | None = None
+
+    def write(self, audio: torch.Tensor) -> None:
+        if self.file is None:
+            self.file = sf.SoundFile(str(self.tmp), "w", self.sample_rate, self.channels, "PCM_16", format=self.format)
+        self.file.write(to_pcm16(audio))
+        self.file.flush()
+
+    def commit(self) -> None:
+        if self.file is None:  # no audio at all: still an (empty) file
+            self.write(torch.zeros(self.channels, 0))
+        self.file.close()
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.tmp.unlink(missing_ok=True)

@@ -9,7 +9,7 @@ import pandas as pd
 
 COLUMNS = ["id", "text", "seed", "seed_source", "frames", "duration_s", "sample_rate", "channels",
            "codes_sha256", "pcm_sha256", "batch_size_seen", "wall_s", "file", "stopped", "temperature",
-           "top_p", "top_k", "repetition_penalty", "prompt_tokens"]
+           "top_p", "top_k", "repetition_penalty", "prompt_tokens", "ttfa_s", "chunks", "chunk_ms"]
 
 
 def manifest_frame(rows: list[dict]) -> pd.DataFrame:

@@ -71,3 +71,15 @@ def loudness_normalize(wav: torch.Tensor) -> torch.Tensor:
     current = 10.0 * math.log10(float(torch.mean(wav.double() ** 2)) + 1e-9)
     gain = max(-MAX_GAIN_DB, min(TARGET_DBFS - current, MAX_GAIN_DB))
     return wav * (10.0 ** (gain / 20.0))
+
+
+def synthetic_voice(seconds: float = 2.0, rate: int = 24_000, pitch: float = 140.0) -> np.ndarray:
+    """A deterministic stand-in for a recorded voice: a gliding harmonic tone with syllable-like
+    amplitude bursts, mono float32 in [-0.3, 0.3]. Used for the example clip and the audit's
+    `voices` scenario (nothing is downloaded)."""
+    t = np.arange(int(rate * seconds)) / rate
+    f0 = pitch + 0.2 * pitch * np.sin(2 * np.pi * 0.7 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / rate
+    voice = sum(np.sin(k * phase) / k for k in range(1, 6))
+    syllables = np.clip(np.sin(2 * np.pi * 3.0 * t), 0.0, None) ** 0.5
+    return (0.3 * voice * syllables / np.abs(voice).max()).astype(np.float32)

@@ -14,16 +14,20 @@ weight-norm names (`weight_g`, `weight_v`) are mapped onto them when loading
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import CodecConfig, CodecStage, QuantizerConfig
-from .layers import codec_rope
+from .layers import blocked_linear, codec_rope
 
 # Queries are processed in blocks so that attention memory stays O(T * (block + context)).
 ATTENTION_BLOCK = 1024
+# Fixed-tile (invariant) mode: query tile and row tile sizes.
+QUERY_TILE = 64
+ROW_TILE = 64
 
 
 class WeightNormConv1x1(nn.Module):
@@ -42,8 +46,15 @@ class WeightNormConv1x1(nn.Module):
         w = self.parametrizations.weight
         return torch._weight_norm(w.original1, w.original0, 0)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.conv1d(x, self.weight(), self.bias)
+    def forward(self, x: torch.Tensor, row_block: int | None = None) -> torch.Tensor:
+        if not row_block:
+            return F.conv1d(x, self.weight(), self.bias)
+        # A 1x1 convolution is a linear map of each time step: computed in fixed row tiles.
+        return blocked_linear(x.transpose(1, 2), self.weight().squeeze(-1), self.bias, row_block).transpose(1, 2)
+
+
+def _project(module: nn.Module, x: torch.Tensor, row_block: int | None) -> torch.Tensor:
+    return x if isinstance(module, nn.Identity) else module(x, row_block)
 
 
 class Quantizer(nn.Module):
@@ -71,13 +82,13 @@ class Quantizer(nn.Module):
             codes.append(indices)
         return torch.stack(codes) if codes else torch.empty(0, b, t, dtype=torch.long, device=z.device)
 
-    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+    def decode(self, codes: torch.Tensor, row_block: int | None = None) -> torch.Tensor:
         """codes [nq, B, T] -> latents [B, output_dim, T] in float32."""
         nq, b, t = codes.shape
         latents = torch.zeros(b, self.cfg.rvq_dim, t, device=codes.device, dtype=torch.float32)
         for i in range(nq):
-            latents += self.quantizers[i].decode(codes[i])
-        return self.output_proj(latents)
+            latents += self.quantizers[i].decode(codes[i], row_block)
+        return _project(self.output_proj, latents, row_block)
 
 
 class _Codebook(nn.Module):
@@ -105,10 +116,10 @@ class _Codebook(nn.Module):
         z_q = (z_e + (z_q - z_e)).float()  # the reference's straight-through form, kept for identical rounding
         return self.out_proj(z_q).float(), indices
 
-    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+    def decode(self, codes: torch.Tensor, row_block: int | None = None) -> torch.Tensor:
         """codes [B, T] -> [B, rvq_dim, T] (float32)."""
         vectors = F.embedding(codes, self.codebook.weight).transpose(1, 2).float()
-        return self.out_proj(vectors).float()
+        return _project(self.out_proj, vectors, row_block).float()
 
 
 class LayerScale(nn.Module):
@@ -118,6 +129,16 @@ class LayerScale(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.scale * x
+
+
+@dataclass
+class LayerState:
+    """Streaming state of one attention layer: the last context-1 keys/values (after RoPE) and the
+    absolute position of the next input step."""
+
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    offset: int = 0
 
 
 class CodecAttention(nn.Module):
@@ -130,30 +151,75 @@ class CodecAttention(nn.Module):
         self.in_proj = nn.Linear(stage.d_model, 3 * stage.d_model, bias=False)
         self.out_proj = nn.Linear(stage.d_model, stage.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: LayerState | None = None, row_block: int | None = None) -> torch.Tensor:
         b, t, d = x.shape
-        qkv = self.in_proj(x).reshape(b, t, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        qkv = blocked_linear(x, self.in_proj.weight, None, row_block)
+        q, k, v = qkv.reshape(b, t, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
+        offset = state.offset if state is not None else 0
         if self.rope_period is not None:
-            q, k = codec_rope(q, k, 0, self.rope_period)
+            q, k = codec_rope(q, k, offset, self.rope_period)
+        first_key = offset
+        if state is not None and state.keys is not None:
+            first_key = offset - state.keys.shape[2]
+            k, v = torch.cat([state.keys, k], dim=2), torch.cat([state.values, v], dim=2)
         if not self.causal:
+            if state is not None:
+                raise ValueError("streaming needs causal attention")
             out = F.scaled_dot_product_attention(q, k, v)
+        elif row_block:
+            out = _aligned_attention(q, k, v, offset, first_key, self.context)
         else:
-            out = torch.cat([self._causal_block(q, k, v, start, min(start + ATTENTION_BLOCK, t))
+            out = torch.cat([self._causal_block(q, k, v, offset, first_key, start, min(start + ATTENTION_BLOCK, t))
                              for start in range(0, t, ATTENTION_BLOCK)], dim=2)
-        return self.out_proj(out.transpose(1, 2).reshape(b, t, d))
+        if state is not None:
+            drop = 0 if self.context is None else max(0, k.shape[2] - (self.context - 1))
+            state.keys, state.values = k[:, :, drop:], v[:, :, drop:]
+            state.offset += t
+        return blocked_linear(out.transpose(1, 2).reshape(b, t, d), self.out_proj.weight, None, row_block)
 
-    def _causal_block(self, q, k, v, start: int, stop: int) -> torch.Tensor:
-        """Queries start..stop-1 see keys j with 0 <= i - j < context."""
-        first = 0 if self.context is None else max(0, start - self.context + 1)
-        q_pos = torch.arange(start, stop, device=q.device)[:, None]
-        k_pos = torch.arange(first, stop, device=q.device)[None, :]
+    def _causal_block(self, q, k, v, q0: int, k0: int, start: int, stop: int) -> torch.Tensor:
+        """Queries start..stop-1 (absolute q0 + i) see keys j (absolute k0 + j) with 0 <= i - j < context."""
+        lo = q0 + start - k0 - (self.context - 1 if self.context is not None else q0 + start - k0)
+        lo = max(0, lo)
+        q_pos = torch.arange(q0 + start, q0 + stop, device=q.device)[:, None]
+        k_pos = torch.arange(k0 + lo, k0 + (q0 + stop - k0), device=q.device)[None, :]
         delta = q_pos - k_pos
         mask = delta >= 0
         if self.context is not None:
             mask &= delta < self.context
-        return F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, first:stop], v[:, :, first:stop],
-                                              attn_mask=mask)
+        hi = q0 + stop - k0
+        return F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, lo:hi], v[:, :, lo:hi], attn_mask=mask)
+
+
+def _aligned_attention(q, k, v, q0: int, k0: int, context: int) -> torch.Tensor:
+    """Causal sliding-window attention computed in query tiles aligned to absolute positions.
+
+    Every tile covers queries [s, s + TILE) with s a multiple of TILE, over the key span
+    [s - context + 1, s + TILE): one shape for every tile. Keys outside what is available (before
+    the sequence, already dropped from a streaming cache, or not yet decoded) are zeros and masked;
+    a query never attends to them, so its row comes out bitwise the same whether the sequence is
+    decoded whole or chunk by chunk."""
+    b, h, n, d = q.shape
+    first, last = q0, q0 + n  # absolute query positions
+    span = QUERY_TILE + context - 1
+    outs = []
+    for s in range(first - first % QUERY_TILE, last, QUERY_TILE):
+        lo, hi = max(s, first), min(s + QUERY_TILE, last)
+        tile_q = q.new_zeros(b, h, QUERY_TILE, d)
+        tile_q[:, :, lo - s:hi - s] = q[:, :, lo - q0:hi - q0]
+        start = s - context + 1  # absolute position of the span's first key
+        tile_k, tile_v = k.new_zeros(b, h, span, d), v.new_zeros(b, h, span, d)
+        a, z = max(start, k0), min(start + span, k0 + k.shape[2])
+        tile_k[:, :, a - start:z - start] = k[:, :, a - k0:z - k0]
+        tile_v[:, :, a - start:z - start] = v[:, :, a - k0:z - k0]
+        q_pos = torch.arange(s, s + QUERY_TILE, device=q.device)[:, None]
+        k_pos = torch.arange(start, start + span, device=q.device)[None, :]
+        delta = q_pos - k_pos
+        mask = (delta >= 0) & (delta < context) & (k_pos >= a) & (k_pos < z)
+        mask |= ~mask.any(-1, keepdim=True)  # padding query rows: any finite output, discarded below
+        out = F.scaled_dot_product_attention(tile_q, tile_k, tile_v, attn_mask=mask)
+        outs.append(out[:, :, lo - s:hi - s])
+    return torch.cat(outs, dim=2)
 
 
 class CodecLayer(nn.Module):
@@ -168,10 +234,11 @@ class CodecLayer(nn.Module):
         self.layer_scale_1 = LayerScale(stage.d_model, scale) if scale is not None else nn.Identity()
         self.layer_scale_2 = LayerScale(stage.d_model, scale) if scale is not None else nn.Identity()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        update = self.self_attn(self.norm1(x))
+    def forward(self, x: torch.Tensor, state: LayerState | None = None, row_block: int | None = None) -> torch.Tensor:
+        update = self.self_attn(self.norm1(x), state, row_block)
         x = x.to(update) + self.layer_scale_1(update)
-        update = self.ffn(self.norm2(x))
+        hidden = F.gelu(blocked_linear(self.norm2(x), self.ffn[0].weight, None, row_block))
+        update = blocked_linear(hidden, self.ffn[2].weight, None, row_block)
         return x.to(update) + self.layer_scale_2(update)
 
 
@@ -188,11 +255,16 @@ class TransformerStage(nn.Module):
         self.output_proj = (nn.Linear(stage.d_model, stage.output_dimension, bias=False)
                             if stage.output_dimension != stage.d_model else nn.Identity())
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.input_proj(x.transpose(1, 2))
-        for layer in self.transformer.layers:
-            x = layer(x)
-        return self.output_proj(x).transpose(1, 2)
+    def forward(self, x: torch.Tensor, states: list[LayerState] | None = None,
+                row_block: int | None = None) -> torch.Tensor:
+        x = _linear(self.input_proj, x.transpose(1, 2), row_block)
+        for i, layer in enumerate(self.transformer.layers):
+            x = layer(x, None if states is None else states[i], row_block)
+        return _linear(self.output_proj, x, row_block).transpose(1, 2)
+
+
+def _linear(module: nn.Module, x: torch.Tensor, row_block: int | None) -> torch.Tensor:
+    return x if isinstance(module, nn.Identity) else blocked_linear(x, module.weight, module.bias, row_block)
 
 
 class PatchStage(nn.Module):
@@ -235,6 +307,7 @@ class AudioCodec(nn.Module):
             else:
                 self.encoder.append(TransformerStage(stage, _context_frames(stage, rate, cfg.context_duration)))
         self.quantizer = Quantizer(cfg.quantizer)
+        self.row_block: int | None = None  # fixed-tile (batch- and chunk-invariant) mode when set
         rate = rate if cfg.encoder else cfg.frame_rate
         self.decoder = nn.ModuleList()
         for stage in cfg.decoder:
@@ -300,16 +373,50 @@ class AudioCodec(nn.Module):
         size = self.cfg.quantizer.codebook_size
         if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= size):
             raise ValueError(f"codes must lie in [0, {size})")
-        x = self.quantizer.decode(codes.to(self.quantizer.quantizers[0].codebook.weight.device))
-        dtype = _stage_dtype(self.decoder)
-        x = x.to(dtype)
-        for stage in self.decoder:
-            x = stage(x)
+        return self._decode(codes, None)
+
+    def _decode(self, codes: torch.Tensor, states: list[list[LayerState]] | None) -> torch.Tensor:
+        rb = self.row_block
+        x = self.quantizer.decode(codes.to(self.quantizer.quantizers[0].codebook.weight.device), rb)
+        x = x.to(_stage_dtype(self.decoder))
+        for i, stage in enumerate(self.decoder):
+            if isinstance(stage, TransformerStage):
+                x = stage(x, None if states is None else states[i], rb)
+            else:
+                x = stage(x)
         b = x.shape[0]
         if self.cfg.interleave and self.cfg.channels > 1:
             # One interleaved stream L0 R0 L1 R1 ... -> [B, channels, samples].
             x = x.reshape(b, -1, self.cfg.channels).transpose(1, 2).contiguous()
         return x.float()
+
+    def stream(self, batch: int = 1) -> "CodecStream":
+        """An incremental decoder: feed it consecutive chunks of codes, get each chunk's audio."""
+        return CodecStream(self, batch)
+
+
+class CodecStream:
+    """Chunk-by-chunk decoding that keeps each attention layer's last context-1 keys/values.
+
+    With the codec's fixed-tile mode on (`AudioCodec.row_block`), the audio of every chunk is
+    bitwise the matching slice of a whole-sequence decode, whatever the chunk sizes."""
+
+    def __init__(self, codec: AudioCodec, batch: int) -> None:
+        self.codec = codec
+        self.batch = batch
+        self.states = [[LayerState() for _ in stage.transformer.layers] if isinstance(stage, TransformerStage)
+                       else [] for stage in codec.decoder]
+        self.frames = 0
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [nq, B, n] (the next n frames) -> audio [B, channels, n * downsample_rate]."""
+        if codes.dim() != 3 or codes.shape[1] != self.batch:
+            raise ValueError(f"codes must be [nq, {self.batch}, n], got {tuple(codes.shape)}")
+        if codes.shape[-1] == 0:
+            return torch.zeros(self.batch, self.codec.channels, 0)
+        self.frames += codes.shape[-1]
+        return self.codec._decode(codes, self.states)
 
 
 def _stage_dtype(stages: nn.ModuleList) -> torch.dtype:

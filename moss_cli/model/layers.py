@@ -84,6 +84,23 @@ def codec_rope(q: torch.Tensor, k: torch.Tensor, offset: int, max_period: float)
     return rotate(q), rotate(k)
 
 
+def blocked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                   block: int | None = None) -> torch.Tensor:
+    """F.linear, or, with `block`, one batched product of fixed `block`-row tiles (the input padded
+    with zero rows). A GEMM rounds a row differently for different row counts; with fixed tiles a
+    row's result depends only on that row, however many rows come with it."""
+    if not block:
+        return F.linear(x, weight, bias)
+    flat = x.reshape(-1, x.shape[-1])
+    rows = flat.shape[0]
+    flat = F.pad(flat, (0, 0, 0, (-rows) % block))
+    tiles = flat.shape[0] // block
+    out = torch.bmm(flat.view(tiles, block, -1), weight.t().expand(tiles, -1, -1)).reshape(-1, weight.shape[0])
+    if bias is not None:
+        out = out + bias
+    return out[:rows].reshape(*x.shape[:-1], weight.shape[0])
+
+
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:
     # GPT-2's tanh approximation, written out as Hugging Face's NewGELU does.
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
