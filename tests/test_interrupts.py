@@ -29,6 +29,10 @@ def _env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "CI": "1"}
 
 
+def _start(requests: Path, out: Path) -> subprocess.Popen:
+    return subprocess.Popen(_cmd(requests, out), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def _wait_for_files(out: Path, count: int, proc: subprocess.Popen, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -61,7 +65,7 @@ def uninterrupted(requests, tmp_path_factory) -> tuple[dict, pd.DataFrame]:
 
 def test_sigkill_mid_run_then_resume_gives_the_same_files_and_manifest(requests, tmp_path, uninterrupted):
     out = tmp_path / "out"
-    proc = subprocess.Popen(_cmd(requests, out), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start(requests, out)
     _wait_for_files(out, 5, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -78,7 +82,7 @@ def test_sigkill_mid_run_then_resume_gives_the_same_files_and_manifest(requests,
 
 def test_sigint_stops_cleanly_with_exit_130_and_resume_completes(requests, tmp_path, uninterrupted):
     out = tmp_path / "out"
-    proc = subprocess.Popen(_cmd(requests, out), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start(requests, out)
     _wait_for_files(out, 3, proc)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
@@ -94,7 +98,7 @@ def test_sigint_stops_cleanly_with_exit_130_and_resume_completes(requests, tmp_p
 
 def test_sigterm_exits_143(requests, tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.Popen(_cmd(requests, out), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start(requests, out)
     _wait_for_files(out, 2, proc)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
