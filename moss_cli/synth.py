@@ -265,13 +265,10 @@ class Synthesizer:
                            result.batch_size_seen, result.wall_s, p.prompt_length, decoder)
 
     def _decode_groups(self, results: Iterator[GenerationResult]) -> Iterator[list[GenerationResult]]:
-        """Batch-invariant mode decodes every request on its own. The fast mode decodes requests that
-        finish in the same engine step together in one padded codec batch (as a throughput-minded
-        server does), so a waveform's bits can depend on what it was decoded with."""
-        if self.options.batch_invariant:
-            for result in results:
-                yield [result]
-            return
+        """Requests that finish in the same engine step are decoded together in one padded codec
+        batch. In batch-invariant mode the codec computes in fixed tiles, so a waveform's bits do not
+        depend on what it is decoded with; in the fast mode they do (as in a throughput-minded
+        server)."""
         group: list[GenerationResult] = []
         for result in results:
             if group and result.last_step != group[-1].last_step:
