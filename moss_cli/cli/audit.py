@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
+import torch
 import typer
 
 from ..audit.golden import check_golden, save_golden
@@ -30,6 +31,8 @@ def audit_determinism(
                                                  "request bitwise as if it ran alone (default); off: faster "
                                                  "kernels whose rounding depends on the batch.")] = True,
     max_batch: Annotated[Optional[int], typer.Option(min=1, help="Max batch (default: stage-0 max_num_seqs).")] = None,
+    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads for torch (default: torch's choice; "
+                                                   "1 suits tiny models on a busy machine).")] = None,
     device: Annotated[Device, typer.Option(help="Where to run.")] = Device.auto,
     dtype: Annotated[DType, typer.Option(help="Model dtype.")] = DType.auto,
     report_dir: Annotated[Optional[Path], typer.Option(help="Write every report and the audio of diverging pairs.")] = None,
@@ -43,6 +46,8 @@ def audit_determinism(
     """Synthesise the same requests in many batch compositions and compare each with its output alone.
 
     Exit 0: no violation; 1: a violation (or golden drift); 2: bad input or runtime error."""
+    if threads:
+        torch.set_num_threads(threads)
     with user_errors():
         chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip())
         if not chosen:

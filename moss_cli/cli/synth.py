@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Optional
 
+import torch
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -27,6 +28,8 @@ def synth(
     dtype: Annotated[DType, typer.Option(help="Model dtype (auto: float32 on CPU, bfloat16 elsewhere).")] = DType.auto,
     max_batch: Annotated[Optional[int], typer.Option(min=1, help="Requests in flight at once "
                                                      "(default: stage-0 max_num_seqs).")] = None,
+    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads for torch (default: torch's choice; "
+                                                   "1 suits tiny models on a busy machine).")] = None,
     audio_format: Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")] = "wav",
     legacy_global_rng: Annotated[bool, typer.Option(help="Negative control: every request draws from the one "
                                                    "global RNG in batch order (the pre-fix behaviour).")] = False,
@@ -47,6 +50,8 @@ def synth(
     are skipped. Exit codes: 0 done, 2 bad input or runtime error, 130/143 interrupted (SIGINT/SIGTERM)."""
     options = SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
                            max_batch=max_batch, legacy_global_rng=legacy_global_rng, batch_invariant=batch_invariant)
+    if threads:
+        torch.set_num_threads(threads)
     with user_errors():
         if interactive():
             with Progress(TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
