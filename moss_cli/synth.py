@@ -166,14 +166,14 @@ class Synthesizer:
     def reference_codes(self, ref: Reference) -> torch.Tensor:
         """[frames, n_vq] codes of a reference voice; identical files are encoded once per run."""
         if ref.sha256 not in self._reference_codes:
-            codes, lengths = self.codec.encode(ref.audio[None].to(self.device), self.talker_config.n_vq)
+            codes, lengths = self.codec.encode(ref.audio()[None].to(self.device), self.talker_config.n_vq)
             self._reference_codes[ref.sha256] = codes[:, 0, : int(lengths[0])].T.cpu()
         return self._reference_codes[ref.sha256]
 
     def prompt_length(self, request: Request, reference: Reference | None = None) -> int:
         if reference is None:
             return self.prompts.length(request.text, **request.prompt_fields)
-        frames = reference.audio.shape[-1] // self.codec_config.downsample_rate
+        frames = reference.samples // self.codec_config.downsample_rate
         if request.ref_text is not None:  # continuation: transcript + text, the voice as prefix audio
             return self.prompts.length(request.ref_text + request.text, continuation_frames=frames,
                                        **request.prompt_fields)

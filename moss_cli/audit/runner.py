@@ -70,10 +70,6 @@ class AuditResult:
     def passed(self) -> bool:
         return not any(case.failed for case in self.cases)
 
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.passed else 1
-
 
 def violates(cmp: Comparison, level: str, min_snr_db: float) -> bool:
     if level == "codes":
@@ -96,7 +92,6 @@ class Auditor:
         self.synth = Synthesizer(options.synth)
         self.prepared = self.synth.prepare(requests, options.requests)
         self.max_batch = options.max_batch or self.synth.max_batch
-        self.workdir = Path(tempfile.mkdtemp(prefix="moss-audit-"))  # generated voice clips
 
     def _run(self, prepared: list[Prepared], max_batch: int, hook: LogitsHook | None = None,
              stream: bool = False) -> dict[str, Output]:
@@ -120,13 +115,17 @@ class Auditor:
         return lambda hook: self._execute(run, hook)
 
     def run(self) -> AuditResult:
+        with tempfile.TemporaryDirectory(prefix="moss-audit-") as workdir:  # generated voice clips
+            return self._run_all(Path(workdir))
+
+    def _run_all(self, workdir: Path) -> AuditResult:
         start = time.perf_counter()
         audited = {p.request.id: p for p in self.prepared}
         reference_run = Run("alone", self.prepared, 1, alone=True)
         reference = self._execute(reference_run)
         cases, outputs = [], {}
         for scenario in self.options.scenarios:
-            for run in build_runs(scenario, self.synth, self.prepared, self.max_batch, self.workdir):
+            for run in build_runs(scenario, self.synth, self.prepared, self.max_batch, workdir):
                 got = self._execute(run)
                 outputs[(scenario, run.label)] = got
                 for key in audited:

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 
 from ..model.local import LocalPast
-from ..model.talker import MossTTSLocal
+from ..model.talker import STOP, MossTTSLocal
 
 # (codebook, logits [B, V]) -> codes [B]; codebook -1 is the stop head (logits [B, 2]).
 Chooser = Callable[[int, torch.Tensor], torch.Tensor]
@@ -22,7 +22,7 @@ def start_frame(model: MossTTSLocal, hidden: torch.Tensor) -> tuple[torch.Tensor
 
 def choose_stop(model: MossTTSLocal, local_hidden: torch.Tensor, choose: Chooser) -> torch.Tensor:
     """[B] bool: True where the stop head picks audio_end."""
-    return choose(STOP_HEAD, model.stop_logits(local_hidden)).eq(1)
+    return choose(STOP_HEAD, model.stop_logits(local_hidden)).eq(STOP)
 
 
 def choose_codes(model: MossTTSLocal, local_hidden: torch.Tensor, past: LocalPast, choose: Chooser) -> torch.Tensor:

@@ -9,8 +9,6 @@ rows are decoded by the batch-invariant engine.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
 from ..model.talker import MossTTSLocal
@@ -19,14 +17,10 @@ from .kv_cache import PaddedBatchCache
 from .sampling import Generators, HeadSampling, sample
 from .scheduler import Engine, GenerationRequest
 
-# Called with (step, codebook, logits) before each draw; the audit records logits through it.
-LogitsHook = Callable[[int, int, torch.Tensor], None]
-
-
 @torch.inference_mode()
 def generate_padded(model: MossTTSLocal, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                     max_new_frames: int, do_sample: bool, audio: HeadSampling, stop: HeadSampling,
-                    generators: Generators = None, logits_hook: LogitsHook | None = None) -> list[torch.Tensor]:
+                    generators: Generators = None) -> list[torch.Tensor]:
     cfg = model.cfg
     batch, device = input_ids.shape[0], input_ids.device
     mask = attention_mask.to(device=device, dtype=torch.bool)
@@ -36,12 +30,10 @@ def generate_padded(model: MossTTSLocal, input_ids: torch.Tensor, attention_mask
     frames: list[torch.Tensor] = []
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
 
-    for step in range(max_new_frames):
+    for _ in range(max_new_frames):
         history = torch.stack(frames, dim=1) if frames else None  # [B, F, n_vq]
 
         def choose(codebook: int, logits: torch.Tensor) -> torch.Tensor:
-            if logits_hook is not None:
-                logits_hook(step, codebook, logits)
             if codebook == STOP_HEAD:
                 return sample(logits, [stop] * batch, do_sample=do_sample, generators=generators)
             histories = None if history is None else [history[i, :, codebook] for i in range(batch)]
@@ -72,7 +64,7 @@ def generate_padded(model: MossTTSLocal, input_ids: torch.Tensor, attention_mask
 
 def generate_invariant(model: MossTTSLocal, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                        max_new_frames: int, do_sample: bool, audio: HeadSampling, stop: HeadSampling,
-                       generators: Generators = None, logits_hook=None) -> list[torch.Tensor]:
+                       generators: Generators = None) -> list[torch.Tensor]:
     """Each row decoded as if alone. A single shared generator (or the global RNG) is drawn from
     row by row in batch order; per-row generators make rows fully independent."""
     batch = input_ids.shape[0]
@@ -83,6 +75,6 @@ def generate_invariant(model: MossTTSLocal, input_ids: torch.Tensor, attention_m
         requests.append(GenerationRequest(key=str(i), prompt=input_ids[i][mask[i].to(input_ids.device)],
                                           max_new_frames=max_new_frames, audio=audio, stop=stop, seed=None,
                                           do_sample=do_sample, generator=per_row))
-    engine = Engine(model, max_batch=batch, batch_invariant=True, logits_hook=logits_hook)
+    engine = Engine(model, max_batch=batch, batch_invariant=True)
     results = {r.key: r.codes for r in engine.run(requests)}
     return [results[str(i)] for i in range(batch)]

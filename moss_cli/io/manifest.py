@@ -26,6 +26,3 @@ def write_manifest(path: Path, rows: list[dict]) -> None:
     finally:
         tmp.unlink(missing_ok=True)
 
-
-def read_manifest(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype={"id": str, "seed": "Int64"}, keep_default_na=False, na_values=[""])

@@ -29,12 +29,27 @@ class ReferenceError(ValueError):
 
 @dataclass(frozen=True)
 class Reference:
+    """A checked reference file. Its audio is not kept (a job may name thousands of voices); it is
+    read again when the voice is encoded."""
+
     path: Path
     sha256: str  # of the file's bytes: identical files are encoded once
-    audio: torch.Tensor  # float32 [channels, samples] at the codec rate, loudness-normalised
+    samples: int  # length at the codec rate
+    channels: int
+    rate: int
+
+    def audio(self) -> torch.Tensor:
+        """float32 [channels, samples] at the codec rate, loudness-normalised."""
+        return _load(self.path, self.channels, self.rate)[1]
 
 
 def read_reference(path: Path, channels: int, rate: int) -> Reference:
+    """Check a reference file (exists, readable, a supported rate, not empty, not silent)."""
+    sha, audio = _load(path, channels, rate)
+    return Reference(path, sha, audio.shape[-1], channels, rate)
+
+
+def _load(path: Path, channels: int, rate: int) -> tuple[str, torch.Tensor]:
     if not path.is_file():
         raise ReferenceError(f"reference audio {path} does not exist")
     data = path.read_bytes()
@@ -50,7 +65,7 @@ def read_reference(path: Path, channels: int, rate: int) -> Reference:
         raise ReferenceError(f"reference audio {path} is empty ({info.frames} samples)")
     if float(np.abs(samples).max()) < SILENCE:
         raise ReferenceError(f"reference audio {path} is silent")
-    return Reference(path, hashlib.sha256(data).hexdigest(), prepare(samples, source_rate, channels, rate))
+    return hashlib.sha256(data).hexdigest(), prepare(samples, source_rate, channels, rate)
 
 
 def prepare(samples: np.ndarray, source_rate: int, channels: int, rate: int) -> torch.Tensor:

@@ -14,13 +14,6 @@ from typing import Any
 from ..errors import ConfigError
 
 
-def _req(d: dict, key: str, where: str, *aliases: str) -> Any:
-    for k in (key, *aliases):
-        if k in d and d[k] is not None:
-            return d[k]
-    raise ConfigError(f"missing required key {key!r}", file=where, field=key)
-
-
 def _int(d: dict, key: str, where: str, default: Any = ..., *aliases: str) -> int:
     for k in (key, *aliases):
         if k in d and d[k] is not None:

@@ -41,6 +41,7 @@ class PromptBuilder:
     def __init__(self, tokenizer, cfg: TalkerConfig) -> None:
         self.tokenizer = tokenizer
         self.cfg = cfg
+        self._template_lengths: dict[tuple, int] = {}  # prompt rows without text, per field values
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
@@ -69,10 +70,9 @@ class PromptBuilder:
 
     def _template_length(self, fields: dict[str, Any]) -> int:
         key = tuple(sorted((k, field_text(v)) for k, v in fields.items()))
-        cache = self.__dict__.setdefault("_template_lengths", {})
-        if key not in cache:
-            cache[key] = self.build("", **fields).shape[0]
-        return cache[key]
+        if key not in self._template_lengths:
+            self._template_lengths[key] = self.build("", **fields).shape[0]
+        return self._template_lengths[key]
 
     def build(self, text: str, *, references: Sequence[torch.Tensor] = (), continuation: torch.Tensor | None = None,
               **fields: Any) -> torch.Tensor:
