@@ -108,6 +108,7 @@ def test_identical_reference_files_are_encoded_once(tmp_path):
     (lambda d: _write(d / "empty.wav", np.zeros((0, 1)), 16000), "is empty"),
     (lambda d: _write(d / "silent.wav", np.zeros((16000, 1)), 16000), "is silent"),
     (lambda d: _write(d / "long.wav", 0.1 * np.sin(np.arange(48000 * 70) / 7.0)[:, None], 48000), "max_model_len"),
+    (lambda d: _write(d / "slow.wav", 0.1 * np.sin(np.arange(8000) / 3.0)[:, None], 4000), "unsupported sample rate"),
 ])
 def test_bad_references_are_rejected_at_validation_with_the_request_line(tmp_path, make, message):
     path = make(tmp_path)
