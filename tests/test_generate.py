@@ -71,3 +71,19 @@ def test_generate_works_in_bfloat16(tmp_path):
     assert talker.model.transformer.embed_tokens.weight.dtype == torch.bfloat16
     out = talker.generate(*talker.batch([talker.prompt("bf16")]), max_new_frames=4, do_sample=False)[0]
     assert out.shape == (4, talker.config.n_vq)
+
+
+@pytest.mark.parametrize("batch_invariant", [True, False])
+def test_greedy_codes_match_those_the_reference_implementation_produced(talker64, batch_invariant):
+    # tests/data/reference_greedy_tiny.json was recorded once by running the public reference
+    # MossTTSLocalModel.generate (sdpa, float64, greedy) on the shipped tiny checkpoint.
+    import json
+    from pathlib import Path
+
+    recorded = json.loads((Path(__file__).parent / "data" / "reference_greedy_tiny.json").read_text())["records"]
+    prompts = [talker64.prompt(r["text"], language=r["language"]) for r in recorded]
+    assert [p.shape[0] for p in prompts] == [r["prompt_rows"] for r in recorded]
+    out = talker64.generate(*talker64.batch(prompts), max_new_frames=24, do_sample=False,
+                            batch_invariant=batch_invariant)
+    for codes, r in zip(out, recorded):
+        assert codes.tolist() == r["codes"]
