@@ -8,7 +8,6 @@ it produces does not depend on the order of the input or on its neighbours' rand
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
@@ -108,29 +107,22 @@ class Engine:
     def run(self, requests: Iterable[GenerationRequest]) -> Iterator[GenerationResult]:
         """Yield each request's result as soon as it finishes."""
         waiting = iter(requests)
-        pending: deque[GenerationRequest] = deque()
+        head = next(waiting, None)  # the next request to admit, in input order
         running: list[_Running] = []
-        exhausted = False
         while True:
-            while len(running) < self.max_batch:
-                if not pending:
-                    nxt = None if exhausted else next(waiting, None)
-                    if nxt is None:
-                        exhausted = True
-                        break
-                    pending.append(nxt)
-                if pending[0].arrival_step > self.steps:
+            while head is not None and len(running) < self.max_batch:
+                if head.arrival_step > self.steps:
                     if running:
                         break  # not arrived yet: admitted at a later step
-                    self.steps = pending[0].arrival_step  # idle until it arrives
-                request = pending.popleft()
+                    self.steps = head.arrival_step  # idle until it arrives
+                request, head = head, next(waiting, None)
                 if request.max_new_frames <= 0:
                     yield GenerationResult(request.key, torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long),
                                            False, 1, self.steps, self.steps, 0.0)
                     continue
                 running.append(self._prefill(request))
             if not running:
-                if exhausted and not pending:
+                if head is None:
                     return
                 continue
             for r in running:
@@ -166,6 +158,15 @@ class Engine:
         if size > n:  # idle rows: zeros in, ignored out
             hidden = torch.cat([hidden, hidden.new_zeros(size - n, hidden.shape[1])])
         active = [True] * n  # rows still drawing in this frame
+        histories: dict[int, torch.Tensor] = {}  # generated codes so far, stacked once per step
+
+        def history(i: int, codebook: int) -> torch.Tensor | None:
+            r = rows[i]
+            if not r.frames or r.request.audio.repetition_penalty == 1.0:
+                return None
+            if i not in histories:
+                histories[i] = torch.stack(r.frames)
+            return histories[i][:, codebook]
 
         def choose(codebook: int, logits: torch.Tensor) -> torch.Tensor:
             # Rows draw one after another, each from its own generator (or the global RNG).
@@ -177,14 +178,10 @@ class Engine:
                 if self.logits_hook is not None:  # called right before this row's draw
                     replaced = self.logits_hook(r.request.key, len(r.frames), codebook, row, n, r.generator)
                     row = row if replaced is None else replaced
-                if codebook == STOP_HEAD:
-                    params, history = r.request.stop, None
-                else:
-                    params = r.request.audio
-                    history = (torch.stack(r.frames)[:, codebook]
-                               if r.frames and params.repetition_penalty != 1.0 else None)
-                out[i] = sample(row[None], [params], do_sample=r.request.do_sample, histories=[history],
-                                generators=[r.generator])[0]
+                stop = codebook == STOP_HEAD
+                params = r.request.stop if stop else r.request.audio
+                out[i] = sample(row[None], [params], do_sample=r.request.do_sample,
+                                histories=[None if stop else history(i, codebook)], generators=[r.generator])[0]
             return out
 
         local_hidden, past = start_frame(model, hidden)

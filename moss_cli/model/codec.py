@@ -54,7 +54,13 @@ class WeightNormConv1x1(nn.Module):
 
 
 def _project(module: nn.Module, x: torch.Tensor, row_block: int | None) -> torch.Tensor:
-    return x if isinstance(module, nn.Identity) else module(x, row_block)
+    """An optional projection (Identity when the dimensions already match), in fixed row tiles
+    when `row_block` is set: a weight-normed 1x1 conv on [B, C, T] or a Linear on [..., D]."""
+    if isinstance(module, nn.Identity):
+        return x
+    if isinstance(module, nn.Linear):
+        return blocked_linear(x, module.weight, module.bias, row_block)
+    return module(x, row_block)
 
 
 class Quantizer(nn.Module):
@@ -257,14 +263,10 @@ class TransformerStage(nn.Module):
 
     def forward(self, x: torch.Tensor, states: list[LayerState] | None = None,
                 row_block: int | None = None) -> torch.Tensor:
-        x = _linear(self.input_proj, x.transpose(1, 2), row_block)
+        x = _project(self.input_proj, x.transpose(1, 2), row_block)
         for i, layer in enumerate(self.transformer.layers):
             x = layer(x, None if states is None else states[i], row_block)
-        return _linear(self.output_proj, x, row_block).transpose(1, 2)
-
-
-def _linear(module: nn.Module, x: torch.Tensor, row_block: int | None) -> torch.Tensor:
-    return x if isinstance(module, nn.Identity) else blocked_linear(x, module.weight, module.bias, row_block)
+        return _project(self.output_proj, x, row_block).transpose(1, 2)
 
 
 class PatchStage(nn.Module):
