@@ -2,7 +2,17 @@
 
 __version__ = "0.1.0"
 
-from .api import Talker, load_codec, load_talker  # noqa: E402
-from .errors import MossError  # noqa: E402
-
 __all__ = ["Talker", "load_talker", "load_codec", "MossError", "__version__"]
+
+
+def __getattr__(name: str):
+    # The API pulls in torch (about 1 s to import); `moss --help` and `--version` must not pay for it.
+    if name in ("Talker", "load_talker", "load_codec"):
+        from . import api
+
+        return getattr(api, name)
+    if name == "MossError":
+        from .errors import MossError
+
+        return MossError
+    raise AttributeError(f"module 'moss_cli' has no attribute {name!r}")

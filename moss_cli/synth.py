@@ -7,6 +7,7 @@ does. `synthesize` adds the outputs (audio files and manifest).
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -30,10 +31,13 @@ from .errors import MossError
 from .io.audio import FORMATS, ProgressiveAudio, codes_sha256, pcm_sha256, to_pcm16, write_audio
 from .io.manifest import write_manifest
 from .io.reference_audio import Reference, ReferenceError, read_reference
-from .io.resume import Journal, fingerprint, plan_resume, remove_stale_temporaries
+from .io.resume import Journal, fingerprint, orphan_files, plan_resume, remove_stale_temporaries
 from .model.checkpoint import checkpoint_dir, checkpoint_fingerprint, load_tokenizer
 from .model.codec import ROW_TILE, AudioCodec
 from .model.prompt import PromptBuilder
+from .threads import apply_threads
+
+STOP_REASONS = ("stop", "max_frames", "empty")
 
 
 @dataclass
@@ -47,6 +51,7 @@ class SynthOptions:
     legacy_global_rng: bool = False
     batch_invariant: bool = True
     row_block: int = ROW_BLOCK
+    threads: int | None = None  # torch CPU threads; None: chosen from the model's size (moss_cli.threads)
 
 
 @dataclass
@@ -73,18 +78,27 @@ class SynthResult:
     batch_size_seen: int
     wall_s: float
     prompt_tokens: int
+    admitted_at: float = 0.0  # engine clock at admission
     stream: StreamingDecode | None = None  # chunk sizes and timings when decoded while generating
 
     @property
     def time_to_first_audio(self) -> float | None:
-        """Seconds from admission to the first decoded chunk (streaming only)."""
+        """Seconds from the request's admission to the delivery of its first audio chunk (streaming
+        only); both readings come from the one clock the engine and the decoder share."""
         if self.stream is None or not self.stream.chunks:
             return None
-        return self.stream.chunks[0].at_s - (self.stream.finished - self.wall_s)
+        return self.stream.chunks[0].at_s - self.admitted_at
 
     @property
     def frames(self) -> int:
         return int(self.codes.shape[0])
+
+    @property
+    def stop_reason(self) -> str:
+        """`stop` (the stop head ended it), `max_frames` (the frame budget did) or `empty` (no audio)."""
+        if self.frames == 0:
+            return "empty"
+        return "stop" if self.stopped else "max_frames"
 
 
 def platform_name(device: torch.device) -> str:
@@ -97,7 +111,7 @@ class Synthesizer:
     """Deploy config, talker and codec. Configs and the tokenizer are read at construction (enough
     to validate every request); the weights load on first use."""
 
-    def __init__(self, options: SynthOptions) -> None:
+    def __init__(self, options: SynthOptions, *, clock: Callable[[], float] = time.perf_counter) -> None:
         if (options.model is None) != (options.codec is None):
             raise MossError("--model and --codec go together (a talker needs its audio tokenizer)", field="--codec")
         self.options = options
@@ -110,6 +124,8 @@ class Synthesizer:
         self.talker_config = read_talker_config(self.talker_path)
         self.codec_config = read_codec_config(self.codec_path)
         self._check_pairing()
+        self.threads = apply_threads(options.threads, self.talker_config)
+        self.clock = clock
         self.prompts = PromptBuilder(load_tokenizer(checkpoint_dir(self.talker_path),
                                                     self.talker_config.special_token_ids), self.talker_config)
         self.max_batch = options.max_batch or self.deploy.max_num_seqs or 8
@@ -133,6 +149,11 @@ class Synthesizer:
             # chunked (streaming) decode bitwise equal to decoding the whole sequence.
             self._codec.row_block = ROW_TILE if self.options.batch_invariant else None
         return self._codec
+
+    @property
+    def legacy_seed(self) -> int:
+        """The one global seed a --legacy-global-rng run starts from."""
+        return self.deploy.default_seed if self.deploy.default_seed is not None else 0
 
     @property
     def chunk_schedule(self) -> list[int]:
@@ -199,8 +220,11 @@ class Synthesizer:
                                         f"the prompt is {length} tokens, but max_model_len is {limit}: shorten the "
                                         f"{what}"))
                 continue
-            prepared.append(Prepared(request, effective(request, self.deploy), length,
-                                     frame_budget(request, self.deploy, length), reference=reference))
+            eff = effective(request, self.deploy)
+            if self.options.legacy_global_rng:  # record what really drives the draws: the run's global stream
+                eff = dataclasses.replace(eff, seed=self.legacy_seed, seed_source="global")
+            prepared.append(Prepared(request, eff, length, frame_budget(request, self.deploy, length),
+                                     reference=reference))
         if problems:
             raise RequestFileError(file or Path("<requests>"), problems)
         return prepared
@@ -230,7 +254,7 @@ class Synthesizer:
         if self.options.legacy_global_rng:
             # Pre-fix behaviour: one global stream for every draw; seeded once per run, so a run
             # reproduces itself but not another batch composition.
-            torch.manual_seed(self.deploy.default_seed if self.deploy.default_seed is not None else 0)
+            torch.manual_seed(self.legacy_seed)
         by_key: dict[str, Prepared] = {}
         decoders: dict[str, StreamingDecode] = {}
 
@@ -241,13 +265,14 @@ class Synthesizer:
 
         def on_frame(key: str, frame: torch.Tensor) -> None:
             if key not in decoders:
-                decoders[key] = StreamingDecode(self.codec, self.chunk_schedule, sinks(key) if sinks else None)
+                decoders[key] = StreamingDecode(self.codec, self.chunk_schedule, sinks(key) if sinks else None,
+                                                self.clock)
             decoders[key].push(frame)
 
         engine = Engine(self.talker.model, max_batch=max_batch or self.max_batch,
                         legacy_global_rng=self.options.legacy_global_rng,
                         batch_invariant=self.options.batch_invariant, row_block=self.options.row_block,
-                        logits_hook=logits_hook, on_frame=on_frame if stream else None)
+                        logits_hook=logits_hook, on_frame=on_frame if stream else None, clock=self.clock)
         results = engine.run(generations())
         if stream:
             for result in results:
@@ -262,7 +287,7 @@ class Synthesizer:
     def _result(self, p: Prepared, result: GenerationResult, audio: torch.Tensor,
                 decoder: StreamingDecode | None) -> SynthResult:
         return SynthResult(p.request, p.effective, result.codes, audio, to_pcm16(audio), result.stopped,
-                           result.batch_size_seen, result.wall_s, p.prompt_length, decoder)
+                           result.batch_size_seen, result.wall_s, p.prompt_length, result.admitted_at, decoder)
 
     def _decode_groups(self, results: Iterator[GenerationResult]) -> Iterator[list[GenerationResult]]:
         """Requests that finish in the same engine step are decoded together in one padded codec
@@ -308,6 +333,21 @@ class SynthSummary:
     frame_budget: int = 0
     seed_sources: dict[str, int] = field(default_factory=dict)
     frame_rate: float = 12.5
+    orphans: list[str] = field(default_factory=list)  # audio files in --out that no request of this run owns
+    threads: int = 1
+
+    @property
+    def empty(self) -> list[str]:
+        """Ids whose result has no audio at all (the stop head fired at the first frame)."""
+        return [row["id"] for row in self.rows if row.get("stop_reason") == "empty"]
+
+    @property
+    def stop_reasons(self) -> dict[str, int]:
+        counts = {reason: 0 for reason in STOP_REASONS}
+        for row in self.rows:
+            if row.get("stop_reason") in counts:
+                counts[row["stop_reason"]] += 1
+        return counts
 
     @property
     def real_time_factor(self) -> float:
@@ -320,7 +360,9 @@ class SynthSummary:
                 "real_time_factor": None if self.real_time_factor != self.real_time_factor
                 else round(self.real_time_factor, 4),
                 "frame_budget": self.frame_budget, "seed_sources": self.seed_sources,
-                "out": str(self.out), "manifest": str(self.manifest) if self.manifest else None}
+                "stop_reasons": self.stop_reasons, "empty": self.empty, "orphans": self.orphans,
+                "threads": self.threads, "out": str(self.out),
+                "manifest": str(self.manifest) if self.manifest else None}
 
 
 def manifest_row(result: SynthResult, sample_rate: int, channels: int, file: str) -> dict:
@@ -330,7 +372,7 @@ def manifest_row(result: SynthResult, sample_rate: int, channels: int, file: str
         "frames": result.frames, "duration_s": round(result.pcm.shape[0] / sample_rate, 6),
         "sample_rate": sample_rate, "channels": channels, "codes_sha256": codes_sha256(result.codes),
         "pcm_sha256": pcm_sha256(result.pcm), "batch_size_seen": result.batch_size_seen,
-        "wall_s": round(result.wall_s, 4), "file": file, "stopped": result.stopped,
+        "wall_s": round(result.wall_s, 4), "file": file, "stopped": result.stopped, "stop_reason": result.stop_reason,
         "temperature": eff.audio.temperature if eff.do_sample else 0.0, "top_p": eff.audio.top_p,
         "top_k": eff.audio.top_k, "repetition_penalty": eff.audio.repetition_penalty,
         "prompt_tokens": result.prompt_tokens,
@@ -400,20 +442,26 @@ def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_f
     for p in prepared:
         sources[p.effective.seed_source] = sources.get(p.effective.seed_source, 0) + 1
     budget = sum(p.max_new_frames for p in prepared)
-    if dry_run:
-        return SynthSummary(len(prepared), 0.0, 0.0, out, None, dry_run=True, frame_budget=budget,
-                            seed_sources=sources, frame_rate=synth.codec_config.frame_rate)
 
-    synth.load()
+    # What an earlier run of the same command already finished (a dry run reports it too).
     checkpoints = {"talker": checkpoint_fingerprint(synth.talker_path),
                    "codec": checkpoint_fingerprint(synth.codec_path)}
     fps = {p.request.id: request_fingerprint(p, synth, audio_format, checkpoints) for p in prepared}
     journal = Journal(out)
+    done: dict[str, dict] = {}
+    if not force:
+        journal.load()
+        if out.exists():
+            done = plan_resume(out, journal, {rid: (fps[rid], names[rid]) for rid in fps}, force)
+    orphans = orphan_files(out, set(names.values()))
+    if dry_run:
+        return SynthSummary(len(prepared), 0.0, 0.0, out, None, list(done.values()), resumed=len(done), dry_run=True,
+                            frame_budget=budget, seed_sources=sources, frame_rate=synth.codec_config.frame_rate,
+                            orphans=orphans, threads=synth.threads)
+
+    synth.load()
     if force:
         journal.reset()
-    else:
-        journal.load()
-    done = plan_resume(out, journal, {rid: (fps[rid], names[rid]) for rid in fps}, force) if out.exists() else {}
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
     todo = [p for p in prepared if p.request.id not in done]
@@ -454,4 +502,4 @@ def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_f
     write_manifest(manifest, ordered)
     return SynthSummary(len(ordered), sum(r["duration_s"] for r in ordered), wall, out, manifest, ordered,
                         resumed=len(done), frame_budget=budget, seed_sources=sources,
-                        frame_rate=synth.codec_config.frame_rate)
+                        frame_rate=synth.codec_config.frame_rate, orphans=orphans, threads=synth.threads)

@@ -8,4 +8,7 @@ python=${PYTHON:-python3}
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
+# `moss-cli` was this project's old distribution name (taken on the index by an unrelated project
+# that may also install a `moss` command): drop it so only moss-tts-repro provides `moss`.
+.venv/bin/python -m pip uninstall --quiet --yes moss-cli 2>/dev/null || true
 .venv/bin/python -m pip install --quiet -e ".[test]"

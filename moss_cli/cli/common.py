@@ -32,8 +32,9 @@ class DType(str, Enum):
 
 
 def interactive() -> bool:
-    """Progress bars only for a person at a terminal: not when piped, not in CI, not with NO_COLOR."""
-    return stderr.is_terminal and not os.environ.get("NO_COLOR") and not os.environ.get("CI")
+    """Progress bars only for a person at a terminal: not when piped, not in CI. NO_COLOR takes the
+    colour away (Rich honours it), not the progress bar."""
+    return stderr.is_terminal and not os.environ.get("CI")
 
 
 @contextmanager

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import torch
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..synth import SynthOptions, synthesize
 from .common import Device, DType, interactive, stderr, stdout, user_errors
 
-
+if TYPE_CHECKING:
+    from ..synth import SynthSummary
 
 
 def synth(
@@ -28,8 +28,9 @@ def synth(
     dtype: Annotated[DType, typer.Option(help="Model dtype (auto: float32 on CPU, bfloat16 elsewhere).")] = DType.auto,
     max_batch: Annotated[Optional[int], typer.Option(min=1, help="Requests in flight at once "
                                                      "(default: stage-0 max_num_seqs).")] = None,
-    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads for torch (default: torch's choice; "
-                                                   "1 suits tiny models on a busy machine).")] = None,
+    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads for torch (default: 1 for small "
+                                                   "models, all cores for large ones; OMP_NUM_THREADS is "
+                                                   "respected).")] = None,
     audio_format: Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")] = "wav",
     legacy_global_rng: Annotated[bool, typer.Option(help="Negative control: every request draws from the one "
                                                    "global RNG in batch order (the pre-fix behaviour).")] = False,
@@ -42,43 +43,80 @@ def synth(
     stream: Annotated[bool, typer.Option(help="Decode each request while it is generated, in the deploy's codec "
                                               "chunks, writing its file progressively (time to first audio and "
                                               "chunk timings go to the manifest).")] = False,
+    fail_on_empty: Annotated[bool, typer.Option(help="Exit 1 when a request produced no audio (its stop head "
+                                                     "fired at the first frame).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")] = False,
 ) -> None:
     """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv.
 
     Re-running the same command on the same --out resumes: requests whose outputs exist and match
-    are skipped. Exit codes: 0 done, 2 bad input or runtime error, 130/143 interrupted (SIGINT/SIGTERM)."""
-    options = SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
-                           max_batch=max_batch, legacy_global_rng=legacy_global_rng, batch_invariant=batch_invariant)
-    if threads:
-        torch.set_num_threads(threads)
+    are skipped. Exit codes: 0 done, 1 done but --fail-on-empty found an empty result, 2 bad input or
+    runtime error, 130/143 interrupted (SIGINT/SIGTERM)."""
     with user_errors():
+        from ..synth import SynthOptions, synthesize  # torch loads here, not for --help
+
+        options = SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
+                               max_batch=max_batch, legacy_global_rng=legacy_global_rng,
+                               batch_invariant=batch_invariant, threads=threads)
+        run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force, stream=stream)
         if interactive():
-            with Progress(TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TextColumn("{task.description}"), console=stderr, transient=True) as progress:
-                task = progress.add_task("", total=None)
-                summary = synthesize(
-                    requests, out, options, audio_format=audio_format.lower(), dry_run=dry_run, force=force,
-                    stream=stream, on_start=lambda n, done: progress.update(task, total=n, completed=done),
-                    on_result=lambda r: progress.update(task, advance=1, description=r.request.id))
+            with progress_bar() as (on_start, on_result):
+                summary = synthesize(requests, out, options, on_start=on_start, on_result=on_result, **run)
         else:
-            summary = synthesize(requests, out, options, audio_format=audio_format.lower(), dry_run=dry_run,
-                                 force=force, stream=stream)
+            summary = synthesize(requests, out, options, **run)
     if as_json:
         stdout.print_json(json.dumps(summary.as_dict()))
-        return
+    else:
+        print_summary(summary, requests)
+    if fail_on_empty and summary.empty and not summary.dry_run:
+        stderr.print(f"[bold red]error:[/] {len(summary.empty)} request(s) produced no audio: {_some(summary.empty)}",
+                     soft_wrap=True)
+        raise typer.Exit(1)
+
+
+@contextmanager
+def progress_bar():
+    """A Rich progress bar with an ETA; yields the (on_start, on_result) callbacks `synthesize` takes."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    with Progress(TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}"), console=stderr,
+                  transient=True) as progress:
+        task = progress.add_task("", total=None)
+        yield (lambda total, done: progress.update(task, total=total, completed=done),
+               lambda result: progress.update(task, advance=1, description=result.request.id))
+
+
+def print_summary(summary: SynthSummary, requests: Path) -> None:
     if summary.dry_run:
-        table = Table(title=f"moss synth --dry-run: {requests} is valid")
-        for column in ("requests", "frame budget", "max audio s", "seeds (request/deploy/none)"):
-            table.add_column(column, justify="right")
-        seeds = "/".join(str(summary.seed_sources.get(k, 0)) for k in ("request", "deploy", "none"))
-        table.add_row(str(summary.requests), str(summary.frame_budget), f"{summary.frame_budget / summary.frame_rate:.1f}", seeds)
-        stdout.print(table)
-        return
-    table = Table(title=f"moss synth → {summary.out}", show_header=True)
-    for column in ("requests", "resumed", "audio s", "wall s", "real-time factor"):
-        table.add_column(column, justify="right")
-    table.add_row(str(summary.requests), str(summary.resumed), f"{summary.audio_s:.2f}", f"{summary.wall_s:.2f}",
-                  f"{summary.real_time_factor:.3f}")
+        table = Table(title="moss synth --dry-run: the requests are valid")
+        columns = ("requests", "would skip", "frame budget", "max audio s", "seeds req/deploy/none")
+        values = (str(summary.requests), str(summary.resumed), str(summary.frame_budget),
+                  f"{summary.frame_budget / summary.frame_rate:.1f}",
+                  "/".join(str(summary.seed_sources.get(k, 0)) for k in ("request", "deploy", "none")))
+    else:
+        table = Table(title="moss synth")
+        reasons = summary.stop_reasons
+        columns = ("requests", "resumed", "stop/max/empty", "audio s", "wall s", "RTF")
+        values = (str(summary.requests), str(summary.resumed),
+                  f"{reasons['stop']}/{reasons['max_frames']}/{reasons['empty']}", f"{summary.audio_s:.2f}",
+                  f"{summary.wall_s:.2f}", f"{summary.real_time_factor:.3f}")
+    for column in columns:
+        # Short headers that never break mid-word; paths go on their own lines below, unwrapped.
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_row(*values)
     stdout.print(table)
-    stdout.print(f"manifest: {summary.manifest}")
+    say = partial(stdout.print, soft_wrap=True, highlight=False)  # a path or id list is never broken mid-word
+    say(f"requests: {requests}" if summary.dry_run else f"out: {summary.out}")
+    if summary.manifest:
+        say(f"manifest: {summary.manifest}")
+    if summary.empty:
+        say(f"[yellow]empty:[/] {len(summary.empty)} request(s) produced no audio: {_some(summary.empty)}")
+    if summary.orphans:
+        say(f"[yellow]not in this manifest:[/] {len(summary.orphans)} audio file(s) from another request file "
+            f"(kept): {_some(summary.orphans)}")
+
+
+def _some(names: list[str], shown: int = 10) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")

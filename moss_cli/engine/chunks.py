@@ -41,7 +41,7 @@ def sizes(schedule: list[int]) -> Iterator[int]:
 class Chunk:
     frames: int
     decode_ms: float
-    at_s: float  # time.perf_counter() when the chunk's audio was ready
+    at_s: float  # the decoder's clock when the chunk's audio was ready (and handed to the sink)
 
 
 @dataclass
@@ -51,7 +51,7 @@ class StreamingDecode:
     codec: AudioCodec
     schedule: list[int]
     sink: Callable[[torch.Tensor], None] | None = None
-    finished: float = 0.0
+    clock: Callable[[], float] = time.perf_counter  # the engine's clock, so times compare with admission
     chunks: list[Chunk] = field(default_factory=list)
     audio: list[torch.Tensor] = field(default_factory=list)
 
@@ -71,19 +71,19 @@ class StreamingDecode:
         """Decode what is left (a shorter last chunk) and return the whole waveform."""
         if self._pending:
             self._emit(len(self._pending))
-        self.finished = time.perf_counter()
         if not self.audio:
             return torch.zeros(self.codec.channels, 0)
         return torch.cat(self.audio, dim=-1)
 
     def _emit(self, count: int) -> None:
         frames, self._pending = self._pending[:count], self._pending[count:]
-        start = time.perf_counter()
+        start = self.clock()
         codes = torch.stack(frames).T.unsqueeze(1)  # [n_vq, 1, n]
         audio = self._stream.decode(codes.to(next(self.codec.parameters()).device))[0].cpu()
-        now = time.perf_counter()
-        self.chunks.append(Chunk(count, (now - start) * 1000.0, now))
+        decoded = self.clock()
         self.audio.append(audio)
         if self.sink is not None:
             self.sink(audio)
+        # A chunk counts as delivered once the sink has it (the file holds it), not when decoded.
+        self.chunks.append(Chunk(count, (decoded - start) * 1000.0, self.clock()))
 

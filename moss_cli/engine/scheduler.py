@@ -53,6 +53,7 @@ class GenerationResult:
     first_step: int
     last_step: int
     wall_s: float
+    admitted_at: float = 0.0  # the engine clock's reading when the request was admitted
 
 
 @dataclass
@@ -71,7 +72,8 @@ class Engine:
     def __init__(self, model: MossTTSLocal, *, max_batch: int = 8, legacy_global_rng: bool = False,
                  batch_invariant: bool = True, row_block: int = ROW_BLOCK,
                  logits_hook: LogitsHook | None = None,
-                 on_frame: Callable[[str, torch.Tensor], None] | None = None) -> None:
+                 on_frame: Callable[[str, torch.Tensor], None] | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         if max_batch < 1 or row_block < 1:
             raise ValueError("max_batch and row_block must be at least 1")
         self.model = model
@@ -80,6 +82,7 @@ class Engine:
         self.legacy_global_rng = legacy_global_rng
         self.logits_hook = logits_hook
         self.on_frame = on_frame  # (request key, codes [n_vq]) as each frame is produced (streaming)
+        self.clock = clock  # one clock for admission and finish times (callers compare with it)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.steps = 0
@@ -96,7 +99,7 @@ class Engine:
         cache = RequestCache(cfg.num_layers, prompt.shape[0] + request.max_new_frames, cfg.num_kv_heads,
                              cfg.head_dim, self.device, self.dtype)
         generator = request.generator if request.generator is not None else self._generator(request.seed)
-        running = _Running(request, cache, generator, time.perf_counter(), self.steps)
+        running = _Running(request, cache, generator, self.clock(), self.steps)
         batch = RequestBatch([cache])
         positions = torch.arange(prompt.shape[0], device=self.device)[None]
         hidden = self.model.backbone(self.model.embed(prompt[None]), positions, batch)
@@ -117,8 +120,9 @@ class Engine:
                     self.steps = head.arrival_step  # idle until it arrives
                 request, head = head, next(waiting, None)
                 if request.max_new_frames <= 0:
+                    now = self.clock()
                     yield GenerationResult(request.key, torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long),
-                                           False, 1, self.steps, self.steps, 0.0)
+                                           False, 1, self.steps, self.steps, 0.0, now)
                     continue
                 running.append(self._prefill(request))
             if not running:
@@ -228,4 +232,4 @@ class Engine:
     def _finish(self, r: _Running, *, stopped: bool) -> GenerationResult:
         codes = torch.stack(r.frames).cpu() if r.frames else torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long)
         return GenerationResult(r.request.key, codes, stopped, r.batch_size_seen, r.first_step, self.steps,
-                                time.perf_counter() - r.started)
+                                self.clock() - r.started, r.started)

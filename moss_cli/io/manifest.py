@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 COLUMNS = ["id", "text", "seed", "seed_source", "frames", "duration_s", "sample_rate", "channels",
-           "codes_sha256", "pcm_sha256", "batch_size_seen", "wall_s", "file", "stopped", "temperature",
+           "codes_sha256", "pcm_sha256", "batch_size_seen", "wall_s", "file", "stopped", "stop_reason", "temperature",
            "top_p", "top_k", "repetition_penalty", "prompt_tokens", "ttfa_s", "chunks", "chunk_ms"]
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import soundfile as sf
 
 from ..errors import MossError
-from .audio import pcm_sha256
+from .audio import FORMATS, pcm_sha256
 
 JOURNAL = Path(".moss") / "journal.jsonl"
 
@@ -81,6 +81,16 @@ def remove_stale_temporaries(out: Path) -> None:
     for path in out.glob(".*.tmp-*"):
         if path.is_file():
             path.unlink(missing_ok=True)
+
+
+def orphan_files(out: Path, names: set[str]) -> list[str]:
+    """Audio files in `out` that no request of this run writes (left by a run of another request
+    file). They are listed for the user, never deleted: they may be someone's work."""
+    if not out.is_dir():
+        return []
+    audio = {f".{suffix}" for suffix in FORMATS}
+    return sorted(p.name for p in out.iterdir()
+                  if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in audio and p.name not in names)
 
 
 def plan_resume(out: Path, journal: Journal, expected: dict[str, tuple[str, str]], force: bool) -> dict[str, dict]:
