@@ -22,6 +22,8 @@ def synth(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")] = Path("out"),
     deploy: Annotated[Optional[Path], typer.Option(help="vllm-omni deploy YAML (default: the tiny recipe, or the "
                                                          "published v1.5 defaults with --model).")] = None,
+    allow_foreign_deploy: Annotated[bool, typer.Option(help="Use a deploy file written for another model "
+                                                       "(a warning instead of an error).")] = False,
     model: Annotated[Optional[Path], typer.Option(help="Talker checkpoint directory (default: the shipped tiny one).")] = None,
     codec: Annotated[Optional[Path], typer.Option(help="Audio tokenizer checkpoint directory (with --model).")] = None,
     device: Annotated[Device, typer.Option(help="Where to run.")] = Device.auto,
@@ -49,7 +51,8 @@ def synth(
     Re-running the same command on the same --out resumes: requests whose outputs exist and match
     are skipped. Exit codes: 0 done, 2 bad input or runtime error, 130/143 interrupted (SIGINT/SIGTERM)."""
     options = SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
-                           max_batch=max_batch, legacy_global_rng=legacy_global_rng, batch_invariant=batch_invariant)
+                           max_batch=max_batch, legacy_global_rng=legacy_global_rng, batch_invariant=batch_invariant,
+                           allow_foreign_deploy=allow_foreign_deploy)
     if threads:
         torch.set_num_threads(threads)
     with user_errors():
