@@ -52,6 +52,7 @@ class SynthOptions:
     batch_invariant: bool = True
     row_block: int = ROW_BLOCK
     threads: int | None = None  # torch CPU threads; None: chosen from the model's size (moss_cli.threads)
+    allow_foreign_deploy: bool = False
 
 
 @dataclass
@@ -118,7 +119,8 @@ class Synthesizer:
         self.device = resolve_device(options.device)
         self.dtype = resolve_dtype(options.dtype, self.device)
         deploy_path = options.deploy if options.deploy is not None else (TINY_DEPLOY if options.model is None else None)
-        self.deploy: DeployConfig = load_deploy(deploy_path, platform_name(self.device))
+        self.deploy: DeployConfig = load_deploy(deploy_path, platform_name(self.device),
+                                                  allow_foreign=options.allow_foreign_deploy)
         self.talker_path = Path(options.model or TINY_TALKER)
         self.codec_path = Path(options.codec or TINY_CODEC)
         self.talker_config = read_talker_config(self.talker_path)

@@ -56,6 +56,11 @@ DEPLOY_CASES = [
     ("not-a-mapping.yaml", ["not-a-mapping.yaml", "must be a YAML mapping"]),
     ("bad-max-num-seqs.yaml", ["bad-max-num-seqs.yaml:3", "max_num_seqs must be a positive integer"]),
     ("seed-float.yaml", ["seed-float.yaml:3", "seed"]),
+    ("base-is-directory.yaml", ["base-is-directory.yaml:1 [base_config]", "is a directory, expected a YAML file"]),
+    ("foreign-subtalker.yaml", ["foreign-subtalker.yaml:4 [stages.0.subtalker_sampling_params]",
+                                "not a MOSS-TTS-Local deploy file", "--allow-foreign-deploy"]),
+    ("foreign-three-stages.yaml", ["foreign-three-stages.yaml:4 [stages.2.stage_id]", "0 (talker) and 1 (codec)"]),
+    ("model-runner-v3.yaml", ["model-runner-v3.yaml:1 [model_runner]", "'v1' or 'v2'"]),
 ]
 
 CHECKPOINT_CASES = [

@@ -1,17 +1,22 @@
 """The deploy-config layer: base_config, platforms, provenance, validation, seed precedence."""
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from moss_cli.assets import TINY_DEPLOY
-from moss_cli.config.deploy import load_deploy
+from moss_cli.cli.app import app
+from moss_cli.config.deploy import DeployWarning, load_deploy
 from moss_cli.config.effective import effective, effective_seed, frame_budget
 from moss_cli.config.requests import Request
 from moss_cli.errors import ConfigError
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+CHAINS = Path(__file__).resolve().parent / "data" / "deploy_chains"
 
 BASE = """\
 async_chunk: true
@@ -138,15 +143,183 @@ def test_keys_only_a_server_understands_are_accepted(tmp_path):
     assert load_deploy(path).sampling == {"detokenize": False, "stop_token_ids": [1]}
 
 
-def test_shipped_recipes_carry_the_published_v1_5_defaults():
+VLLM_OMNI_V1_5 = {"temperature": 1.0, "top_p": 0.95, "top_k": 50, "max_tokens": 4096, "seed": 42,
+                  "repetition_penalty": 1.1}
+
+
+def test_recipe_named_after_vllm_omnis_deploy_file_carries_vllm_omnis_values():
     seeded = load_deploy(RECIPES / "moss_tts_local_v1.5.yaml")
-    assert seeded.sampling == {"temperature": 1.7, "top_p": 0.8, "top_k": 25, "max_tokens": 4096, "seed": 42,
-                               "repetition_penalty": 1.0}
+    assert seeded.sampling == VLLM_OMNI_V1_5 and seeded.max_num_seqs == 64 and seeded.max_model_len == 4096
     assert seeded.stage(1)["default_sampling_params"]["temperature"] == 0.0
     unseeded = load_deploy(RECIPES / "moss_tts_local_v1.5_unseeded.yaml")
-    assert unseeded.default_seed is None and unseeded.sampling["temperature"] == 1.7
-    assert load_deploy(None).sampling == seeded.sampling
+    assert unseeded.default_seed is None and unseeded.sampling == {**VLLM_OMNI_V1_5, "seed": None}
     assert (RECIPES / "moss_tts_local_tiny.yaml").read_text() == TINY_DEPLOY.read_text()
+
+
+def test_openmoss_reference_recipe_carries_the_reference_generate_defaults():
+    reference = load_deploy(RECIPES / "moss_tts_local_v1.5_openmoss_reference.yaml")
+    assert reference.sampling == {"temperature": 1.7, "top_p": 0.8, "top_k": 25, "max_tokens": 4096, "seed": 42,
+                                  "repetition_penalty": 1.0}
+
+
+def test_built_in_defaults_are_vllm_omnis_v1_5_deploy_values():
+    built_in = load_deploy(None)
+    recipe = load_deploy(RECIPES / "moss_tts_local_v1.5.yaml")
+    assert built_in.sampling == recipe.sampling == VLLM_OMNI_V1_5
+    assert (built_in.max_num_seqs, built_in.max_model_len) == (recipe.max_num_seqs, recipe.max_model_len)
+    assert built_in.codec_stream == recipe.codec_stream
+    assert "vllm-omni" in str(built_in.source("stages", 0, "default_sampling_params", "temperature"))
+
+
+# --- chained deploy files, in the two shapes vllm-omni's MOSS-TTS-Local files have taken ---
+
+def test_thin_file_over_full_base_resolves_per_platform():
+    path = CHAINS / "base_first" / "local_mrv2.yaml"
+    cpu = load_deploy(path, "cpu")
+    assert cpu.sampling == {"temperature": 0.9, "top_p": 0.9, "top_k": 40, "max_tokens": 2000, "seed": 7,
+                            "repetition_penalty": 1.05}
+    assert cpu.data["model_runner"] == "v2" and cpu.max_num_seqs == 24
+    assert cpu.stage(1)["compilation_config"] == {"cudagraph_capture_sizes": [1, 2, 4], "cudagraph_num_of_warmups": 2}
+    cuda = load_deploy(path, "cuda")
+    assert cuda.sampling == cpu.sampling
+    # The nested platform layout: engine_args become stage keys, runtime sets devices and merges env.
+    assert cuda.max_num_seqs == 32 and cuda.stage(0)["max_num_batched_tokens"] == 512
+    assert cuda.stage(0)["devices"] == "1" and cuda.stage(0)["env"] == {"A": "1", "B": "2"}
+    assert "engine_args" not in cuda.stage(0)
+    # A platform's compilation_config replaces the base's as a whole (no cudagraph_num_of_warmups left).
+    assert cuda.stage(1)["compilation_config"] == {"mode": 0, "cudagraph_mode": "FULL", "cudagraph_capture_sizes": [1, 2]}
+    assert load_deploy(path, "npu").data["model_runner"] == "v1"
+
+
+def test_thin_default_over_full_runner_profile_resolves_per_platform():
+    path = CHAINS / "swapped" / "local.yaml"
+    cpu = load_deploy(path, "cpu")
+    assert cpu.sampling == {"temperature": 0.8, "top_p": 0.85, "top_k": 30, "max_tokens": 1500, "seed": 11,
+                            "repetition_penalty": 1.2}
+    # A stage's engine_args mapping is read as stage keys, as vllm-omni's _parse_stage_deploy does.
+    assert (cpu.max_num_seqs, cpu.max_model_len) == (48, 2500)
+    assert cpu.data["model_runner"] == "v2"
+    cuda = load_deploy(path, "cuda")
+    assert cuda.sampling == {**cpu.sampling, "top_k": 20}
+    assert cuda.stage(1)["compilation_config"] == {"mode": 0, "cudagraph_capture_sizes": [1, 4]}
+    # The thin file's platform section merges with the base's instead of replacing it.
+    assert cuda.data["platforms"]["cuda"]["cuda_mps"] is True
+    top_k = cuda.source("stages", 0, "default_sampling_params", "top_k")
+    assert top_k.file.endswith("local_mrv2.yaml") and top_k.note == "platforms.cuda"
+    assert load_deploy(path, "npu").data["model_runner"] == "v1"
+
+
+def test_platform_overrides_merge_params_one_level_and_skip_stages_the_file_lacks(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text("stages:\n  - stage_id: 0\n    engine_extras: {spec: {a: 1, b: 2}}\n"
+                    "platforms:\n  cuda:\n    stages:\n"
+                    "      - stage_id: 0\n        engine_extras: {spec: {a: 3}}\n"
+                    "      - stage_id: 1\n        max_num_seqs: 4\n")
+    cuda = load_deploy(path, "cuda")
+    assert cuda.stage(0)["engine_extras"] == {"spec": {"a": 3}}  # vllm-omni: {**base, **override}
+    assert set(cuda.data["stages"]) == {0}
+
+
+# --- deploy files of other models ---
+
+def test_deploy_file_of_another_model_is_refused_with_the_reason():
+    with pytest.raises(ConfigError) as err:
+        load_deploy(CHAINS / "foreign" / "qwen3_tts_like.yaml")
+    assert "not a MOSS-TTS-Local deploy file" in err.value.message
+    assert "subtalker_sampling_params" in err.value.message and "--allow-foreign-deploy" in err.value.message
+    assert err.value.file.endswith("qwen3_tts_like.yaml") and err.value.line is not None
+    with pytest.raises(ConfigError, match="0 \\(talker\\) and 1 \\(codec\\)"):
+        load_deploy(CHAINS / "foreign" / "three_stages.yaml")
+
+
+def test_allow_foreign_turns_the_refusal_into_a_warning():
+    with pytest.warns(DeployWarning, match="subtalker_sampling_params"):
+        config = load_deploy(CHAINS / "foreign" / "qwen3_tts_like.yaml", allow_foreign=True)
+    assert config.sampling["temperature"] == 0.8
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("pipeline: qwen3_tts\nstages: [{stage_id: 0}]\n", "pipeline 'qwen3_tts'"),
+    ("stages:\n  - stage_id: 0\n    engine_args: {model_arch: Qwen3TTSTalkerForConditionalGeneration}\n",
+     "model_arch 'Qwen3TTSTalkerForConditionalGeneration'"),
+    ("stages:\n  - stage_id: 0\n    model_stage: thinker\n", "model_stage 'thinker'"),
+    ("stages:\n  - stage_id: 0\n    custom_process_input_func: vllm_omni.x.qwen3_tts.talker2code2wav\n",
+     "another model's stage processor"),
+])
+def test_names_of_other_models_are_refused(tmp_path, text, reason):
+    path = tmp_path / "d.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(reason)):
+        load_deploy(path)
+
+
+def test_moss_tts_local_names_are_accepted(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text("model: OpenMOSS-Team/MOSS-TTS-Local-Transformer-v1.5\npipeline: moss_tts_local\nstages:\n"
+                    "  - stage_id: 0\n    model_arch: MossTTSLocalModel\n    model_stage: moss_tts_local\n"
+                    "  - stage_id: 1\n    model_arch: MossTTSCodecDecoder\n    model_stage: moss_tts_local_codec\n")
+    assert load_deploy(path).stage(1)["model_arch"] == "MossTTSCodecDecoder"
+
+
+# --- names and paths ---
+
+def test_unknown_platform_is_refused_with_a_suggestion():
+    with pytest.raises(ConfigError, match="unknown platform 'cdua' \\(did you mean 'cuda'\\?\\)"):
+        load_deploy(TINY_DEPLOY, "cdua")
+    with pytest.raises(ConfigError, match="'tpu'.*cpu, cuda, rocm, npu, xpu, musa"):
+        load_deploy(TINY_DEPLOY, "tpu")
+    assert load_deploy(TINY_DEPLOY, "musa").max_num_seqs == 8
+
+
+def test_unknown_platform_section_in_a_file_is_a_warning_naming_its_line(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text("stages: [{stage_id: 0}]\nplatforms:\n  cdua:\n    model_runner: v2\n")
+    with pytest.warns(DeployWarning, match="'cdua' is not a platform vllm-omni knows \\(did you mean 'cuda'") as caught:
+        load_deploy(path, "cuda")
+    assert caught[0].lineno == 4 and caught[0].filename.endswith("d.yaml")
+
+
+def test_model_runner_must_be_v1_or_v2(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text("stages: [{stage_id: 0}]\nplatforms:\n  npu:\n    model_runner: v3\n")
+    with pytest.raises(ConfigError) as err:
+        load_deploy(path, "cpu")
+    assert err.value.line == 4 and err.value.field == "platforms.npu.model_runner"
+
+
+def test_a_directory_given_as_a_deploy_file_is_named_as_such(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory, expected a YAML file"):
+        load_deploy(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.yaml").write_text("base_config: sub\nstages: [{stage_id: 0}]\n")
+    with pytest.raises(ConfigError, match="base_config 'sub' is a directory, expected a YAML file") as err:
+        load_deploy(tmp_path / "a.yaml")
+    assert err.value.line == 1
+
+
+# --- the CLI ---
+
+def test_cli_refuses_a_foreign_deploy_and_allows_it_on_request(tmp_path):
+    foreign = str(CHAINS / "foreign" / "qwen3_tts_like.yaml")
+    refused = CliRunner().invoke(app, ["synth", str(EXAMPLES / "lines.txt"), "--deploy", foreign, "--dry-run",
+                                       "--out", str(tmp_path / "out")])
+    assert refused.exit_code == 2 and "not a MOSS-TTS-Local deploy file" in refused.output
+    allowed = CliRunner().invoke(app, ["synth", str(EXAMPLES / "lines.txt"), "--deploy", foreign, "--dry-run",
+                                       "--allow-foreign-deploy", "--out", str(tmp_path / "out")])
+    assert allowed.exit_code == 0, allowed.output
+    assert "warning:" in allowed.output and "subtalker_sampling_params" in allowed.output  # one readable line
+    shown = CliRunner().invoke(app, ["config", "show", "--deploy", foreign, "--allow-foreign-deploy"])
+    assert shown.exit_code == 0 and "warning:" in shown.output and "subtalker_sampling_params" in shown.output
+    audit = CliRunner().invoke(app, ["audit-determinism", "--deploy", foreign, "--scenarios", "repeat"])
+    assert audit.exit_code == 2 and "not a MOSS-TTS-Local deploy file" in audit.output
+    audit = CliRunner().invoke(app, ["audit-determinism", "--deploy", foreign, "--allow-foreign-deploy",
+                                     "--golden", str(tmp_path / "missing.json")])
+    assert audit.exit_code == 2 and "golden file does not exist" in audit.output  # the flag itself is accepted
+
+
+def test_cli_config_show_refuses_an_unknown_platform():
+    result = CliRunner().invoke(app, ["config", "show", "--platform", "tpu"])
+    assert result.exit_code == 2 and "unknown platform 'tpu'" in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("request_seed, deploy_seed, expected", [

@@ -20,6 +20,8 @@ from .common import Device, DType, stderr, stdout, user_errors
 def audit_determinism(
     requests: Annotated[Optional[Path], typer.Argument(help="Request file (default: the built-in audit set).")] = None,
     deploy: Annotated[Optional[Path], typer.Option(help="vllm-omni deploy YAML.")] = None,
+    allow_foreign_deploy: Annotated[bool, typer.Option(help="Use a deploy file written for another model "
+                                                       "(a warning instead of an error).")] = False,
     model: Annotated[Optional[Path], typer.Option(help="Talker checkpoint directory.")] = None,
     codec: Annotated[Optional[Path], typer.Option(help="Audio tokenizer checkpoint directory.")] = None,
     scenarios: Annotated[str, typer.Option(help=f"Comma-separated: {','.join(SCENARIOS)}.")] = ",".join(SCENARIOS),
@@ -56,7 +58,8 @@ def audit_determinism(
             requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db, strict_unseeded=strict_unseeded,
             max_batch=max_batch,
             synth=SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
-                               legacy_global_rng=legacy_global_rng, batch_invariant=batch_invariant))
+                               legacy_global_rng=legacy_global_rng, batch_invariant=batch_invariant,
+                               allow_foreign_deploy=allow_foreign_deploy))
         if golden is not None and not golden.is_file():
             raise MossError("golden file does not exist", file=golden, field="--golden")
         result = run_audit(options)

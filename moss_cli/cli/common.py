@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from contextlib import contextmanager
 from enum import Enum
 
@@ -10,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from ..config.deploy import DeployWarning
 from ..errors import MossError
 
 stdout = Console()
@@ -37,9 +39,28 @@ def interactive() -> bool:
     return stderr.is_terminal and not os.environ.get("CI")
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings about the user's files read like our errors: `warning: file:line: message`."""
+    where = f"{filename}:{lineno}: " if lineno else ""
+    stderr.print(f"[bold yellow]warning:[/] {escape(where + str(message))}", highlight=False, soft_wrap=True)
+
+
 @contextmanager
 def user_errors():
-    """Turn problems with the user's input into a message and exit code 2, without a traceback."""
+    """Turn problems with the user's input into a message and exit code 2, without a traceback;
+    show warnings about the user's files (DeployWarning) as one readable line each."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", DeployWarning)
+        shown = warnings.showwarning
+        warnings.showwarning = lambda message, category, *where: (
+            _show_warning(message, category, *where) if issubclass(category, DeployWarning)
+            else shown(message, category, *where))
+        with _errors_to_exit_codes():
+            yield
+
+
+@contextmanager
+def _errors_to_exit_codes():
     try:
         yield
     except MossError as e:

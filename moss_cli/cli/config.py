@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from ..assets import TINY_DEPLOY
-from ..config.deploy import load_deploy
+from ..config.deploy import PLATFORMS, load_deploy
 from .common import stdout, user_errors
 
 app = typer.Typer(help="Inspect deploy configs.", no_args_is_help=True)
@@ -21,14 +21,18 @@ SHOWN = ("temperature", "top_p", "top_k", "max_tokens", "seed", "repetition_pena
 @app.command("show")
 def show(
     deploy: Annotated[Optional[Path], typer.Option(help="Deploy YAML (default: the shipped tiny recipe).")] = None,
-    platform: Annotated[str, typer.Option(help="Platform section to apply: cpu, cuda, npu, xpu, rocm.")] = "cpu",
-    builtin: Annotated[bool, typer.Option("--builtin", help="Show the built-in published v1.5 defaults.")] = False,
+    platform: Annotated[str, typer.Option(help=f"Platform section to apply: {', '.join(PLATFORMS)}.")] = "cpu",
+    builtin: Annotated[bool, typer.Option("--builtin", help="Show the built-in defaults (vllm-omni's "
+                                                             "MOSS-TTS-Local v1.5 deploy file).")] = False,
+    allow_foreign_deploy: Annotated[bool, typer.Option(help="Show a deploy file written for another model "
+                                                       "(a warning instead of an error).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Print stage 0's default sampling params, max_num_seqs, max_model_len and codec streaming keys,
     each with the file and line it came from (after base_config and platform merges)."""
     with user_errors():
-        config = load_deploy(None if builtin else (deploy or TINY_DEPLOY), platform.lower())
+        config = load_deploy(None if builtin else (deploy or TINY_DEPLOY), platform.lower(),
+                             allow_foreign=allow_foreign_deploy)
     params = config.sampling
     rows = [(f"default_sampling_params.{key}", params.get(key),
              config.source("stages", 0, "default_sampling_params", key)) for key in SHOWN]

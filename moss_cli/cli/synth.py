@@ -21,7 +21,9 @@ def synth(
     requests: Annotated[Path, typer.Argument(help="Request file: .jsonl, .csv or .txt (one utterance per line).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")] = Path("out"),
     deploy: Annotated[Optional[Path], typer.Option(help="vllm-omni deploy YAML (default: the tiny recipe, or the "
-                                                         "published v1.5 defaults with --model).")] = None,
+                                                         "vllm-omni v1.5 defaults with --model).")] = None,
+    allow_foreign_deploy: Annotated[bool, typer.Option(help="Use a deploy file written for another model "
+                                                       "(a warning instead of an error).")] = False,
     model: Annotated[Optional[Path], typer.Option(help="Talker checkpoint directory (default: the shipped tiny one).")] = None,
     codec: Annotated[Optional[Path], typer.Option(help="Audio tokenizer checkpoint directory (with --model).")] = None,
     device: Annotated[Device, typer.Option(help="Where to run.")] = Device.auto,
@@ -57,7 +59,8 @@ def synth(
 
         options = SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
                                max_batch=max_batch, legacy_global_rng=legacy_global_rng,
-                               batch_invariant=batch_invariant, threads=threads)
+                               batch_invariant=batch_invariant, threads=threads,
+                               allow_foreign_deploy=allow_foreign_deploy)
         run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force, stream=stream)
         if interactive():
             with progress_bar() as (on_start, on_result):
