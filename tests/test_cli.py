@@ -30,3 +30,28 @@ def test_threads_option_sets_torch_intra_op_threads(tmp_path):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(1)
+
+
+def test_no_color_keeps_the_progress_bar(monkeypatch):
+    from rich.console import Console
+
+    from moss_cli.cli import common
+
+    monkeypatch.setattr(common, "stderr", Console(stderr=True, force_terminal=True))
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert common.interactive()  # colour and progress are different things
+    monkeypatch.setenv("CI", "true")
+    assert not common.interactive()
+
+
+def test_help_and_version_do_not_import_torch():
+    import subprocess
+    import sys
+
+    for argv in (["--version"], ["--help"], ["synth", "--help"], ["audit-determinism", "--help"]):
+        code = ("import sys; from moss_cli.cli.app import app\n"
+                f"try:\n    app({argv!r})\nexcept SystemExit:\n    pass\n"
+                "print('torch imported' if 'torch' in sys.modules else 'no torch')")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        assert out.strip().endswith("no torch"), (argv, out[-300:])
