@@ -44,7 +44,7 @@ def summary(result: AuditResult, golden: GoldenCheck | None) -> dict:
             "warnings": len(result.mixups), "elapsed_s": round(result.elapsed_s, 3)}
 
 
-def verdict(s: dict) -> str:
+def outcome(s: dict) -> str:
     """PASSED, or FAILED with what failed: violations, golden drift or both."""
     if s["passed"]:
         return "PASSED"
@@ -156,7 +156,7 @@ def _system_err(suite: ET.Element, warnings: list[str]) -> None:
 def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
     s = summary(result, golden)
     icon = "✅" if s["passed"] else "❌"
-    out = [f"## {icon} moss audit-determinism: {'passed' if s['passed'] else verdict(s)}", "",
+    out = [f"## {icon} moss audit-determinism: {'passed' if s['passed'] else outcome(s)}", "",
            f"Level `{s['level']}`, {s['requests']} requests, {s['cases']} comparisons, {s['elapsed_s']:.1f} s "
            f"on {result.environment['device']} ({result.environment['dtype']}, torch {result.environment['torch_version']}).",
            "", "| scenario | pass | fail | unseeded |", "|---|---:|---:|---:|"]
@@ -229,7 +229,7 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
                       soft_wrap=True)
         for k, (a, b) in golden.environment_changes.items():
             console.print(f"  environment {k}: {escape(str(a))} -> {escape(str(b))}")
-    status = "[bold green]PASSED[/]" if s["passed"] else f"[bold red]{verdict(s)}[/]"
+    status = "[bold green]PASSED[/]" if s["passed"] else f"[bold red]{outcome(s)}[/]"
     warned = f", {s['warnings']} warning(s)" if s["warnings"] else ""
     console.print(f"{status}: {s['failures']} violation(s), {s['unseeded']} unseeded difference(s), "
                   f"{s['cases']} comparisons in {s['elapsed_s']:.1f} s{warned}")

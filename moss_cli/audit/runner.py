@@ -11,9 +11,9 @@ from ..config.requests import read_requests
 from ..engine.scheduler import LogitsHook
 from ..errors import MossError
 from ..synth import Prepared, SynthOptions, Synthesizer
-from .attribution import Attribution, attribute
+from .attribution import Attribution, attribute, codec_numeric
 from .builtin import builtin_requests
-from .compare import Comparison, Output, compare, format_abs, format_db, output_of
+from .compare import Comparison, Output, compare, output_of
 from .environment import environment
 from .mixups import MixUp, MixUpLog, request_content
 from .scenarios import SCENARIOS, Run, build_runs
@@ -162,9 +162,7 @@ class Auditor:
             return case
         case.verdict = "fail"
         if cmp.codes_equal:
-            case.attribution = Attribution(
-                "codec-numeric", f"identical codes but different PCM (max abs diff {format_abs(cmp.max_abs_diff)}, "
-                                 f"SNR {format_db(cmp.snr_db)} dB)")
+            case.attribution = codec_numeric(cmp)
         else:
             case.attribution = attribute(self._runner(reference_run, key), self._runner(run, key), key,
                                          cmp.first_frame, cmp.first_codebook, self.synth.talker_config.n_vq,
