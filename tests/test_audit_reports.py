@@ -96,21 +96,24 @@ def test_different_requests_with_identical_codes_warn_in_every_report_but_twins_
     assert "Warnings (1)" in md and "requests 'a' and 'b'" in md and "twin-1" not in md
 
 
-def test_greedy_requests_differing_only_in_seed_are_twins_not_a_mixup():
-    synth = Synthesizer(SynthOptions(device="cpu"))
-    greedy = {"temperature": 0.0}
-    prepared = synth.prepare([Request("g1", "Same text.", 1, seed=1, sampling=greedy),
-                              Request("g2", "Same text.", 2, seed=2, sampling=greedy),
-                              Request("s1", "Same text.", 3, seed=1),
-                              Request("s2", "Same text.", 4, seed=2)])
-    codes = torch.arange(12).reshape(2, 6)
-    outputs = {p.request.id: Output(codes, torch.zeros(1, 0), "", "request", content=request_content(p))
+def _mixups(prepared, seeds_used=True):
+    codes = torch.arange(12).reshape(2, 6)  # the same codes for every request
+    outputs = {p.request.id: Output(codes, torch.zeros(1, 0), "", "request", content=request_content(p, seeds_used))
                for p in prepared}
     log = MixUpLog(list(outputs))
     log.add("batched", "max-batch-4", outputs)
-    pairs = {(m.first, m.second): m.differs for m in log.warnings}
-    assert ("g1", "g2") not in pairs  # greedy ignores the seed
-    assert pairs[("s1", "s2")] == ["seed"]  # sampled: a different seed must give different codes
+    return [(m.requests, m.differs) for m in log.warnings]
+
+
+def test_requests_differing_only_in_a_seed_the_engine_ignores_are_twins_not_a_mixup():
+    synth = Synthesizer(SynthOptions(device="cpu"))
+    greedy = {"temperature": 0.0}
+    greedy_pair = synth.prepare([Request("g1", "Same text.", 1, seed=1, sampling=greedy),
+                                 Request("g2", "Same text.", 2, seed=2, sampling=greedy)])
+    sampled_pair = synth.prepare([Request("s1", "Same text.", 1, seed=1), Request("s2", "Same text.", 2, seed=2)])
+    assert _mixups(greedy_pair) == []  # greedy decoding ignores the seed
+    assert _mixups(sampled_pair, seeds_used=False) == []  # so does the legacy global RNG
+    assert _mixups(sampled_pair) == [(["s1", "s2"], ["seed"])]  # sampled: another seed must change the codes
 
 
 # --- output paths are checked before any work --------------------------------------------------

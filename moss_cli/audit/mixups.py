@@ -17,18 +17,19 @@ from ..synth import Prepared
 from .compare import Output
 
 
-def request_content(p: Prepared) -> dict:
+def request_content(p: Prepared, seeds_used: bool = True) -> dict:
     """Everything about a request that should shape its codes.
 
     Left out on purpose: the id, the frame budget (two budgets give the same codes when both
-    requests stop early) and, for greedy requests, the seed and the sampling knobs that greedy
-    decoding ignores (a greedy pair that differs only there is a twin, not a mix-up)."""
+    requests stop early), the seed where the engine does not use it (greedy decoding; the legacy
+    global RNG) and the sampling knobs that greedy decoding ignores: requests that differ only
+    there are twins, not a mix-up."""
     eff = p.effective
     greedy = not eff.do_sample
     return {
         "text": p.request.text, "prompt fields": p.request.prompt_fields, "ref_text": p.request.ref_text,
         "ref_audio": p.reference.sha256 if p.reference is not None else None,
-        "seed": None if greedy else eff.seed,
+        "seed": eff.seed if seeds_used and not greedy else None,
         "sampling": {"do_sample": eff.do_sample, "repetition_penalty": eff.audio.repetition_penalty,
                      **({} if greedy else {"audio": eff.audio.__dict__, "stop": eff.stop.__dict__})},
     }
@@ -40,11 +41,10 @@ def _key(content: dict) -> str:
 
 @dataclass
 class MixUp:
-    """Requests `first` and `second` differ in content but produced identical codes, in `runs`."""
+    """`requests` (one per distinct content) differ but produced identical codes, in `runs`."""
 
-    first: str
-    second: str
-    differs: list[str]  # the content fields that differ: "text", "seed", ...
+    requests: list[str]
+    differs: list[str]  # the content fields that are not the same for all of them: "text", "seed", ...
     frames: int
     runs: list[tuple[str, str]] = field(default_factory=list)  # (scenario, run); scenario "reference": alone
     of_runs: int = 0  # how many runs the audit made in all
@@ -62,20 +62,23 @@ class MixUp:
         why = "a likely mix-up"
         if "reference" in self.scenarios:  # alone, nothing else was in the batch to mix up with
             why += ", unless the model ignores the difference (they match when run alone too)"
-        return (f"requests {self.first!r} and {self.second!r} differ ({', '.join(self.differs)}) but produced "
-                f"identical codes ({self.frames} frames) {where}: {why}")
+        names = ", ".join(repr(r) for r in self.requests[:-1]) + f" and {self.requests[-1]!r}"
+        return (f"requests {names} differ ({', '.join(self.differs)}) but produced identical codes "
+                f"({self.frames} frames) {where}: {why}")
 
     def as_dict(self) -> dict:
-        return {"kind": "identical-codes", "requests": [self.first, self.second], "differs": self.differs,
+        return {"kind": "identical-codes", "requests": self.requests, "differs": self.differs,
                 "frames": self.frames, "runs": [f"{s}/{r}" for s, r in self.runs], "of_runs": self.of_runs,
                 "scenarios": self.scenarios, "message": self.message}
 
 
-def find_mixups(outputs: dict[str, Output]) -> list[MixUp]:
-    """Pairs of distinct contents with identical codes in one run (the first request of each
-    content stands for its twins). Empty outputs are skipped: there is nothing in them to mix up."""
+def find_mixups(outputs: dict[str, Output], order: dict[str, int]) -> list[MixUp]:
+    """Groups of distinct contents with identical codes in one run; the first request of each
+    content (in `order`) stands for its twins. Empty outputs are skipped: there is nothing in
+    them to mix up."""
     by_codes: dict[tuple, dict[str, str]] = {}  # codes -> content -> first request id with it
-    for key, out in outputs.items():
+    for key in sorted(outputs, key=lambda k: (order.get(k, len(order)), k)):
+        out = outputs[key]
         if out.codes.shape[0] == 0:
             continue
         codes = (tuple(out.codes.shape), out.codes.cpu().numpy().tobytes())
@@ -83,31 +86,29 @@ def find_mixups(outputs: dict[str, Output]) -> list[MixUp]:
     found = []
     for contents in by_codes.values():
         ids = list(contents.values())
-        for i, first in enumerate(ids):
-            for second in ids[i + 1:]:
-                a, b = outputs[first].content, outputs[second].content
-                found.append(MixUp(first, second, [k for k in a if a.get(k) != b.get(k)],
-                                   int(outputs[first].codes.shape[0])))
+        if len(ids) > 1:
+            fields = outputs[ids[0]].content
+            differs = [f for f in fields if len({_key({f: outputs[i].content.get(f)}) for i in ids}) > 1]
+            found.append(MixUp(ids, differs, int(outputs[ids[0]].codes.shape[0])))
     return found
 
 
 class MixUpLog:
-    """Collects the mix-ups of every run, one warning per pair of requests with all its runs."""
+    """Collects the mix-ups of every run: one warning per group of requests, with all its runs."""
 
     def __init__(self, order: list[str]) -> None:
         self.rank = {key: i for i, key in enumerate(order)}  # audited requests first, in file order
-        self.pairs: dict[tuple[str, str], MixUp] = {}
+        self.groups: dict[tuple[str, ...], MixUp] = {}
         self.runs = 0
 
     def add(self, scenario: str, run: str, outputs: dict[str, Output]) -> None:
         self.runs += 1
-        for m in find_mixups(outputs):
-            first, second = sorted((m.first, m.second), key=lambda k: (self.rank.get(k, len(self.rank)), k))
-            kept = self.pairs.setdefault((first, second), MixUp(first, second, m.differs, m.frames))
+        for m in find_mixups(outputs, self.rank):
+            kept = self.groups.setdefault(tuple(m.requests), m)
             kept.runs.append((scenario, run))
 
     @property
     def warnings(self) -> list[MixUp]:
-        for m in self.pairs.values():
+        for m in self.groups.values():
             m.of_runs = self.runs
-        return list(self.pairs.values())
+        return list(self.groups.values())

@@ -101,7 +101,8 @@ class Auditor:
 
     def _run(self, prepared: list[Prepared], max_batch: int, hook: LogitsHook | None = None,
              stream: bool = False) -> dict[str, Output]:
-        content = {p.request.id: request_content(p) for p in prepared}
+        seeds_used = not self.synth.options.legacy_global_rng  # the legacy global RNG ignores them
+        content = {p.request.id: request_content(p, seeds_used) for p in prepared}
         return {r.request.id: output_of(r, content[r.request.id])
                 for r in self.synth.run(prepared, max_batch=max_batch, logits_hook=hook or self.options.perturb,
                                         stream=stream)}
