@@ -83,7 +83,7 @@ class GoldenCheck:
         more = f" and {len(self.drifts) - 5} more" if len(self.drifts) > 5 else ""
         causes = self.causes
         if causes:
-            why = "cause: " + "; ".join(causes)
+            why = "likely cause: " + "; ".join(causes)
         else:
             why = "cause unknown: same seeds and environment as recorded"
             if self.unknown:

@@ -46,7 +46,6 @@ class Case:
     attribution: Attribution | None = None
     wall_s: float = 0.0  # the request's time in this run, plus comparing (and attributing) it
 
-
     @property
     def failed(self) -> bool:
         return self.verdict == "fail"
