@@ -16,7 +16,7 @@ import torch
 
 from ..engine.frame import STOP_HEAD
 from ..engine.scheduler import LogitsHook
-from .compare import STOP
+from .compare import STOP, Comparison, format_abs, format_db
 
 
 @dataclass
@@ -29,6 +29,12 @@ class Attribution:
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def codec_numeric(cmp: Comparison) -> Attribution:
+    """Identical codes, different PCM: the codec's numbers changed with the batch."""
+    return Attribution("codec-numeric", f"identical codes but different PCM (max abs diff "
+                                        f"{format_abs(cmp.max_abs_diff)}, SNR {format_db(cmp.snr_db)} dB)")
 
 
 class _Enough(Exception):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,6 +21,9 @@ class Output:
     pcm_sha256: str
     seed_source: str
     chunks: list[int] | None = None  # streaming: the chunk sizes actually decoded
+    seed: int | None = None  # the effective seed (request, else deploy)
+    wall_s: float = 0.0  # how long the request took in its run
+    content: dict = field(default_factory=dict)  # what shapes its codes (see mixups.request_content)
 
 
 @dataclass
@@ -98,6 +101,26 @@ def compare(reference: Output, other: Output, sample_rate: int) -> Comparison:
     )
 
 
-def output_of(result) -> Output:
+def output_of(result, content: dict | None = None) -> Output:
     chunks = None if result.stream is None else [c.frames for c in result.stream.chunks]
-    return Output(result.codes, result.audio, pcm_sha256(result.pcm), result.effective.seed_source, chunks)
+    return Output(result.codes, result.audio, pcm_sha256(result.pcm), result.effective.seed_source, chunks,
+                  result.effective.seed, result.wall_s, content or {})
+
+
+# People read these; JSON keeps the full precision.
+def format_db(value: float | None) -> str:
+    """An SNR or a log-spectral distance in dB, to 2 decimals; None is an infinite SNR."""
+    return "inf" if value is None else f"{value:.2f}"
+
+
+def format_abs(value: float) -> str:
+    """A sample difference, compact (3 significant digits)."""
+    return f"{value:.3g}"
+
+
+def format_audio(cmp: Comparison) -> str:
+    """The waveform metrics of one comparison in one line."""
+    if cmp.pcm_equal:
+        return "PCM identical"
+    return (f"SNR {format_db(cmp.snr_db)} dB, LSD {format_db(cmp.log_spectral_distance)} dB, "
+            f"max abs {format_abs(cmp.max_abs_diff)}")

@@ -2,16 +2,41 @@
 
 from __future__ import annotations
 
+import hashlib
 import platform
+from pathlib import Path
 
 import torch
+import yaml
 
 from .. import __version__
 from ..model.checkpoint import checkpoint_fingerprint
 
+
+def deploy_sha256(path: Path) -> str:
+    """sha256 over the bytes of a deploy file and of its base_config chain, in order.
+
+    The path alone says nothing when the file is edited in place; this changes whenever the
+    content does (comments included, which is fine: it is a hint at the cause of a drift)."""
+    digest = hashlib.sha256()
+    file, seen = path.expanduser().resolve(), set()
+    while file is not None and file not in seen and file.is_file():
+        seen.add(file)
+        data = file.read_bytes()
+        digest.update(data)
+        try:
+            base = yaml.safe_load(data)
+        except yaml.YAMLError:  # the deploy loader already validated it; nothing more to follow
+            break
+        base = base.get("base_config") if isinstance(base, dict) else None
+        file = (file.parent / base).expanduser().resolve() if isinstance(base, str) else None
+    return digest.hexdigest()
+
+
 def environment(synth) -> dict:
     device = synth.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    deploy = synth.deploy.path
     return {
         "moss_version": __version__,
         "torch_version": torch.__version__,
@@ -22,7 +47,8 @@ def environment(synth) -> dict:
         "threads": torch.get_num_threads(),
         "talker_checkpoint": checkpoint_fingerprint(synth.talker_path),
         "codec_checkpoint": checkpoint_fingerprint(synth.codec_path),
-        "deploy": str(synth.deploy.path) if synth.deploy.path else "built-in",
+        "deploy": str(deploy) if deploy else "built-in",
+        "deploy_sha256": deploy_sha256(deploy) if deploy else "built-in",
         "legacy_global_rng": synth.options.legacy_global_rng,
+        "batch_invariant": synth.options.batch_invariant,
     }
-

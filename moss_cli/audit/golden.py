@@ -1,10 +1,13 @@
-"""Golden baselines: each request's codes and PCM hashes alone, plus the environment that made them."""
+"""Golden baselines: each request's codes and PCM hashes alone, plus the environment that made them.
+
+Fields added over time (the deploy file's hash, each request's effective seed) may be missing
+from older golden files: a missing field is unknown, never a drift or a cause."""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import MossError
@@ -20,12 +23,13 @@ def golden_document(result: AuditResult) -> dict:
         "level": result.options.level,
         "environment": result.environment,
         "requests": {key: {"codes_sha256": codes_sha256(out.codes), "pcm_sha256": out.pcm_sha256,
-                           "frames": int(out.codes.shape[0]), "seed_source": out.seed_source}
+                           "frames": int(out.codes.shape[0]), "seed_source": out.seed_source, "seed": out.seed}
                      for key, out in result.reference.items()},
     }
 
 
 def save_golden(path: Path, result: AuditResult) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         tmp.write_text(json.dumps(golden_document(result), indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -37,24 +41,60 @@ def save_golden(path: Path, result: AuditResult) -> None:
 @dataclass
 class Drift:
     request: str
-    reason: str  # "codes" | "pcm" | "missing" | "new"
+    reason: str  # "codes" | "pcm" | "missing"
     detail: str
+    cause: str | None = None  # known from the request itself, e.g. "seed 42 -> 7"
+
+
+# Environment fields that are content hashes: their values mean nothing to people, so only a
+# prefix is shown.
+_HASHES = {"talker_checkpoint": "talker checkpoint", "codec_checkpoint": "codec checkpoint",
+           "deploy_sha256": "deploy file content"}
+
+
+def describe_change(key: str, golden, now) -> str:
+    if key in _HASHES:
+        return f"{_HASHES[key]} changed ({str(golden)[:12]} -> {str(now)[:12]})"
+    return f"{key} {golden} -> {now}"
 
 
 @dataclass
 class GoldenCheck:
     path: Path
     drifts: list[Drift]
-    environment_changes: dict[str, tuple]  # field -> (golden, now)
+    environment_changes: dict[str, tuple]  # field -> (golden, now); only fields the golden file records
+    unknown: list[str] = field(default_factory=list)  # environment fields the golden file does not record
 
     @property
     def passed(self) -> bool:
         return not self.drifts
 
+    @property
+    def causes(self) -> list[str]:
+        """What changed and can explain the drift: per-request seeds, then the environment."""
+        seeds = [f"{d.request}: {d.cause}" for d in self.drifts if d.cause]
+        return seeds + [describe_change(k, a, b) for k, (a, b) in self.environment_changes.items()]
+
+    def describe(self) -> str:
+        """One line: which requests drifted and why, as far as the golden file lets us tell."""
+        if self.passed:
+            return f"no drift from {self.path.name}"
+        names = ", ".join(f"{d.request} ({d.reason})" for d in self.drifts[:5])
+        more = f" and {len(self.drifts) - 5} more" if len(self.drifts) > 5 else ""
+        causes = self.causes
+        if causes:
+            why = "likely cause: " + "; ".join(causes)
+        else:
+            why = "cause unknown: same seeds and environment as recorded"
+            if self.unknown:
+                why += f" (not recorded in the golden file: {', '.join(self.unknown)})"
+        return f"{len(self.drifts)} request(s) drifted from {self.path.name}: {names}{more}; {why}"
+
     def as_dict(self) -> dict:
         return {"path": str(self.path), "passed": self.passed,
-                "drifts": [d.__dict__ for d in self.drifts],
-                "environment_changes": {k: {"golden": a, "now": b} for k, (a, b) in self.environment_changes.items()}}
+                "drifts": [d.__dict__ for d in self.drifts], "causes": self.causes, "summary": self.describe(),
+                "environment_changes": {k: {"golden": a, "now": b} for k, (a, b) in self.environment_changes.items()},
+                "environment_unknown": self.unknown}
 
 
 def load_golden(path: Path) -> dict:
@@ -77,12 +117,17 @@ def check_golden(path: Path, result: AuditResult) -> GoldenCheck:
         got = now["requests"].get(key)
         if got is None:
             drifts.append(Drift(key, "missing", "in the golden file but not audited now"))
-        elif want.get("seed_source") == "none":
+            continue
+        if want.get("seed_source") == "none":
             continue  # unseeded: not reproducible by design
-        elif got["codes_sha256"] != want.get("codes_sha256"):
-            drifts.append(Drift(key, "codes", f"codes changed ({want.get('frames')} -> {got['frames']} frames)"))
+        cause = None
+        if "seed" in want and want["seed"] != got["seed"]:
+            cause = f"seed {want['seed']} -> {got['seed'] if got['seed'] is not None else 'none (unseeded)'}"
+        if got["codes_sha256"] != want.get("codes_sha256"):
+            drifts.append(Drift(key, "codes", f"codes changed ({want.get('frames')} -> {got['frames']} frames)", cause))
         elif got["pcm_sha256"] != want.get("pcm_sha256"):
-            drifts.append(Drift(key, "pcm", "same codes, different PCM bytes"))
-    env_then = golden.get("environment", {})
-    changes = {k: (env_then.get(k), v) for k, v in now["environment"].items() if env_then.get(k) != v}
-    return GoldenCheck(path, drifts, changes)
+            drifts.append(Drift(key, "pcm", "same codes, different PCM bytes", cause))
+    env_then = golden.get("environment") or {}
+    changes = {k: (env_then[k], v) for k, v in now["environment"].items() if k in env_then and env_then[k] != v}
+    unknown = [k for k in now["environment"] if k not in env_then]
+    return GoldenCheck(path, drifts, changes, unknown)

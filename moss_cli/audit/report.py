@@ -10,9 +10,12 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .. import __version__
+from ..errors import MossError
+from .compare import format_audio
 from .golden import GoldenCheck
 from .runner import AuditResult, Case
 
@@ -38,7 +41,15 @@ def summary(result: AuditResult, golden: GoldenCheck | None) -> dict:
             "failures": sum(c.failed for c in result.cases), "unseeded": sum(c.verdict == "unseeded" for c in result.cases),
             "scenarios": {name: dict(counts) for name, counts in by_scenario.items()},
             "causes": dict(causes), "golden_drift": None if golden is None else len(golden.drifts),
-            "elapsed_s": round(result.elapsed_s, 3)}
+            "warnings": len(result.mixups), "elapsed_s": round(result.elapsed_s, 3)}
+
+
+def outcome(s: dict) -> str:
+    """PASSED, or FAILED with what failed: violations, golden drift or both."""
+    if s["passed"]:
+        return "PASSED"
+    reasons = (["violations"] if s["failures"] else []) + (["golden drift"] if s["golden_drift"] else [])
+    return f"FAILED ({' and '.join(reasons)})"
 
 
 def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
@@ -58,6 +69,7 @@ def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
                                  for (scenario, run), outs in result.outputs.items()
                                  if any(o.chunks is not None for o in outs.values())}},
         "cases": [case.as_dict() for case in result.cases],
+        "warnings": [m.as_dict() for m in result.mixups],
         "golden": None if golden is None else golden.as_dict(),
     })
 
@@ -71,10 +83,17 @@ def _failure_text(case: Case) -> str:
         lines.append(f"first diverging frame {cmp.first_frame}, codebook {cmp.first_codebook}; "
                      f"frames {cmp.frames_reference} alone vs {cmp.frames_other}")
     if cmp is not None:
-        snr = "inf" if cmp.snr_db is None else f"{cmp.snr_db:.1f}"
-        lines.append(f"PCM equal: {cmp.pcm_equal}; max abs diff {cmp.max_abs_diff:.3g}; SNR {snr} dB; "
-                     f"log-spectral distance {cmp.log_spectral_distance:.3g} dB")
+        lines.append(f"PCM equal: {cmp.pcm_equal}; {format_audio(cmp)}")
     return "\n".join(lines)
+
+
+def _warnings_for(result: AuditResult, scenario: str | None) -> list[str]:
+    """Warnings of one scenario's runs, plus those of the reference run (every comparison uses it)."""
+    return [m.message for m in result.mixups if {"reference", scenario} & set(m.scenarios)]
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}"
 
 
 def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
@@ -85,11 +104,13 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
         suites.setdefault(case.scenario, []).append(case)
     total = failures = skipped = 0
     for scenario, cases in suites.items():
+        took = result.scenario_s.get(scenario, sum(c.wall_s for c in cases))
         suite = ET.SubElement(root, "testsuite", name=f"audit.{scenario}", tests=str(len(cases)),
                               failures=str(sum(c.failed for c in cases)), errors="0",
-                              skipped=str(sum(c.verdict == "unseeded" for c in cases)), time="0")
+                              skipped=str(sum(c.verdict == "unseeded" for c in cases)), time=_seconds(took))
         for case in cases:
-            tc = ET.SubElement(suite, "testcase", classname=f"audit.{scenario}.{case.run}", name=case.request, time="0")
+            tc = ET.SubElement(suite, "testcase", classname=f"audit.{scenario}.{case.run}", name=case.request,
+                               time=_seconds(case.wall_s))
             if case.failed:
                 cause = case.attribution.cause if case.attribution else "differs"
                 failure = ET.SubElement(tc, "failure", message=f"{cause}: {case.attribution.detail if case.attribution else ''}",
@@ -97,22 +118,28 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
                 failure.text = _failure_text(case)
             elif case.verdict == "unseeded":
                 ET.SubElement(tc, "skipped", message="unseeded request: drawn from the global RNG, expected to vary")
+        _system_err(suite, _warnings_for(result, scenario))
         total += len(cases)
         failures += sum(c.failed for c in cases)
         skipped += sum(c.verdict == "unseeded" for c in cases)
     if golden is not None:
+        took = sum(out.wall_s for out in result.reference.values())
         suite = ET.SubElement(root, "testsuite", name="audit.golden", tests=str(len(result.reference)),
-                              failures=str(len(golden.drifts)), errors="0", skipped="0", time="0")
+                              failures=str(len(golden.drifts)), errors="0", skipped="0", time=_seconds(took))
         drifted = {d.request: d for d in golden.drifts}
-        for key in result.reference:
-            tc = ET.SubElement(suite, "testcase", classname="audit.golden", name=key, time="0")
+        causes = "; ".join(golden.causes) or "unknown (same seeds and environment as recorded)"
+        for key, out in result.reference.items():
+            tc = ET.SubElement(suite, "testcase", classname="audit.golden", name=key, time=_seconds(out.wall_s))
             if key in drifted:
-                env = ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in golden.environment_changes.items()) or "none"
-                f = ET.SubElement(tc, "failure", message=f"drift: {drifted[key].detail}", type="drift")
-                f.text = f"{drifted[key].detail}\nenvironment changes: {env}"
+                d = drifted[key]
+                f = ET.SubElement(tc, "failure", message=f"drift: {d.detail}" + (f" ({d.cause})" if d.cause else ""),
+                                  type="drift")
+                f.text = f"{d.detail}\nlikely cause: {causes}"
+        _system_err(suite, _warnings_for(result, None))
         total += len(result.reference)
         failures += len(golden.drifts)
     root.set("tests", str(total))
+    root.set("time", _seconds(result.elapsed_s))
     root.set("failures", str(failures))
     root.set("errors", "0")
     root.set("skipped", str(skipped))
@@ -120,10 +147,16 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
+def _system_err(suite: ET.Element, warnings: list[str]) -> None:
+    """Warnings go to the suite's stderr: CI shows them without counting a failure."""
+    if warnings:
+        ET.SubElement(suite, "system-err").text = "\n".join(f"warning: {w}" for w in warnings)
+
+
 def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
     s = summary(result, golden)
     icon = "✅" if s["passed"] else "❌"
-    out = [f"## {icon} moss audit-determinism: {'passed' if s['passed'] else 'FAILED'}", "",
+    out = [f"## {icon} moss audit-determinism: {'passed' if s['passed'] else outcome(s)}", "",
            f"Level `{s['level']}`, {s['requests']} requests, {s['cases']} comparisons, {s['elapsed_s']:.1f} s "
            f"on {result.environment['device']} ({result.environment['dtype']}, torch {result.environment['torch_version']}).",
            "", "| scenario | pass | fail | unseeded |", "|---|---:|---:|---:|"]
@@ -131,17 +164,23 @@ def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
         out.append(f"| {name} | {counts.get('pass', 0)} | {counts.get('fail', 0)} | {counts.get('unseeded', 0)} |")
     worst = _worst(result)
     if worst:
-        out += ["", "### Violations", "", "| request | scenario/run | cause | first divergence | detail |",
-                "|---|---|---|---|---|"]
+        out += ["", "### Violations", "", "| request | scenario/run | cause | first divergence | audio | detail |",
+                "|---|---|---|---|---|---|"]
         for case in worst[:20]:
             cmp = case.comparison
             where = "-" if cmp is None or cmp.codes_equal else f"frame {cmp.first_frame}, codebook {cmp.first_codebook}"
+            audio = "-" if cmp is None else format_audio(cmp)
             out.append(f"| {case.request} | {case.scenario}/{case.run} | {case.attribution.cause} | {where} | "
-                       f"{case.attribution.detail} |")
+                       f"{audio} | {case.attribution.detail} |")
+    if result.mixups:
+        out += ["", f"### ⚠️ Warnings ({len(result.mixups)})", ""]
+        out += [f"- {m.message}" for m in result.mixups]
     if golden is not None:
         out += ["", f"### Golden baseline `{golden.path.name}`: {'no drift' if golden.passed else f'{len(golden.drifts)} drifted'}"]
+        if not golden.passed:
+            out += ["", golden.describe(), ""]
         for d in golden.drifts:
-            out.append(f"- `{d.request}`: {d.detail}")
+            out.append(f"- `{d.request}`: {d.detail}" + (f" ({d.cause})" if d.cause else ""))
         for k, (a, b) in golden.environment_changes.items():
             out.append(f"- environment `{k}`: `{a}` → `{b}`")
     if s["unseeded"]:
@@ -174,21 +213,26 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
     worst = _worst(result)
     if worst:
         offenders = Table(title="worst offenders (earliest divergence first)")
-        for column in ("request", "scenario/run", "cause", "frame", "codebook", "detail"):
+        for column in ("request", "scenario/run", "cause", "frame", "codebook", "audio", "detail"):
             offenders.add_column(column, overflow="fold")
         for case in worst[:10]:
             cmp = case.comparison
             offenders.add_row(case.request, f"{case.scenario}/{case.run}", case.attribution.cause,
-                              str(cmp.first_frame), str(cmp.first_codebook), case.attribution.detail)
+                              str(cmp.first_frame), str(cmp.first_codebook), format_audio(cmp),
+                              escape(case.attribution.detail))
         console.print(offenders)
+    for m in result.mixups:
+        console.print(f"[yellow]warning:[/] {escape(m.message)}", soft_wrap=True)
     if golden is not None:
-        console.print(f"golden {golden.path}: " + ("[green]no drift[/]" if golden.passed else
-                                                    f"[red]{len(golden.drifts)} request(s) drifted[/]"))
+        console.print(f"golden {escape(str(golden.path))}: " + ("[green]no drift[/]" if golden.passed else
+                                                                 f"[red]{escape(golden.describe())}[/]"),
+                      soft_wrap=True)
         for k, (a, b) in golden.environment_changes.items():
-            console.print(f"  environment {k}: {a} -> {b}")
-    status = "[bold green]PASSED[/]" if s["passed"] else "[bold red]FAILED[/]"
+            console.print(f"  environment {k}: {escape(str(a))} -> {escape(str(b))}")
+    status = "[bold green]PASSED[/]" if s["passed"] else f"[bold red]{outcome(s)}[/]"
+    warned = f", {s['warnings']} warning(s)" if s["warnings"] else ""
     console.print(f"{status}: {s['failures']} violation(s), {s['unseeded']} unseeded difference(s), "
-                  f"{s['cases']} comparisons in {s['elapsed_s']:.1f} s")
+                  f"{s['cases']} comparisons in {s['elapsed_s']:.1f} s{warned}")
 
 
 def write_text(path: Path, text: str) -> None:
@@ -235,3 +279,47 @@ def write_reports(result: AuditResult, golden: GoldenCheck | None, *, json_path:
                 write_audio(path, to_pcm16(out.audio), result.sample_rate, "wav")
                 written.append(path)
     return written
+
+
+REPORT_DIR_FILES = {"--json": "audit.json", "--junit": "junit.xml", "--markdown": "summary.md"}
+
+
+def _nearest_existing(path: Path) -> Path:
+    for parent in path.parents:
+        if parent.exists():
+            return parent
+    return Path(".")
+
+
+def check_output_paths(files: dict[str, Path | None], report_dir: Path | None = None) -> None:
+    """Fail before any work when an output cannot be written, naming the option: a file output
+    that is an existing directory, a report directory that is an existing file, or a parent that
+    is a file or not writable. Missing parent directories are fine: the writers create them."""
+    def check_parent(path: Path, option: str) -> None:
+        existing = _nearest_existing(path)
+        if not existing.is_dir():
+            raise MossError(f"cannot create it: {existing} is a file, not a directory", file=path, field=option)
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise MossError(f"cannot create it: {existing} is not writable", file=path, field=option)
+
+    if report_dir is not None:
+        if report_dir.exists() and not report_dir.is_dir():
+            raise MossError("exists and is not a directory", file=report_dir, field="--report-dir")
+        if report_dir.is_dir():
+            if not os.access(report_dir, os.W_OK | os.X_OK):
+                raise MossError("directory is not writable", file=report_dir, field="--report-dir")
+        else:
+            check_parent(report_dir, "--report-dir")
+        # What --report-dir writes by default, unless an explicit option says where.
+        files = {**{option: report_dir / name for option, name in REPORT_DIR_FILES.items()},
+                 **{option: path for option, path in files.items() if path is not None}}
+        diverging = report_dir / "diverging"
+        if diverging.exists() and not diverging.is_dir():
+            raise MossError("exists and is not a directory (the audio of diverging pairs goes there)",
+                            file=diverging, field="--report-dir")
+    for option, path in files.items():
+        if path is None:
+            continue
+        if path.is_dir():
+            raise MossError("is a directory; expected a file path", file=path, field=option)
+        check_parent(path, option)

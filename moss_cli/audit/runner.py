@@ -11,10 +11,11 @@ from ..config.requests import read_requests
 from ..engine.scheduler import LogitsHook
 from ..errors import MossError
 from ..synth import Prepared, SynthOptions, Synthesizer
-from .attribution import Attribution, attribute
+from .attribution import Attribution, attribute, codec_numeric
 from .builtin import builtin_requests
 from .compare import Comparison, Output, compare, output_of
 from .environment import environment
+from .mixups import MixUp, MixUpLog, request_content
 from .scenarios import SCENARIOS, Run, build_runs
 
 LEVELS = ("codes", "waveform", "bitwise")
@@ -43,6 +44,7 @@ class Case:
     verdict: str  # "pass" | "fail" | "unseeded"
     comparison: Comparison | None
     attribution: Attribution | None = None
+    wall_s: float = 0.0  # the request's time in this run, plus comparing (and attributing) it
 
     @property
     def failed(self) -> bool:
@@ -51,7 +53,8 @@ class Case:
     def as_dict(self) -> dict:
         return {"scenario": self.scenario, "run": self.run, "request": self.request, "seed_source": self.seed_source,
                 "verdict": self.verdict, "comparison": self.comparison.as_dict() if self.comparison else None,
-                "attribution": self.attribution.as_dict() if self.attribution else None}
+                "attribution": self.attribution.as_dict() if self.attribution else None,
+                "wall_s": self.wall_s}
 
 
 @dataclass
@@ -65,6 +68,8 @@ class AuditResult:
     sample_rate: int
     requests: list[str]
     chunk_schedule: list[int] = field(default_factory=list)  # streaming chunk sizes (the last repeats)
+    mixups: list[MixUp] = field(default_factory=list)  # warnings; they do not fail the audit
+    scenario_s: dict[str, float] = field(default_factory=dict)  # wall time of each scenario's runs and checks
 
     @property
     def passed(self) -> bool:
@@ -95,7 +100,9 @@ class Auditor:
 
     def _run(self, prepared: list[Prepared], max_batch: int, hook: LogitsHook | None = None,
              stream: bool = False) -> dict[str, Output]:
-        return {r.request.id: output_of(r)
+        seeds_used = not self.synth.options.legacy_global_rng  # the legacy global RNG ignores them
+        content = {p.request.id: request_content(p, seeds_used) for p in prepared}
+        return {r.request.id: output_of(r, content[r.request.id])
                 for r in self.synth.run(prepared, max_batch=max_batch, logits_hook=hook or self.options.perturb,
                                         stream=stream)}
 
@@ -123,16 +130,25 @@ class Auditor:
         audited = {p.request.id: p for p in self.prepared}
         reference_run = Run("alone", self.prepared, 1, alone=True)
         reference = self._execute(reference_run)
-        cases, outputs = [], {}
+        mixups = MixUpLog(list(audited))
+        mixups.add("reference", reference_run.label, reference)
+        cases, outputs, scenario_s = [], {}, {}
         for scenario in self.options.scenarios:
+            began = time.perf_counter()
             for run in build_runs(scenario, self.synth, self.prepared, self.max_batch, workdir):
                 got = self._execute(run)
                 outputs[(scenario, run.label)] = got
+                mixups.add(scenario, run.label, got)
                 for key in audited:
-                    cases.append(self._judge(scenario, run, reference_run, key, reference[key], got[key]))
+                    judged = time.perf_counter()
+                    case = self._judge(scenario, run, reference_run, key, reference[key], got[key])
+                    case.wall_s = got[key].wall_s + time.perf_counter() - judged
+                    cases.append(case)
+            scenario_s[scenario] = time.perf_counter() - began
         env = environment(self.synth)
         return AuditResult(self.options, cases, env, reference, outputs, time.perf_counter() - start,
-                           self.synth.codec.sample_rate, list(audited), self.synth.chunk_schedule)
+                           self.synth.codec.sample_rate, list(audited), self.synth.chunk_schedule, mixups.warnings,
+                           scenario_s)
 
     def _judge(self, scenario: str, run: Run, reference_run: Run, key: str, ref: Output, out: Output) -> Case:
         cmp = compare(ref, out, self.synth.codec.sample_rate)
@@ -146,9 +162,7 @@ class Auditor:
             return case
         case.verdict = "fail"
         if cmp.codes_equal:
-            case.attribution = Attribution(
-                "codec-numeric", f"identical codes but different PCM (max abs diff {cmp.max_abs_diff:.3g}, "
-                                 f"SNR {cmp.snr_db if cmp.snr_db is not None else 'inf'} dB)")
+            case.attribution = codec_numeric(cmp)
         else:
             case.attribution = attribute(self._runner(reference_run, key), self._runner(run, key), key,
                                          cmp.first_frame, cmp.first_codebook, self.synth.talker_config.n_vq,

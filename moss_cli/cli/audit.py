@@ -9,7 +9,7 @@ import torch
 import typer
 
 from ..audit.golden import check_golden, save_golden
-from ..audit.report import render, summary, write_reports
+from ..audit.report import check_output_paths, render, summary, write_reports
 from ..audit.runner import AuditOptions, run_audit
 from ..audit.scenarios import SCENARIOS
 from ..errors import MossError
@@ -51,6 +51,9 @@ def audit_determinism(
     if threads:
         torch.set_num_threads(threads)
     with user_errors():
+        # Before any model loads: a bad output path must not cost a whole audit.
+        check_output_paths({"--json": json_path, "--junit": junit, "--markdown": markdown,
+                            "--save-golden": save_golden_path}, report_dir)
         chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip())
         if not chosen:
             raise MossError("no scenario selected", field="--scenarios")
@@ -69,7 +72,12 @@ def audit_determinism(
         if save_golden_path is not None:
             save_golden(save_golden_path, result)
     render(stdout, result, check)
-    code = summary(result, check)["exit_code"]
-    if code:
-        stderr.print("audit found violations", style="red")
-    raise typer.Exit(code)
+    s = summary(result, check)
+    if s["failures"]:
+        stderr.print(f"audit found violations ({s['failures']})", style="red")
+    if check is not None and not check.passed:
+        stderr.print(f"golden drift: {check.describe()}", style="red", soft_wrap=True, markup=False)
+    if s["warnings"]:
+        stderr.print(f"{s['warnings']} warning(s): requests with different content produced identical codes "
+                     "(a likely mix-up; see the report)", style="yellow")
+    raise typer.Exit(s["exit_code"])

@@ -1,0 +1,279 @@
+"""What the audit reports say: mix-up warnings, output paths checked up front, golden drift and
+its cause, numbers rounded for people, JUnit times."""
+
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+import moss_cli.cli.audit as audit_cli
+from moss_cli.audit.attribution import codec_numeric
+from moss_cli.audit.compare import Comparison, Output
+from moss_cli.audit.mixups import MixUpLog, request_content
+from moss_cli.audit.report import junit_xml, markdown, render, to_json
+from moss_cli.audit.runner import AuditOptions, AuditResult, Case
+from moss_cli.cli.app import app
+from moss_cli.config.requests import Request
+from moss_cli.engine.frame import STOP_HEAD
+from moss_cli.model.talker import STOP
+from moss_cli.synth import SynthOptions, Synthesizer
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+runner = CliRunner()
+
+
+def _audit(*args):
+    return runner.invoke(app, ["audit-determinism", *map(str, args)])
+
+
+def _flat(text: str) -> str:
+    """Rich wraps long lines at the terminal width; compare text with whitespace collapsed."""
+    return " ".join(text.split())
+
+
+def _requests(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+# --- mix-up warnings ---------------------------------------------------------------------------
+
+MIXED = {"a", "b"}
+
+
+def _force_same_codes(key, frame, codebook, logits, batch, generator):
+    # Requests a and b get the same, certain choice at every draw: identical codes although
+    # their texts and seeds differ, as if one request's codes had been handed to the other.
+    if key not in MIXED:
+        return None
+    forced = torch.full_like(logits, -1e4)
+    forced[1 - STOP if codebook == STOP_HEAD else (frame + codebook) % logits.shape[-1]] = 1e4
+    return forced
+
+
+def test_different_requests_with_identical_codes_warn_in_every_report_but_twins_do_not(tmp_path, monkeypatch):
+    requests = _requests(tmp_path / "r.jsonl", [
+        {"id": "a", "text": "The first request.", "seed": 1, "max_new_frames": 8},
+        {"id": "b", "text": "A different second request.", "seed": 2, "max_new_frames": 8},
+        {"id": "twin-1", "text": "Deliberately the same.", "seed": 3, "max_new_frames": 8},
+        {"id": "twin-2", "text": "Deliberately the same.", "seed": 3, "max_new_frames": 8},
+    ])
+    real_run_audit = audit_cli.run_audit
+
+    def perturbed(options):
+        options.perturb = _force_same_codes
+        return real_run_audit(options)
+
+    monkeypatch.setattr(audit_cli, "run_audit", perturbed)
+    result = _audit(requests, "--scenarios", "repeat,batched", "--json", tmp_path / "a.json",
+                    "--junit", tmp_path / "a.xml", "--markdown", tmp_path / "a.md")
+    assert result.exit_code == 0, result.output  # a warning, not a failure
+
+    report = json.loads((tmp_path / "a.json").read_text())
+    assert report["reference"]["twin-1"]["pcm_sha256"] == report["reference"]["twin-2"]["pcm_sha256"]
+    warnings = report["warnings"]
+    assert [w["requests"] for w in warnings] == [["a", "b"]]
+    assert {"text", "seed"} <= set(warnings[0]["differs"])
+    assert {"reference/alone", "repeat/repeat"} <= set(warnings[0]["runs"])
+    assert report["summary"]["warnings"] == 1 and report["summary"]["passed"]
+
+    terminal = _flat(result.output)
+    assert "warning: requests 'a' and 'b' differ" in terminal and "twin-1" not in terminal
+
+    suites = ET.parse(tmp_path / "a.xml").getroot()
+    assert suites.get("failures") == "0" and not list(suites.iter("failure"))
+    errs = [e.text for e in suites.iter("system-err")]
+    assert len(errs) == 2 and all("requests 'a' and 'b'" in e for e in errs)  # one per scenario suite
+
+    md = (tmp_path / "a.md").read_text()
+    assert "Warnings (1)" in md and "requests 'a' and 'b'" in md and "twin-1" not in md
+
+
+def _mixups(prepared, seeds_used=True):
+    codes = torch.arange(12).reshape(2, 6)  # the same codes for every request
+    outputs = {p.request.id: Output(codes, torch.zeros(1, 0), "", "request", content=request_content(p, seeds_used))
+               for p in prepared}
+    log = MixUpLog(list(outputs))
+    log.add("batched", "max-batch-4", outputs)
+    return [(m.requests, m.differs) for m in log.warnings]
+
+
+def test_requests_differing_only_in_a_seed_the_engine_ignores_are_twins_not_a_mixup():
+    synth = Synthesizer(SynthOptions(device="cpu"))
+    greedy = {"temperature": 0.0}
+    greedy_pair = synth.prepare([Request("g1", "Same text.", 1, seed=1, sampling=greedy),
+                                 Request("g2", "Same text.", 2, seed=2, sampling=greedy)])
+    sampled_pair = synth.prepare([Request("s1", "Same text.", 1, seed=1), Request("s2", "Same text.", 2, seed=2)])
+    assert _mixups(greedy_pair) == []  # greedy decoding ignores the seed
+    assert _mixups(sampled_pair, seeds_used=False) == []  # so does the legacy global RNG
+    assert _mixups(sampled_pair) == [(["s1", "s2"], ["seed"])]  # sampled: another seed must change the codes
+
+
+# --- output paths are checked before any work --------------------------------------------------
+
+def _file(path: Path) -> Path:
+    path.write_text("x")
+    return path
+
+
+def _dir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("option, make", [
+    ("--report-dir", lambda t: _file(t / "reports")),
+    ("--json", lambda t: _dir(t / "a.json")),
+    ("--junit", lambda t: _file(t / "parent") / "junit.xml"),
+    ("--markdown", lambda t: _file(t / "parent") / "deeper" / "summary.md"),
+    ("--save-golden", lambda t: _dir(t / "golden.json")),
+    ("--json", lambda t: _file(t / "reports") / "audit.json"),
+])
+def test_unusable_output_paths_exit_2_naming_the_option_before_the_audit_runs(tmp_path, monkeypatch, option, make):
+    def must_not_run(options):
+        raise AssertionError("the audit ran before its output paths were checked")
+
+    monkeypatch.setattr(audit_cli, "run_audit", must_not_run)
+    monkeypatch.setattr(audit_cli, "AuditOptions", lambda **kw: pytest.fail("options built before the check"))
+    path = make(tmp_path)
+    result = _audit("--scenarios", "repeat", option, path)
+    assert result.exit_code == 2, result.output
+    out = _flat(result.output)
+    assert f"[{option}]" in out and str(path) in out and "Traceback" not in out
+
+
+def test_report_dir_with_a_directory_where_a_report_file_goes_exits_2(tmp_path, monkeypatch):
+    monkeypatch.setattr(audit_cli, "run_audit", lambda options: pytest.fail("the audit ran"))
+    (tmp_path / "reports" / "junit.xml").mkdir(parents=True)
+    result = _audit("--report-dir", tmp_path / "reports")
+    assert result.exit_code == 2 and "[--junit]" in _flat(result.output)
+
+
+def test_missing_parent_folders_of_outputs_are_created(tmp_path):
+    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Hello there.", "seed": 3, "max_new_frames": 8}])
+    golden = tmp_path / "new" / "golden" / "g.json"
+    junit = tmp_path / "ci" / "reports" / "junit.xml"
+    result = _audit(requests, "--scenarios", "repeat", "--save-golden", golden, "--junit", junit)
+    assert result.exit_code == 0, result.output
+    assert json.loads(golden.read_text())["requests"]["r"]["seed"] == 3
+    assert ET.parse(junit).getroot().get("tests") == "1"
+
+
+# --- golden drift, said right ------------------------------------------------------------------
+
+def test_golden_drift_from_a_changed_seed_names_the_seed_and_is_not_called_a_violation(tmp_path):
+    golden = tmp_path / "golden.json"
+    before = _requests(tmp_path / "before.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 42, "max_new_frames": 12},
+                                                   {"id": "same", "text": "Unchanged.", "seed": 5, "max_new_frames": 12}])
+    saved = _audit(before, "--scenarios", "repeat", "--save-golden", golden)
+    assert saved.exit_code == 0, saved.output
+
+    after = _requests(tmp_path / "after.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 7, "max_new_frames": 12},
+                                                 {"id": "same", "text": "Unchanged.", "seed": 5, "max_new_frames": 12}])
+    result = _audit(after, "--scenarios", "repeat", "--golden", golden, "--json", tmp_path / "d.json",
+                    "--markdown", tmp_path / "d.md", "--junit", tmp_path / "d.xml")
+    assert result.exit_code == 1, result.output
+    out = _flat(result.output)
+    assert "audit found violations" not in out and "0 violation(s)" in out
+    assert "FAILED (golden drift)" in out and "golden drift:" in out and "r: seed 42 -> 7" in out
+
+    report = json.loads((tmp_path / "d.json").read_text())
+    assert [(d["request"], d["cause"]) for d in report["golden"]["drifts"]] == [("r", "seed 42 -> 7")]
+    assert report["golden"]["environment_changes"] == {}
+    md = (tmp_path / "d.md").read_text()
+    assert "FAILED (golden drift)" in md and "seed 42 -> 7" in md
+    failure = next(ET.parse(tmp_path / "d.xml").getroot().iter("failure"))
+    assert "seed 42 -> 7" in failure.get("message")
+
+
+def test_golden_records_the_deploy_files_content_and_names_a_change_in_its_base_config(tmp_path):
+    base = Path(shutil.copy(RECIPES / "moss_tts_local_tiny.yaml", tmp_path / "base.yaml"))
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("base_config: base.yaml\n")
+    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 9, "max_new_frames": 12}])
+    golden = tmp_path / "golden.json"
+    assert _audit(requests, "--deploy", deploy, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
+    recorded = json.loads(golden.read_text())["environment"]["deploy_sha256"]
+    assert re.fullmatch(r"[0-9a-f]{64}", recorded)
+
+    # Same path, same top file: only the base it inherits from changes (the sampling temperature).
+    base.write_text(base.read_text().replace("temperature: 1.7", "temperature: 1.1", 1))
+    result = _audit(requests, "--deploy", deploy, "--scenarios", "repeat", "--golden", golden,
+                    "--json", tmp_path / "d.json")
+    assert result.exit_code == 1, result.output
+    report = json.loads((tmp_path / "d.json").read_text())["golden"]
+    assert report["drifts"] and "deploy" not in report["environment_changes"]
+    assert report["environment_changes"]["deploy_sha256"]["golden"] == recorded
+    assert any(c.startswith("deploy file content changed") for c in report["causes"])
+    assert "deploy file content changed" in _flat(result.output)
+
+
+def test_an_old_golden_without_the_new_fields_still_compares_and_missing_fields_are_unknown(tmp_path):
+    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 42, "max_new_frames": 12}])
+    golden = tmp_path / "golden.json"
+    assert _audit(requests, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
+    old = json.loads(golden.read_text())
+    for key in ("deploy_sha256", "batch_invariant"):
+        del old["environment"][key]
+    for row in old["requests"].values():
+        del row["seed"]
+    golden.write_text(json.dumps(old))
+
+    same = _audit(requests, "--scenarios", "repeat", "--golden", golden, "--json", tmp_path / "s.json")
+    assert same.exit_code == 0, same.output
+    check = json.loads((tmp_path / "s.json").read_text())["golden"]
+    assert check["passed"] and check["environment_changes"] == {}
+    assert {"deploy_sha256", "batch_invariant"} <= set(check["environment_unknown"])
+
+    reseeded = _requests(tmp_path / "r2.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 7, "max_new_frames": 12}])
+    drifted = _audit(reseeded, "--scenarios", "repeat", "--golden", golden)
+    assert drifted.exit_code == 1
+    out = _flat(drifted.output)
+    assert "cause unknown" in out and "not recorded in the golden file: deploy_sha256" in out
+
+
+# --- numbers for people ------------------------------------------------------------------------
+
+def _result_with_a_codec_difference() -> AuditResult:
+    cmp = Comparison(codes_equal=True, first_frame=None, first_codebook=None, frames_reference=10, frames_other=10,
+                     duration_diff_s=0.0, pcm_equal=False, max_abs_diff=3.0517578125e-05,
+                     snr_db=127.96399827904983, log_spectral_distance=0.012345678901234)
+    case = Case("batched", "max-batch-8", "r", "request", "fail", cmp, codec_numeric(cmp), wall_s=0.25)
+    env = {"device": "cpu", "dtype": "float32", "torch_version": torch.__version__}
+    return AuditResult(AuditOptions(level="bitwise"), [case], env, {}, {}, 1.5, 24_000, ["r"],
+                       scenario_s={"batched": 0.75})
+
+
+def test_markdown_and_terminal_round_audio_metrics_while_json_keeps_full_precision():
+    result = _result_with_a_codec_difference()
+    md = markdown(result, None)
+    console = Console(file=io.StringIO(), width=300)
+    render(console, result, None)
+    terminal = console.file.getvalue()
+    for text in (md, terminal):
+        assert "SNR 127.96 dB" in text and "3.05e-05" in text and "LSD 0.01 dB" in text
+        assert "127.963" not in text and "0.0123" not in text
+    assert to_json(result, None)["cases"][0]["comparison"]["snr_db"] == 127.96399827904983
+
+
+def test_junit_times_are_the_measured_seconds_not_zero():
+    root = ET.fromstring(junit_xml(_result_with_a_codec_difference(), None))
+    suite = root.find("testsuite")
+    assert float(root.get("time")) == 1.5 and float(suite.get("time")) == 0.75
+    assert float(suite.find("testcase").get("time")) == 0.25
+
+
+def test_a_real_audit_records_positive_junit_times(tmp_path):
+    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Timed.", "seed": 1, "max_new_frames": 8}])
+    assert _audit(requests, "--scenarios", "batched", "--junit", tmp_path / "j.xml").exit_code == 0
+    root = ET.parse(tmp_path / "j.xml").getroot()
+    cases = list(root.iter("testcase"))
+    assert cases and all(float(c.get("time")) > 0 for c in cases)
+    assert float(root.find("testsuite").get("time")) >= max(float(c.get("time")) for c in cases) - 1e-3
