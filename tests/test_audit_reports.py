@@ -13,7 +13,7 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
-import moss_cli.cli.audit as audit_cli
+import moss_cli.audit.runner as audit_runner
 from moss_cli.audit.attribution import codec_numeric
 from moss_cli.audit.compare import Comparison, Output
 from moss_cli.audit.mixups import MixUpLog, request_content
@@ -65,13 +65,13 @@ def test_different_requests_with_identical_codes_warn_in_every_report_but_twins_
         {"id": "twin-1", "text": "Deliberately the same.", "seed": 3, "max_new_frames": 8},
         {"id": "twin-2", "text": "Deliberately the same.", "seed": 3, "max_new_frames": 8},
     ])
-    real_run_audit = audit_cli.run_audit
+    real_run_audit = audit_runner.run_audit
 
     def perturbed(options):
         options.perturb = _force_same_codes
         return real_run_audit(options)
 
-    monkeypatch.setattr(audit_cli, "run_audit", perturbed)
+    monkeypatch.setattr(audit_runner, "run_audit", perturbed)
     result = _audit(requests, "--scenarios", "repeat,batched", "--json", tmp_path / "a.json",
                     "--junit", tmp_path / "a.xml", "--markdown", tmp_path / "a.md")
     assert result.exit_code == 0, result.output  # a warning, not a failure
@@ -140,8 +140,8 @@ def test_unusable_output_paths_exit_2_naming_the_option_before_the_audit_runs(tm
     def must_not_run(options):
         raise AssertionError("the audit ran before its output paths were checked")
 
-    monkeypatch.setattr(audit_cli, "run_audit", must_not_run)
-    monkeypatch.setattr(audit_cli, "AuditOptions", lambda **kw: pytest.fail("options built before the check"))
+    monkeypatch.setattr(audit_runner, "run_audit", must_not_run)
+    monkeypatch.setattr(audit_runner, "AuditOptions", lambda **kw: pytest.fail("options built before the check"))
     path = make(tmp_path)
     result = _audit("--scenarios", "repeat", option, path)
     assert result.exit_code == 2, result.output
@@ -150,7 +150,7 @@ def test_unusable_output_paths_exit_2_naming_the_option_before_the_audit_runs(tm
 
 
 def test_report_dir_with_a_directory_where_a_report_file_goes_exits_2(tmp_path, monkeypatch):
-    monkeypatch.setattr(audit_cli, "run_audit", lambda options: pytest.fail("the audit ran"))
+    monkeypatch.setattr(audit_runner, "run_audit", lambda options: pytest.fail("the audit ran"))
     (tmp_path / "reports" / "junit.xml").mkdir(parents=True)
     result = _audit("--report-dir", tmp_path / "reports")
     assert result.exit_code == 2 and "[--junit]" in _flat(result.output)

@@ -9,12 +9,12 @@ import random
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-import soundfile as sf
+from typing import TYPE_CHECKING
 
 from ..config.requests import Request
-from ..io.reference_audio import synthetic_voice
-from ..synth import Prepared, Synthesizer
+
+if TYPE_CHECKING:  # the CLI reads SCENARIOS for its help text without importing torch
+    from ..synth import Prepared, Synthesizer
 
 SCENARIOS = ("repeat", "batched", "shuffled", "batch-sizes", "seeded-neighbours", "length-mix", "staggered",
              "voices", "streaming")
@@ -53,6 +53,10 @@ def _interleave(a: list[Prepared], b: list[Prepared]) -> list[Prepared]:
 
 def _voice_neighbours(synth: Synthesizer, count: int, workdir: Path) -> list[Prepared]:
     """Neighbours cloning two different synthetic voices (one in continuation mode) and one without."""
+    import soundfile as sf
+
+    from ..io.reference_audio import synthetic_voice
+
     clips = []
     for i, pitch in enumerate((110.0, 220.0)):
         path = workdir / f"voice-{i}.wav"

@@ -5,15 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import torch
 import typer
 
-from ..audit.golden import check_golden, save_golden
-from ..audit.report import check_output_paths, render, summary, write_reports
-from ..audit.runner import AuditOptions, run_audit
 from ..audit.scenarios import SCENARIOS
 from ..errors import MossError
-from ..synth import SynthOptions
 from .common import Device, DType, stderr, stdout, user_errors
 
 
@@ -33,8 +28,9 @@ def audit_determinism(
                                                  "request bitwise as if it ran alone (default); off: faster "
                                                  "kernels whose rounding depends on the batch.")] = True,
     max_batch: Annotated[Optional[int], typer.Option(min=1, help="Max batch (default: stage-0 max_num_seqs).")] = None,
-    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads for torch (default: torch's choice; "
-                                                   "1 suits tiny models on a busy machine).")] = None,
+    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads for torch (default: 1 for small "
+                                                   "models, all cores for large ones; OMP_NUM_THREADS is "
+                                                   "respected).")] = None,
     device: Annotated[Device, typer.Option(help="Where to run.")] = Device.auto,
     dtype: Annotated[DType, typer.Option(help="Model dtype.")] = DType.auto,
     report_dir: Annotated[Optional[Path], typer.Option(help="Write every report and the audio of diverging pairs.")] = None,
@@ -48,9 +44,13 @@ def audit_determinism(
     """Synthesise the same requests in many batch compositions and compare each with its output alone.
 
     Exit 0: no violation; 1: a violation (or golden drift); 2: bad input or runtime error."""
-    if threads:
-        torch.set_num_threads(threads)
     with user_errors():
+        # torch loads here, not for --help
+        from ..audit.golden import check_golden, save_golden
+        from ..audit.report import check_output_paths, render, summary, write_reports
+        from ..audit.runner import AuditOptions, run_audit
+        from ..synth import SynthOptions
+
         # Before any model loads: a bad output path must not cost a whole audit.
         check_output_paths({"--json": json_path, "--junit": junit, "--markdown": markdown,
                             "--save-golden": save_golden_path}, report_dir)
@@ -62,7 +62,7 @@ def audit_determinism(
             max_batch=max_batch,
             synth=SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
                                legacy_global_rng=legacy_global_rng, batch_invariant=batch_invariant,
-                               allow_foreign_deploy=allow_foreign_deploy))
+                               allow_foreign_deploy=allow_foreign_deploy, threads=threads))
         if golden is not None and not golden.is_file():
             raise MossError("golden file does not exist", file=golden, field="--golden")
         result = run_audit(options)
