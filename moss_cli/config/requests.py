@@ -355,8 +355,10 @@ def _language_problem(value: str) -> str | None:
     wanted = value.strip().lower()
     if not wanted or wanted in _LANGUAGE_SPELLINGS or re.split(r"[-_]", wanted)[0] in _LANGUAGE_CODES:
         return None
-    hint = difflib.get_close_matches(wanted, _LANGUAGE_SPELLINGS, n=1)
+    # "Farsi" is part of "Persian (Farsi)": a word of a name beats a similar spelling.
+    hint = [name for name in LANGUAGES if wanted in re.findall(r"\w+", name.lower())]
+    hint = hint or [_LANGUAGE_SPELLINGS[h] for h in difflib.get_close_matches(wanted, _LANGUAGE_SPELLINGS, n=1)]
     if hint:
-        return f"unknown language {value!r}; did you mean {_LANGUAGE_SPELLINGS[hint[0]]!r}?"
+        return f"unknown language {value!r}; did you mean {hint[0]!r}?"
     return (f"unknown language {value!r}; expected a name or code the model was trained on: "
             + ", ".join(f"{name} ({code})" for name, code in LANGUAGES.items()))
