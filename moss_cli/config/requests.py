@@ -170,7 +170,8 @@ def _lines(file: Path, problems: list[Problem], max_line_bytes: int) -> Iterator
                 return
             if number == 1:
                 if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-                    problems.append(Problem(1, None, "the file is UTF-16 text; save it as UTF-8"))
+                    problems.append(Problem(1, None, "not UTF-8 text: it starts with a UTF-16 byte-order mark; "
+                                                     "save it as UTF-8"))
                     return
                 raw = raw.removeprefix(BOM)
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
