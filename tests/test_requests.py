@@ -77,10 +77,10 @@ def test_a_text_file_with_bom_and_crlf_gives_clean_texts(tmp_path):
 
 def test_a_quoted_csv_field_over_several_lines_is_numbered_from_its_first_line(tmp_path):
     path = tmp_path / "r.csv"
-    path.write_text('id,text,seed\na,"two\nlines",1\nb,bad,x\n')
+    path.write_text('id,text,seed\na,"two\nlines",1\nb,"also\ntwo lines",x\n')
     with pytest.raises(RequestFileError) as err:
         read_requests(path)
-    assert [(p.line, p.field) for p in err.value.problems] == [(4, "seed")]
+    assert [(p.line, p.field) for p in err.value.problems] == [(4, "seed")]  # lines 4-5
 
 
 def test_utf16_is_named_as_such(tmp_path):
