@@ -32,15 +32,15 @@ DEFAULT_MAX_LINE_BYTES = 8 << 20
 MAX_PROBLEMS = 1000  # a file with more is the wrong file; reading on only fills the screen
 BOM = b"\xef\xbb\xbf"
 
-# Languages MOSS-TTS(-Local) v1.5 was trained on: the "Supported Languages" table of OpenMOSS/MOSS-TTS
-# README.md (commit 58b20a0d5fcc6766658d50967a90a9d890009a46), whose names are also the "Language Tag"
-# choices of its clis/moss_tts_local_v1.5_app.py. Neither the reference processor
-# (moss_tts_local_v1.5/processing_moss_tts.py) nor vllm-omni's MOSS adapter
-# (vllm_omni/entrypoints/openai/tts_adapters/moss_tts.py, commit 0131cb5560450800b800e889fb849ea2c851bd3f)
-# checks or maps the value: it goes into the prompt's "- Language:" line as written, and so it does
-# here. So names and codes are both accepted in any case, and regional tags ("en-US", "zh_CN") by
-# their language code; "Auto" is accepted because vllm-omni's speech API documents it
-# (protocol/audio.py, and `_TTS_LANGUAGES` in serving_speech.py, there checked for Qwen3-TTS only).
+# The languages MOSS-TTS(-Local) v1.5 was trained on, by name and ISO 639 code: the "Supported
+# Languages" table of OpenMOSS/MOSS-TTS README.md (commit 58b20a0d5fcc6766658d50967a90a9d890009a46),
+# the same names its clis/moss_tts_local_v1.5_app.py offers as language tags. The value reaches the
+# prompt's "- Language:" line as written, neither mapped nor checked, in the reference processor
+# (moss_tts_local_v1.5/processing_moss_tts.py) and in vllm-omni (vllm_omni/entrypoints/openai/
+# tts_adapters/moss_tts.py, commit 0131cb5560450800b800e889fb849ea2c851bd3f); so it does here, and the
+# check only catches typos. Names and codes pass in any case, regional tags by their code ("en-US"),
+# and "Auto", which vllm-omni's speech API documents (protocol/audio.py; serving_speech.py at
+# 01bc4171df2a6ee9799a6994eb61eb10b6931641 checks its `_TTS_LANGUAGES` for Qwen3-TTS only).
 LANGUAGES = {
     "Chinese": "zh", "Cantonese": "yue", "English": "en", "Arabic": "ar", "Czech": "cs", "Danish": "da",
     "Dutch": "nl", "Finnish": "fi", "French": "fr", "German": "de", "Greek": "el", "Hebrew": "he",
@@ -185,11 +185,12 @@ def _lines(file: Path, problems: list[Problem], max_line_bytes: int) -> Iterator
                 yield number, None
                 continue
             try:
-                yield number, raw.decode("utf-8")
+                text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 problems.append(Problem(number, None, f"not UTF-8 text ({e.reason} at byte {e.start} of the line); "
                                                       "save the file as UTF-8"))
                 return
+            yield number, text
 
 
 def _txt_records(file: Path, problems: list[Problem], max_line_bytes: int):
