@@ -15,7 +15,7 @@ CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 GOOD = EXAMPLES / "lines.txt"
 
-# (request file, deploy file or None, expected fragments of the message)
+# (request file, expected fragments of the message; "!fragment": must not be in it)
 REQUEST_CASES = [
     ("malformed.jsonl", ["malformed.jsonl:2", "invalid JSON"]),
     ("not-an-object.jsonl", ["not-an-object.jsonl:1", "expected a JSON object"]),
@@ -25,13 +25,16 @@ REQUEST_CASES = [
     ("seed-bool.jsonl", ["seed-bool.jsonl:1 [seed]", "signed 64-bit"]),
     ("seed-overflow.jsonl", ["seed-overflow.jsonl:1 [seed]", "signed 64-bit"]),
     ("seed-string.jsonl", ["seed-string.jsonl:1 [seed]", "integer"]),
-    ("frames-negative.jsonl", ["frames-negative.jsonl:1 [max_new_frames]", "[0, 1000000]"]),
-    ("frames-absurd.jsonl", ["frames-absurd.jsonl:1 [max_new_frames]", "[0, 1000000]"]),
+    ("frames-negative.jsonl", ["frames-negative.jsonl:1 [max_new_frames]", "[1, 1000000]"]),
+    ("frames-absurd.jsonl", ["frames-absurd.jsonl:1 [max_new_frames]", "[1, 1000000]"]),
+    ("frames-zero.jsonl", ["frames-zero.jsonl:1 [max_new_frames]", "[1, 1000000]"]),
     ("temperature-negative.jsonl", ["temperature-negative.jsonl:1 [temperature]", ">= 0"]),
     ("top-p-range.jsonl", ["top-p-range.jsonl:1 [top_p]", "(0, 1]"]),
     ("top-k-negative.jsonl", ["top-k-negative.jsonl:1 [top_k]", ">= 0"]),
     ("unknown-field.jsonl", ["unknown-field.jsonl:1 [langauge]", "did you mean 'language'"]),
     ("duplicate-id.jsonl", ["duplicate-id.jsonl:2 [id]", "duplicate id 'same'", "line 1"]),
+    ("id-case-collision.jsonl", ["id-case-collision.jsonl:2 [id]", "'alpha'", "'Alpha'", "line 1",
+                                 "case-insensitive"]),
     ("id-traversal.jsonl", ["id-traversal.jsonl:1 [id]", "not a safe file name"]),
     ("id-separator.jsonl", ["id-separator.jsonl:1 [id]", "not a safe file name"]),
     ("id-control.jsonl", ["id-control.jsonl:1 [id]", "not a safe file name"]),
@@ -44,6 +47,13 @@ REQUEST_CASES = [
     ("not-utf8.txt", ["not-utf8.txt", "not UTF-8"]),
     ("wrong-type.xml", ["wrong-type.xml", "unsupported request file type"]),
     ("ref-audio-missing.jsonl", ["ref-audio-missing.jsonl:1 [ref_audio]"]),
+    ("ref-audio-directory.jsonl", ["ref-audio-directory.jsonl:1 [ref_audio]",
+                                   "is a directory, expected an audio file"]),
+    ("is-a-directory.jsonl", ["is-a-directory.jsonl", "is a directory, expected a request file", "!does not exist"]),
+    ("language-unknown.jsonl", ["language-unknown.jsonl:1 [language]", "did you mean 'French'"]),
+    # A byte-order mark and CRLF line ends are fine; the one problem is on the line it is on.
+    ("bom-crlf.csv", ["bom-crlf.csv:4 [seed]", "!unknown field", "!bom-crlf.csv:2", "!bom-crlf.csv:3"]),
+    ("bom-crlf.jsonl", ["bom-crlf.jsonl:3 [seed]", "!invalid JSON", "!bom-crlf.jsonl:1", "!bom-crlf.jsonl:2"]),
 ]
 
 DEPLOY_CASES = [
@@ -105,9 +115,13 @@ def _run_and_check(args: list, out: Path, expected: list[str]) -> None:
     result = CliRunner().invoke(app, ["synth", *map(str, args), "--out", str(out)])
     message = result.output.replace("\n", " ")
     assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     for fragment in expected:
-        assert fragment in message, f"{fragment!r} not in {result.output!r}"
+        if fragment.startswith("!"):
+            assert fragment[1:] not in message, f"{fragment[1:]!r} in {result.output!r}"
+        else:
+            assert fragment in message, f"{fragment!r} not in {result.output!r}"
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]  # nothing written, nothing removed
 
 
@@ -138,3 +152,11 @@ def test_missing_model_directory_and_lone_model_option(tmp_path):
     _run_and_check([GOOD, "--model", tmp_path / "nowhere", "--codec", TINY_CODEC], tmp_path / "a",
                    ["nowhere", "does not exist"])
     _run_and_check([GOOD, "--model", TINY_TALKER], tmp_path / "b", ["--model and --codec go together"])
+
+
+def test_a_line_too_long_for_any_request_is_rejected_without_being_parsed(tmp_path):
+    path = tmp_path / "huge.jsonl"
+    with path.open("w") as handle:  # one 9 MB line, past the default bound, then a good line
+        handle.write('{"id": "huge", "text": "' + "word " * 1_800_000 + '"}\n{"id": "fine", "text": "x"}\n')
+    _run_and_check([path], tmp_path / "out", ["huge.jsonl:1", "line is 9000026 bytes", "max_line_bytes",
+                                             "!huge.jsonl:2"])

@@ -1,6 +1,9 @@
 """Request files: JSONL (one object per line), CSV (same columns) or plain text (one utterance per
-line). The whole file is parsed and checked before any model loads; every problem is reported
-together, each with its file, line and field.
+line), UTF-8 with or without a byte-order mark, LF or CRLF line ends. Every request is checked before
+any model loads; every problem is reported together, each with its file, line and field.
+
+Files are read line by line (`iter_requests`), so checking a file holds one line and the set of ids
+seen, never the whole file; a line longer than `max_line_bytes` is reported without being parsed.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from ..errors import MossError
 
@@ -22,6 +25,32 @@ MAX_FRAMES_LIMIT = 1_000_000  # beyond this a value is a typo, not a request
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 RESERVED_IDS = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10)),
                 "manifest"}
+# A whole novel chapter is a few hundred kB; a line past this is a mistake (a file concatenated onto
+# one line, a binary file renamed). Callers that know max_model_len pass a tighter bound
+# (`max_line_bytes_for`).
+DEFAULT_MAX_LINE_BYTES = 8 << 20
+MAX_PROBLEMS = 1000  # a file with more is the wrong file; reading on only fills the screen
+BOM = b"\xef\xbb\xbf"
+
+# The languages MOSS-TTS(-Local) v1.5 was trained on, by name and ISO 639 code: the "Supported
+# Languages" table of OpenMOSS/MOSS-TTS README.md (commit 58b20a0d5fcc6766658d50967a90a9d890009a46),
+# the same names its clis/moss_tts_local_v1.5_app.py offers as language tags. The value reaches the
+# prompt's "- Language:" line as written, neither mapped nor checked, in the reference processor
+# (moss_tts_local_v1.5/processing_moss_tts.py) and in vllm-omni (vllm_omni/entrypoints/openai/
+# tts_adapters/moss_tts.py, commit 0131cb5560450800b800e889fb849ea2c851bd3f); so it does here, and the
+# check only catches typos. Names and codes pass in any case, regional tags by their code ("en-US"),
+# and "Auto", which vllm-omni's speech API documents (protocol/audio.py; serving_speech.py at
+# 01bc4171df2a6ee9799a6994eb61eb10b6931641 checks its `_TTS_LANGUAGES` for Qwen3-TTS only).
+LANGUAGES = {
+    "Chinese": "zh", "Cantonese": "yue", "English": "en", "Arabic": "ar", "Czech": "cs", "Danish": "da",
+    "Dutch": "nl", "Finnish": "fi", "French": "fr", "German": "de", "Greek": "el", "Hebrew": "he",
+    "Hindi": "hi", "Hungarian": "hu", "Italian": "it", "Japanese": "ja", "Korean": "ko", "Macedonian": "mk",
+    "Malay": "ms", "Persian (Farsi)": "fa", "Polish": "pl", "Portuguese": "pt", "Romanian": "ro",
+    "Russian": "ru", "Spanish": "es", "Swahili": "sw", "Swedish": "sv", "Tagalog": "tl", "Thai": "th",
+    "Turkish": "tr", "Vietnamese": "vi",
+}
+_LANGUAGE_SPELLINGS = {v.lower(): v for v in (*LANGUAGES, *LANGUAGES.values(), "Auto")}
+_LANGUAGE_CODES = {code.lower() for code in LANGUAGES.values()}
 
 
 @dataclass(frozen=True)
@@ -58,51 +87,121 @@ class RequestFileError(MossError):
         return self.report
 
 
-def read_requests(path: str | Path) -> list[Request]:
+def max_line_bytes_for(max_model_len: int, token_bytes: int, slack: int = 64 << 10) -> int:
+    """The longest request line that could still fit a prompt of `max_model_len` tokens when one
+    token stands for at most `token_bytes` bytes of text (`model.prompt.max_token_bytes`).
+
+    Every prompt field counts toward the same length, so the bound covers them together; a JSON
+    string may spell one byte as a 6-byte escape (\\u0001), hence the factor 6; `slack` leaves room
+    for the fields that are not part of the prompt (id, seed, paths, numbers).
+    """
+    return 6 * max_model_len * token_bytes + slack
+
+
+def read_requests(path: str | Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[Request]:
     """Parse and validate a request file; raise RequestFileError listing every problem."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise MossError("request file does not exist", file=file)
-    suffix = file.suffix.lower()
     problems: list[Problem] = []
-    try:
-        if suffix == ".jsonl":
-            records = list(_jsonl_records(file, problems))
-        elif suffix == ".csv":
-            records = list(_csv_records(file, problems))
-        elif suffix == ".txt":
-            records = [(n, {"text": line}) for n, line in _text_lines(file) if line.strip()]
-        else:
-            raise MossError(f"unsupported request file type {suffix or '(none)'!r}; use .jsonl, .csv or .txt", file=file)
-    except UnicodeDecodeError as e:
-        raise MossError(f"not UTF-8 text ({e.reason} at byte {e.start})", file=file) from None
-    requests = []
-    seen: dict[str, int] = {}
-    for line, record in records:
-        request = _validate(record, line, file.stem, problems, file.parent)
-        if request is None:
-            continue
-        if request.id in seen:
-            problems.append(Problem(line, "id", f"duplicate id {request.id!r} (first used on line {seen[request.id]})"))
-            continue
-        seen[request.id] = line
-        requests.append(request)
-    if not records and not problems:
+    requests = list(iter_requests(path, problems, max_line_bytes=max_line_bytes))
+    if not requests and not problems:
         problems.append(Problem(None, None, "no requests in the file"))
     if problems:
-        raise RequestFileError(file, problems)
+        raise RequestFileError(Path(path).expanduser(), problems)
     return requests
 
 
-def _text_lines(file: Path):
-    with file.open(encoding="utf-8", newline="") as handle:
-        for number, line in enumerate(handle, start=1):
-            yield number, line.rstrip("\r\n")
+def iter_requests(path: str | Path, problems: list[Problem], *,
+                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[Request]:
+    """Yield the valid requests of a file one at a time, reading it line by line; append every
+    problem (invalid lines, duplicate ids) to `problems`. Only the ids seen are kept, so a file
+    larger than memory can be checked. Raises MossError at once when the file cannot be read at all.
+    """
+    file = Path(path).expanduser()
+    try:
+        if file.is_dir():
+            raise MossError("is a directory, expected a request file (.jsonl, .csv or .txt)", file=file)
+        if not file.is_file():
+            raise MossError("request file does not exist", file=file)
+    except OSError as e:  # a name too long for the file system
+        raise MossError(f"request file cannot be read ({e.strerror})", file=file) from None
+    readers = {".jsonl": _jsonl_records, ".csv": _csv_records, ".txt": _txt_records}
+    suffix = file.suffix.lower()
+    if suffix not in readers:
+        raise MossError(f"unsupported request file type {suffix or '(none)'!r}; use .jsonl, .csv or .txt", file=file)
+    return _validated(readers[suffix](file, problems, max_line_bytes), file, problems)
 
 
-def _jsonl_records(file: Path, problems: list[Problem]):
-    for number, line in _text_lines(file):
-        if not line.strip():
+def _validated(records: Iterable[tuple[int, dict]], file: Path, problems: list[Problem]) -> Iterator[Request]:
+    seen: dict[str, int] = {}
+    by_folded: dict[str, str] = {}  # id.lower() -> the id first seen with it
+    for line, record in records:
+        request = _validate(record, line, file.stem, problems, file.parent)
+        if request is not None:
+            rid = request.id
+            if rid in seen:
+                problems.append(Problem(line, "id", f"duplicate id {rid!r} (first used on line {seen[rid]})"))
+            elif rid.lower() in by_folded:
+                # Alpha.wav and alpha.wav are one file on Windows and macOS file systems.
+                other = by_folded[rid.lower()]
+                problems.append(Problem(line, "id", f"id {rid!r} differs only in case from id {other!r} on line "
+                                                    f"{seen[other]}: they name the same file on a case-insensitive "
+                                                    "file system"))
+            else:
+                seen[rid] = line
+                by_folded[rid.lower()] = rid
+                yield request
+
+
+def _lines(file: Path, problems: list[Problem], max_line_bytes: int) -> Iterator[tuple[int, str | None]]:
+    """(line number, text with its line end) for each line; None for a line over `max_line_bytes`,
+    which is reported and skipped without being held in memory. A UTF-8 byte-order mark is dropped;
+    text that is not UTF-8 is reported and ends the reading, as do too many problems."""
+    start = len(problems)
+    try:
+        handle = file.open("rb")
+    except OSError as e:  # no read permission
+        problems.append(Problem(None, None, f"cannot be read ({e.strerror})"))
+        return
+    with handle:
+        number = 0
+        while raw := handle.readline(max_line_bytes + 1):
+            number += 1
+            if len(problems) - start >= MAX_PROBLEMS:
+                problems.append(Problem(number, None, f"stopped reading here, after {MAX_PROBLEMS} problems"))
+                return
+            if number == 1:
+                if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+                    problems.append(Problem(1, None, "not UTF-8 text: it starts with a UTF-16 byte-order mark; "
+                                                     "save it as UTF-8"))
+                    return
+                raw = raw.removeprefix(BOM)
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                size = len(raw)
+                while raw and not raw.endswith(b"\n"):  # skip the rest, a bounded chunk at a time
+                    raw = handle.readline(1 << 20)
+                    size += len(raw)
+                size -= len(raw) - len(raw.rstrip(b"\r\n"))
+                problems.append(Problem(number, None, f"line is {size} bytes, more than the {max_line_bytes} one "
+                                                      "request may take (max_line_bytes); split it"))
+                yield number, None
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                problems.append(Problem(number, None, f"not UTF-8 text ({e.reason} at byte {e.start} of the line); "
+                                                      "save the file as UTF-8"))
+                return
+            yield number, text
+
+
+def _txt_records(file: Path, problems: list[Problem], max_line_bytes: int):
+    for number, line in _lines(file, problems, max_line_bytes):
+        if line is not None and line.strip():
+            yield number, {"text": line.rstrip("\r\n")}
+
+
+def _jsonl_records(file: Path, problems: list[Problem], max_line_bytes: int):
+    for number, line in _lines(file, problems, max_line_bytes):
+        if line is None or not line.strip():
             continue
         try:
             record = json.loads(line)
@@ -115,32 +214,46 @@ def _jsonl_records(file: Path, problems: list[Problem]):
         yield number, record
 
 
-def _csv_records(file: Path, problems: list[Problem]):
-    with file.open(encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle)
+def _csv_records(file: Path, problems: list[Problem], max_line_bytes: int):
+    consumed = 0  # the last line the csv reader has taken
+
+    def lines():
+        nonlocal consumed
+        for number, line in _lines(file, problems, max_line_bytes):
+            consumed = number
+            yield "\n" if line is None else line  # a skipped line reads as a blank one
+
+    reader = csv.reader(lines())
+    # A quoted field may span lines; the csv module caps a field at 128 Ki characters unless told
+    # otherwise, which is below what a long utterance may need.
+    previous_limit = csv.field_size_limit(max(max_line_bytes, csv.field_size_limit()))
+    try:
         try:
             header = next(reader)
         except StopIteration:
             return
         except csv.Error as e:
-            problems.append(Problem(1, None, f"malformed CSV: {e}"))
+            problems.append(Problem(consumed, None, f"malformed CSV: {e}"))
             return
         header = [h.strip() for h in header]
         while True:
+            start = consumed + 1
             try:
                 row = next(reader)
             except StopIteration:
                 return
             except csv.Error as e:
-                problems.append(Problem(reader.line_num, None, f"malformed CSV: {e}"))
+                problems.append(Problem(consumed, None, f"malformed CSV: {e}"))
                 return
             if not any(cell.strip() for cell in row):
                 continue
             if len(row) != len(header):
-                problems.append(Problem(reader.line_num, None, f"expected {len(header)} columns, got {len(row)}"))
+                problems.append(Problem(start, None, f"expected {len(header)} columns, got {len(row)}"))
                 continue
             # Empty cells mean "not given"; numbers are parsed by the same checks as JSON values.
-            yield reader.line_num, {key: _csv_value(key, cell) for key, cell in zip(header, row) if cell.strip() != ""}
+            yield start, {key: _csv_value(key, cell) for key, cell in zip(header, row) if cell.strip() != ""}
+    finally:
+        csv.field_size_limit(previous_limit)
 
 
 def _csv_value(key: str, cell: str) -> Any:
@@ -190,8 +303,8 @@ def _validate(record: dict, line: int, stem: str, problems: list[Problem], base:
         bad("seed", f"'seed' must be an integer in the signed 64-bit range, got {seed!r}")
     frames = record.get("max_new_frames")
     if frames is not None and (isinstance(frames, bool) or not isinstance(frames, int)
-                               or not 0 <= frames <= MAX_FRAMES_LIMIT):
-        bad("max_new_frames", f"'max_new_frames' must be an integer in [0, {MAX_FRAMES_LIMIT}], got {frames!r}")
+                               or not 1 <= frames <= MAX_FRAMES_LIMIT):  # 0 frames would be an empty file
+        bad("max_new_frames", f"'max_new_frames' must be an integer in [1, {MAX_FRAMES_LIMIT}], got {frames!r}")
 
     sampling = {}
     for key in SAMPLING_FIELDS:
@@ -219,6 +332,8 @@ def _validate(record: dict, line: int, stem: str, problems: list[Problem], base:
             bad(key, f"'tokens' (duration hint in tokens) must be a non-negative integer, got {value!r}")
         elif key != "tokens" and not isinstance(value, str):
             bad(key, f"'{key}' must be a string, got {type(value).__name__}")
+        elif key == "language" and (hint := _language_problem(value)):
+            bad(key, hint)
         else:
             fields[key] = value
     ref_audio, ref_text = record.get("ref_audio"), record.get("ref_text")
@@ -235,3 +350,17 @@ def _validate(record: dict, line: int, stem: str, problems: list[Problem], base:
                    prompt_fields=fields, sampling=sampling,
                    ref_audio=None if ref_audio is None else base / Path(ref_audio).expanduser(),
                    ref_text=ref_text if ref_text and ref_text.strip() else None)
+
+
+def _language_problem(value: str) -> str | None:
+    """Why `value` is not a language the model knows, or None. Blank means "not given"."""
+    wanted = value.strip().lower()
+    if not wanted or wanted in _LANGUAGE_SPELLINGS or re.split(r"[-_]", wanted)[0] in _LANGUAGE_CODES:
+        return None
+    # "Farsi" is part of "Persian (Farsi)": a word of a name beats a similar spelling.
+    hint = [name for name in LANGUAGES if wanted in re.findall(r"\w+", name.lower())]
+    hint = hint or [_LANGUAGE_SPELLINGS[h] for h in difflib.get_close_matches(wanted, _LANGUAGE_SPELLINGS, n=1)]
+    if hint:
+        return f"unknown language {value!r}; did you mean {hint[0]!r}?"
+    return (f"unknown language {value!r}; expected a name or code the model was trained on: "
+            + ", ".join(f"{name} ({code})" for name, code in LANGUAGES.items()))

@@ -50,9 +50,14 @@ def read_reference(path: Path, channels: int, rate: int) -> Reference:
 
 
 def _load(path: Path, channels: int, rate: int) -> tuple[str, torch.Tensor]:
-    if not path.is_file():
-        raise ReferenceError(f"reference audio {path} does not exist")
-    data = path.read_bytes()
+    try:
+        if path.is_dir():
+            raise ReferenceError(f"reference audio {path} is a directory, expected an audio file")
+        if not path.is_file():
+            raise ReferenceError(f"reference audio {path} does not exist")
+        data = path.read_bytes()
+    except OSError as e:  # a name too long, a file without read permission
+        raise ReferenceError(f"reference audio {path} cannot be read ({e.strerror})") from None
     try:
         info = sf.info(str(path))
         samples, source_rate = sf.read(str(path), dtype="float32", always_2d=True)

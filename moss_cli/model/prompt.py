@@ -37,6 +37,28 @@ def fields_block(fields: dict[str, Any]) -> str:
     return block + TEXT_HEADER
 
 
+def max_token_bytes(tokenizer) -> int:
+    """The most bytes of UTF-8 text one token of `tokenizer` (a `tokenizers.Tokenizer`) can stand
+    for, over its vocabulary and its added (special) tokens, which match in any text.
+
+    So a text of B bytes needs at least ceil(B / max_token_bytes) tokens: a bound on a prompt's
+    length that costs nothing, taken before tokenising a text that may be far too long. Count B on
+    the normalized text (`tokenizer.normalizer`, NFC for Qwen), which may be shorter than the raw.
+    """
+    from tokenizers import decoders, pre_tokenizers
+
+    # A byte-level BPE (GPT-2, Qwen) spells each byte of text as one printable character; any
+    # other vocabulary is plain text, and its UTF-8 length is the bound.
+    byte_level = isinstance(tokenizer.decoder, decoders.ByteLevel)
+    alphabet = frozenset(pre_tokenizers.ByteLevel.alphabet()) if byte_level else frozenset()
+    longest = 0
+    for token in tokenizer.get_vocab(with_added_tokens=False):
+        longest = max(longest, sum(1 if ch in alphabet else len(ch.encode("utf-8")) for ch in token))
+    for added in tokenizer.get_added_tokens_decoder().values():
+        longest = max(longest, len(added.content.encode("utf-8")))
+    return longest
+
+
 class PromptBuilder:
     def __init__(self, tokenizer, cfg: TalkerConfig) -> None:
         self.tokenizer = tokenizer
