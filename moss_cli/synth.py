@@ -8,6 +8,7 @@ does. `synthesize` adds the outputs (audio files and manifest).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import signal
 import threading
 import time
@@ -23,18 +24,44 @@ from .api import Talker, load_codec, load_talker, read_codec_config, read_talker
 from .assets import TINY_CODEC, TINY_DEPLOY, TINY_TALKER
 from .config.deploy import DeployConfig, load_deploy
 from .config.effective import Effective, effective, frame_budget
-from .config.requests import Problem, Request, RequestFileError, read_requests
+from .config.requests import (
+    DEFAULT_MAX_LINE_BYTES,
+    Problem,
+    Request,
+    RequestFileError,
+    max_line_bytes_for,
+    read_requests,
+)
 from .device import resolve_device, resolve_dtype
 from .engine.chunks import StreamingDecode, chunk_schedule
-from .engine.scheduler import ROW_BLOCK, Engine, GenerationRequest, GenerationResult, LogitsHook
+from .engine.scheduler import (
+    ROW_BLOCK,
+    Engine,
+    GenerationRequest,
+    GenerationResult,
+    LogitsHook,
+)
 from .errors import MossError
-from .io.audio import FORMATS, ProgressiveAudio, codes_sha256, pcm_sha256, to_pcm16, write_audio
+from .io.audio import (
+    FORMATS,
+    ProgressiveAudio,
+    codes_sha256,
+    pcm_sha256,
+    to_pcm16,
+    write_audio,
+)
 from .io.manifest import write_manifest
 from .io.reference_audio import Reference, ReferenceError, read_reference
-from .io.resume import Journal, fingerprint, orphan_files, plan_resume, remove_stale_temporaries
+from .io.resume import (
+    Journal,
+    fingerprint,
+    orphan_files,
+    plan_resume,
+    remove_stale_temporaries,
+)
 from .model.checkpoint import checkpoint_dir, checkpoint_fingerprint, load_tokenizer
 from .model.codec import ROW_TILE, AudioCodec
-from .model.prompt import PromptBuilder
+from .model.prompt import PromptBuilder, max_token_bytes
 from .threads import apply_threads
 
 STOP_REASONS = ("stop", "max_frames", "empty")
@@ -152,6 +179,26 @@ class Synthesizer:
             self._codec.row_block = ROW_TILE if self.options.batch_invariant else None
         return self._codec
 
+    @functools.cached_property
+    def token_bytes(self) -> int:
+        """The most bytes of text one token stands for (a cheap lower bound on token counts)."""
+        return max_token_bytes(self.prompts.tokenizer)
+
+    @property
+    def max_line_bytes(self) -> int:
+        """The longest request line that could still fit max_model_len: longer ones are rejected
+        unread, so an absurd line costs neither parsing nor tokenizing."""
+        limit = self.deploy.max_model_len
+        return max_line_bytes_for(limit, self.token_bytes) if limit is not None else DEFAULT_MAX_LINE_BYTES
+
+    def min_prompt_tokens(self, request: Request) -> int:
+        """Tokens the request's text needs at least, without tokenizing it."""
+        text = (request.ref_text or "") + request.text
+        normalizer = self.prompts.tokenizer.normalizer  # the tokenizer counts normalized text (NFC for Qwen)
+        if normalizer is not None:
+            text = normalizer.normalize_str(text)
+        return -(-len(text.encode("utf-8")) // max(self.token_bytes, 1))
+
     @property
     def legacy_seed(self) -> int:
         """The one global seed a --legacy-global-rng run starts from."""
@@ -215,6 +262,10 @@ class Synthesizer:
                 except ReferenceError as e:
                     problems.append(Problem(request.line, "ref_audio", str(e)))
                     continue
+            if limit is not None and (least := self.min_prompt_tokens(request)) >= limit:
+                problems.append(Problem(request.line, "text", f"the text needs at least {least} tokens, but "
+                                        f"max_model_len is {limit}: shorten it"))
+                continue  # far too long: not worth tokenizing
             length = self.prompt_length(request, reference)
             if limit is not None and length >= limit:
                 what = "text and reference audio" if reference is not None else "text"
@@ -433,8 +484,8 @@ def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_f
         raise MossError(f"unknown audio format {audio_format!r}; expected wav or flac", field="--format")
     if out.exists() and not out.is_dir():
         raise MossError("output path exists and is not a directory", file=out, field="--out")
-    requests = read_requests(requests_path)  # every problem reported before any weights load
-    synth = Synthesizer(options)
+    synth = Synthesizer(options)  # configs and tokenizer only: enough to bound and check the requests
+    requests = read_requests(requests_path, max_line_bytes=synth.max_line_bytes)  # before any weights load
     prepared = synth.prepare(requests, requests_path)
     names = {p.request.id: f"{p.request.id}.{audio_format}" for p in prepared}
     for rid, name in names.items():  # ids are validated as plain names; this keeps it that way
