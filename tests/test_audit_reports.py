@@ -277,3 +277,23 @@ def test_a_real_audit_records_positive_junit_times(tmp_path):
     cases = list(root.iter("testcase"))
     assert cases and all(float(c.get("time")) > 0 for c in cases)
     assert float(root.find("testsuite").get("time")) >= max(float(c.get("time")) for c in cases) - 1e-3
+
+
+def test_terminal_tables_do_not_break_words_at_80_columns():
+    from rich.console import Console
+
+    from moss_cli.audit.report import render
+    from moss_cli.audit.runner import AuditOptions, run_audit
+    from moss_cli.synth import SynthOptions
+
+    result = run_audit(AuditOptions(scenarios=("batched",), synth=SynthOptions(device="cpu", legacy_global_rng=True)))
+    console = Console(width=80, record=True, color_system=None)
+    render(console, result, None)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    failed = [case for case in result.cases if case.failed]
+    assert failed
+    lines = text.splitlines()
+    for case in failed:  # every id, run and cause appears whole on one line
+        for word in (case.request, f"{case.scenario}/{case.run}", case.attribution.cause):
+            assert any(word in line for line in lines), word

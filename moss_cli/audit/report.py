@@ -15,7 +15,7 @@ from rich.table import Table
 
 from .. import __version__
 from ..errors import MossError
-from .compare import format_audio
+from .compare import format_audio, format_db
 from .golden import GoldenCheck
 from .runner import AuditResult, Case
 
@@ -210,19 +210,24 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
         table.add_row(name, ", ".join(sorted(runs[name])), str(counts.get("pass", 0)), str(counts.get("fail", 0)),
                       str(counts.get("unseeded", 0)), verdict)
     console.print(table)
-    worst = _worst(result)
+    worst = _worst(result)[:10]
     if worst:
+        # Short cells that never wrap (a long id is cut with an ellipsis, not broken mid-word); the
+        # prose of each divergence goes below the table, where it wraps at spaces.
         offenders = Table(title="worst offenders (earliest divergence first)")
-        for column in ("request", "scenario/run", "cause", "frame", "codebook", "audio", "detail"):
-            offenders.add_column(column, overflow="fold")
-        for case in worst[:10]:
+        for column in ("#", "request", "scenario/run", "cause", "frame:cb", "SNR dB"):
+            offenders.add_column(column, no_wrap=True, overflow="ellipsis",
+                                 justify="right" if column in ("#", "frame:cb", "SNR dB") else "left")
+        for n, case in enumerate(worst, start=1):
             cmp = case.comparison
-            offenders.add_row(case.request, f"{case.scenario}/{case.run}", case.attribution.cause,
-                              str(cmp.first_frame), str(cmp.first_codebook), format_audio(cmp),
-                              escape(case.attribution.detail))
+            offenders.add_row(str(n), case.request, f"{case.scenario}/{case.run}", case.attribution.cause,
+                              f"{cmp.first_frame}:{cmp.first_codebook}", format_db(cmp.snr_db))
         console.print(offenders)
+        for n, case in enumerate(worst, start=1):
+            console.print(f"{n}. {escape(case.request)}: {escape(case.attribution.detail)} "
+                          f"({escape(format_audio(case.comparison))})", highlight=False)
     for m in result.mixups:
-        console.print(f"[yellow]warning:[/] {escape(m.message)}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {escape(m.message)}", highlight=False)  # wraps at spaces
     if golden is not None:
         console.print(f"golden {escape(str(golden.path))}: " + ("[green]no drift[/]" if golden.passed else
                                                                  f"[red]{escape(golden.describe())}[/]"),

@@ -110,15 +110,15 @@ def print_summary(summary: SynthSummary, requests: Path) -> None:
         table.add_column(column, justify="right", no_wrap=True)
     table.add_row(*values)
     stdout.print(table)
-    say = partial(stdout.print, soft_wrap=True, highlight=False)  # a path or id list is never broken mid-word
+    say = partial(stdout.print, soft_wrap=True, highlight=False)  # a path is left whole for the terminal
     say(f"requests: {requests}" if summary.dry_run else f"out: {summary.out}")
     if summary.manifest:
         say(f"manifest: {summary.manifest}")
     if summary.empty:
-        say(f"[yellow]empty:[/] {len(summary.empty)} request(s) produced no audio: {_some(summary.empty)}")
+        stdout.print(f"[yellow]empty:[/] {len(summary.empty)} request(s) produced no audio: {_some(summary.empty)}")
     if summary.orphans:
-        say(f"[yellow]not in this manifest:[/] {len(summary.orphans)} audio file(s) from another request file "
-            f"(kept): {_some(summary.orphans)}")
+        stdout.print(f"[yellow]not in this manifest:[/] {len(summary.orphans)} audio file(s) from another request "
+                     f"file (kept): {_some(summary.orphans)}", highlight=False)
 
 
 def _some(names: list[str], shown: int = 10) -> str:
