@@ -11,7 +11,13 @@ from .device import resolve_device, resolve_dtype
 from .engine.generate import generate_invariant, generate_padded
 from .engine.sampling import Generators, HeadSampling
 from .errors import CheckpointError, MossError
-from .model.checkpoint import checkpoint_dir, load_tokenizer, load_weights, read_json, tensor_files
+from .model.checkpoint import (
+    checkpoint_dir,
+    load_tokenizer,
+    load_weights,
+    read_json,
+    tensor_files,
+)
 from .model.codec import AudioCodec, adapt_projections, canonical_codec_key
 from .model.config import CodecConfig, TalkerConfig
 from .model.prompt import PromptBuilder, left_pad

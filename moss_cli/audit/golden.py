@@ -6,11 +6,11 @@ from older golden files: a missing field is unknown, never a drift or a cause.""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import MossError
+from ..io.atomic import write_text_atomic
 from ..io.audio import codes_sha256
 from .runner import AuditResult
 
@@ -30,12 +30,7 @@ def golden_document(result: AuditResult) -> dict:
 
 def save_golden(path: Path, result: AuditResult) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(golden_document(result), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(path, json.dumps(golden_document(result), indent=2, sort_keys=True) + "\n")
 
 
 @dataclass

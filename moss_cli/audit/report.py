@@ -15,6 +15,7 @@ from rich.table import Table
 
 from .. import __version__
 from ..errors import MossError
+from ..io.atomic import write_text_atomic
 from .compare import format_audio, format_db
 from .golden import GoldenCheck
 from .runner import AuditResult, Case
@@ -242,12 +243,7 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
 
 def write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(path, text)
 
 
 def write_reports(result: AuditResult, golden: GoldenCheck | None, *, json_path: Path | None = None,

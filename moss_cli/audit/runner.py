@@ -10,7 +10,7 @@ from pathlib import Path
 from ..config.requests import read_requests
 from ..engine.scheduler import LogitsHook
 from ..errors import MossError
-from ..synth import Prepared, SynthOptions, Synthesizer
+from ..synth import Prepared, Synthesizer, SynthOptions
 from .attribution import Attribution, attribute, codec_numeric
 from .builtin import builtin_requests
 from .compare import Comparison, Output, compare, output_of

@@ -17,6 +17,7 @@ from .kv_cache import PaddedBatchCache
 from .sampling import Generators, HeadSampling, sample
 from .scheduler import Engine, GenerationRequest
 
+
 @torch.inference_mode()
 def generate_padded(model: MossTTSLocal, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                     max_new_frames: int, do_sample: bool, audio: HeadSampling, stop: HeadSampling,

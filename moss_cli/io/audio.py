@@ -14,6 +14,8 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from .atomic import atomic_path, temporary_name
+
 FORMATS = {"wav": "WAV", "flac": "FLAC"}
 
 
@@ -35,12 +37,8 @@ def codes_sha256(codes: torch.Tensor) -> str:
 
 def write_audio(path: Path, pcm: np.ndarray, sample_rate: int, audio_format: str) -> None:
     """Write atomically: a temporary file in the same directory, renamed into place when complete."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         sf.write(str(tmp), pcm, sample_rate, subtype="PCM_16", format=FORMATS[audio_format])
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class ProgressiveAudio:
@@ -49,7 +47,7 @@ class ProgressiveAudio:
 
     def __init__(self, path: Path, sample_rate: int, channels: int, audio_format: str) -> None:
         self.path = path
-        self.tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self.tmp = temporary_name(path)
         self.sample_rate, self.channels, self.format = sample_rate, channels, FORMATS[audio_format]
         self.file: sf.SoundFile | None = None
 

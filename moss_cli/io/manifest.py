@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
+
+from .atomic import atomic_path
 
 COLUMNS = ["id", "text", "seed", "seed_source", "frames", "duration_s", "sample_rate", "channels",
            "codes_sha256", "pcm_sha256", "batch_size_seen", "wall_s", "file", "stopped", "stop_reason", "temperature",
@@ -19,10 +20,6 @@ def manifest_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def write_manifest(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         manifest_frame(rows).to_csv(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 

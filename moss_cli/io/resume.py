@@ -20,6 +20,7 @@ from pathlib import Path
 import soundfile as sf
 
 from ..errors import MossError
+from .atomic import TEMPORARY_GLOB
 from .audio import FORMATS, pcm_sha256
 
 JOURNAL = Path(".moss") / "journal.jsonl"
@@ -78,7 +79,7 @@ def file_matches(path: Path, pcm_hash: str) -> bool:
 
 def remove_stale_temporaries(out: Path) -> None:
     """Temporary files left by a killed run (`.<name>.tmp-<pid>`)."""
-    for path in out.glob(".*.tmp-*"):
+    for path in out.glob(TEMPORARY_GLOB):
         if path.is_file():
             path.unlink(missing_ok=True)
 

@@ -1,0 +1,32 @@
+"""Files that appear whole or not at all: written under a temporary name in the same directory,
+renamed into place once complete (a rename within one file system is atomic)."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+TEMPORARY_GLOB = ".*.tmp-*"  # what a killed writer leaves behind (see io/resume.py)
+
+
+def temporary_name(path: Path) -> Path:
+    """The hidden name a file is written under before it is renamed to `path`."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path to write; on success it replaces `path`, on failure it is removed."""
+    tmp = temporary_name(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
