@@ -14,7 +14,9 @@ unit-scale query/key norms the backbone's attention is nearly uniform over those
 output is small next to the row's own embedding, so the last hidden state is that of
 `<|audio_start|>` whatever the text (cosine similarity 0.99 between texts). Hence the talker's
 attention is sharpened and amplified (ATTENTION_SHARPNESS, ATTENTION_GAIN): each head reads a few
-rows, chosen by content and relative position, and what it reads dominates the residual.
+rows, chosen by content and relative position, and what it reads dominates the residual. And the
+stop margin, an ln_f bias, is kept out of the (tied) audio heads: it used to add one fixed offset to
+every frame's audio logits, so the same codes won whatever the hidden state.
 """
 
 from __future__ import annotations
