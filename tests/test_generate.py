@@ -73,17 +73,29 @@ def test_generate_works_in_bfloat16(tmp_path):
     assert out.shape == (4, talker.config.n_vq)
 
 
+def _reference_prompt(talker, record):
+    fields = {k: record[k] for k in ("language", "instruction") if k in record}
+    if "reference_codes" in record:
+        fields["references"] = [torch.tensor(record["reference_codes"])]
+    if "continuation_codes" in record:
+        fields["continuation"] = torch.tensor(record["continuation_codes"])
+    return talker.prompt(record["text"], **fields)
+
+
 @pytest.mark.parametrize("batch_invariant", [True, False])
 def test_greedy_codes_match_those_the_reference_implementation_produced(talker64, batch_invariant):
-    # tests/data/reference_greedy_tiny.json was recorded once by running the public reference
-    # MossTTSLocalModel.generate (sdpa, float64, greedy) on the shipped tiny checkpoint.
+    # tests/data/reference_greedy_tiny.json was recorded by running the public reference processor
+    # and MossTTSLocalModel.generate (sdpa, float64, greedy) on the shipped tiny checkpoint: plain
+    # text, an instruction, a reference voice and a continuation (its "note" says how).
     import json
     from pathlib import Path
 
-    recorded = json.loads((Path(__file__).parent / "data" / "reference_greedy_tiny.json").read_text())["records"]
-    prompts = [talker64.prompt(r["text"], language=r["language"]) for r in recorded]
-    assert [p.shape[0] for p in prompts] == [r["prompt_rows"] for r in recorded]
-    out = talker64.generate(*talker64.batch(prompts), max_new_frames=24, do_sample=False,
+    recorded = json.loads((Path(__file__).parent / "data" / "reference_greedy_tiny.json").read_text())
+    records = recorded["records"]
+    prompts = [_reference_prompt(talker64, r) for r in records]
+    for prompt, r in zip(prompts, records):
+        assert prompt.tolist() == r["prompt"], f"prompt for {r['text']!r} differs from the reference processor's"
+    out = talker64.generate(*talker64.batch(prompts), max_new_frames=recorded["max_new_frames"], do_sample=False,
                             batch_invariant=batch_invariant)
-    for codes, r in zip(out, recorded):
-        assert codes.tolist() == r["codes"]
+    for codes, r in zip(out, records):
+        assert codes.tolist() == r["codes"], f"codes for {r['text']!r} differ from the reference's"

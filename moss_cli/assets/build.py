@@ -4,8 +4,19 @@
 
 Every tensor is drawn from a generator seeded by a hash of its name, so the files are
 byte-identical on every run. The weights are random but shaped so the output behaves like speech
-synthesis: the stop head ends an utterance after about 20 frames (1.6 s) on average, and the
-audio heads give peaked, non-degenerate code distributions.
+synthesis: the stop head ends an utterance after about 20 frames (1.6 s) on average, the audio
+heads give peaked, non-degenerate code distributions, and the prompt matters: another text,
+instruction or reference voice gives other codes, as it would with a trained model.
+
+Plain random initialisation does not give the last point. The prompt is ~200 rows, mostly the
+fixed template, and the talker continues from the same `<|audio_start|>` row every time. With
+unit-scale query/key norms the backbone's attention is nearly uniform over those rows, and its
+output is small next to the row's own embedding, so the last hidden state is that of
+`<|audio_start|>` whatever the text (cosine similarity 0.99 between texts). Hence the talker's
+attention is sharpened and amplified (ATTENTION_SHARPNESS, ATTENTION_GAIN): each head reads a few
+rows, chosen by content and relative position, and what it reads dominates the residual. And the
+stop margin, an ln_f bias, is kept out of the (tied) audio heads: it used to add one fixed offset to
+every frame's audio logits, so the same codes won whatever the hidden state.
 """
 
 from __future__ import annotations
@@ -26,7 +37,10 @@ from . import ASSETS
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_end|>",
                   "<|audio_user_slot|>", "<|audio_assistant_slot|>"]
-STOP_MARGIN = 3.5  # logit(continue) - logit(stop) from the ln_f bias: P(stop) ~ 3% per frame
+STOP_MARGIN = 4.0  # logit(continue) - logit(stop) from the ln_f bias ...
+STOP_HEAD_STD = 0.15  # ... plus the hidden state's push (std ~1.7): P(stop) ~ 5% per frame, varying with the prompt
+ATTENTION_SHARPNESS = 6.0  # q_norm * k_norm gain: attention logits ~N(0, 6^2) instead of ~N(0, 1)
+ATTENTION_GAIN = 4.0  # o_proj scale: what a row reads outweighs its own embedding
 
 
 def byte_alphabet() -> list[str]:
@@ -174,14 +188,23 @@ def talker_tensors(cfg: TalkerConfig, stop_margin: float = STOP_MARGIN) -> dict[
     tensors = {name: _fill(name, tuple(t.shape)) for name, t in model.state_dict().items()}
     tensors["transformer.embed_tokens.weight"] = _randn("transformer.embed_tokens.weight",
                                                         tuple(tensors["transformer.embed_tokens.weight"].shape), 1.0)
-    for k in range(cfg.n_vq):
-        key = f"audio_embeddings.{k}.weight"
-        tensors[key] = _randn(key, tuple(tensors[key].shape), 0.5)
-    head = _randn("local_text_lm_head.weight", (2, cfg.hidden_size), 0.05)
+    for name in tensors:
+        if name.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight")):
+            tensors[name] = tensors[name] * ATTENTION_SHARPNESS ** 0.5  # the logit scales with both
+        elif name.endswith("self_attn.o_proj.weight"):
+            tensors[name] = tensors[name] * ATTENTION_GAIN
+    head = _randn("local_text_lm_head.weight", (2, cfg.hidden_size), STOP_HEAD_STD)
     tensors["local_text_lm_head.weight"] = head
     direction = head[0] - head[1]
     # Shift ln_f's bias along (continue - stop) so that continuing is STOP_MARGIN logits likelier.
     tensors["local_transformer.ln_f.bias"] = direction * (stop_margin / direction.dot(direction))
+    # The audio heads are tied to the audio embeddings: without this projection the shift above
+    # adds the same offset to every frame's audio logits, and one code wins whatever the prompt.
+    unit = direction / direction.norm()
+    for k in range(cfg.n_vq):
+        key = f"audio_embeddings.{k}.weight"
+        table = _randn(key, tuple(tensors[key].shape), 0.5)
+        tensors[key] = table - torch.outer(table @ unit, unit)
     return tensors
 
 
