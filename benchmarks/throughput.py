@@ -28,7 +28,8 @@ from rich.table import Table
 
 from moss_cli.assets.build import CodecSizes, TalkerSizes, build
 from moss_cli.config.requests import Request
-from moss_cli.synth import SynthOptions, Synthesizer
+from moss_cli.numerics import Numerics
+from moss_cli.pipeline import Synthesizer, SynthOptions
 
 TALKER = TalkerSizes(hidden=512, layers=6, heads=8, kv_heads=4, ffn=1536, local_heads=8, local_ffn=1536, n_vq=12,
                      codebook=1024)
@@ -88,7 +89,7 @@ def main() -> None:
 
     def synthesizer(invariant: bool) -> Synthesizer:
         return Synthesizer(SynthOptions(deploy=work / "deploy.yaml", model=talker_dir, codec=codec_dir,
-                                        device=args.device, dtype=args.dtype, batch_invariant=invariant))
+                                        device=args.device, dtype=args.dtype, numerics=Numerics(batch_invariant=invariant)))
 
     synths = {True: synthesizer(True), False: synthesizer(False)}
     params = sum(p.numel() for p in synths[True].talker.model.parameters())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -9,19 +10,22 @@ import torch
 
 from .device import resolve_device, resolve_dtype
 from .engine.generate import generate_invariant, generate_padded
-from .engine.sampling import Generators, HeadSampling
+from .engine.sampling import Generators
 from .errors import CheckpointError, MossError
 from .model.checkpoint import (
     checkpoint_dir,
     load_tokenizer,
     load_weights,
-    read_json,
+    read_codec_config,
+    read_talker_config,
     tensor_files,
 )
 from .model.codec import AudioCodec, adapt_projections, canonical_codec_key
-from .model.config import CodecConfig, TalkerConfig
+from .model.config import TalkerConfig
 from .model.prompt import PromptBuilder, left_pad
 from .model.talker import MossTTSLocal
+from .numerics import Numerics
+from .sampling_params import HeadSampling
 
 
 class Talker:
@@ -55,14 +59,19 @@ class Talker:
                  text_temperature: float = 1.0, text_top_p: float = 1.0, text_top_k: int = 50,
                  generator: torch.Generator | None = None,
                  generators: Sequence[torch.Generator | None] | None = None,
-                 batch_invariant: bool = True) -> list[torch.Tensor]:
+                 reference_loop: bool = False, batch_invariant: bool | None = None) -> list[torch.Tensor]:
         """input_ids [B, T, 1 + n_vq] (left-padded), attention_mask [B, T] -> one [frames, n_vq] per row.
 
         `generator` is one random stream for the batch (None: the global RNG); `generators` gives
-        each row its own stream. With `batch_invariant` (default) every row's logits are bitwise
-        what they would be alone; `batch_invariant=False` runs the reference's padded-batch loop
-        (and, with one shared stream, its batched draws) exactly.
+        each row its own stream. By default every row's logits are bitwise what they would be alone
+        (the batch-invariant engine); `reference_loop=True` runs the reference's padded-batch loop
+        (and, with one shared stream, its batched draws) exactly. `batch_invariant=False` is the old
+        spelling of `reference_loop=True` (deprecated).
         """
+        if batch_invariant is not None:
+            warnings.warn("Talker.generate(batch_invariant=...) is deprecated: use reference_loop=True for the "
+                          "reference's padded-batch loop", DeprecationWarning, stacklevel=2)
+            reference_loop = not batch_invariant
         if input_ids.dim() == 2:
             input_ids = input_ids.unsqueeze(0)
         if input_ids.dim() != 3 or input_ids.shape[-1] != self.config.n_vq + 1:
@@ -76,27 +85,11 @@ class Talker:
         if generators is not None and len(generators) != input_ids.shape[0]:
             raise ValueError("generators must have one entry per row")
         rng: Generators = list(generators) if generators is not None else generator
-        run = generate_invariant if batch_invariant else generate_padded
+        run = generate_padded if reference_loop else generate_invariant
         return run(self.model, input_ids.to(self.device), attention_mask.to(self.device),
                    max_new_frames=int(max_new_frames), do_sample=do_sample,
                    audio=HeadSampling(temperature, top_p, top_k, repetition_penalty),
                    stop=HeadSampling(text_temperature, text_top_p, text_top_k), generators=rng)
-
-
-def _read_model_config(directory: Path) -> tuple[dict, str]:
-    path = directory / "config.json"
-    return read_json(path, "model config"), str(path)
-
-
-def read_talker_config(path: str | Path) -> TalkerConfig:
-    """A talker checkpoint's config.json, checked, without loading any weights."""
-    raw, where = _read_model_config(checkpoint_dir(path))
-    return TalkerConfig.from_dict(raw, where)
-
-
-def read_codec_config(path: str | Path) -> CodecConfig:
-    raw, where = _read_model_config(checkpoint_dir(path))
-    return CodecConfig.from_dict(raw, where)
 
 
 def load_talker(path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto") -> Talker:
@@ -111,14 +104,18 @@ def load_talker(path: str | Path, device: str | torch.device = "auto", dtype: st
     return Talker(model.eval(), directory, dev, dt)
 
 
-def load_codec(path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto") -> AudioCodec:
-    """Load a MOSS-Audio-Tokenizer (v1 or v2 layout). The quantizer always stays float32."""
+def load_codec(path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto",
+               numerics: Numerics | None = None) -> AudioCodec:
+    """Load a MOSS-Audio-Tokenizer (v1 or v2 layout). The quantizer always stays float32.
+
+    `numerics=None` keeps the reference's plain kernels; `Numerics()` (batch-invariant) computes in
+    fixed tiles, so a waveform's bits do not depend on what it is decoded with or on chunking."""
     directory = checkpoint_dir(path)
     cfg = read_codec_config(directory)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     with torch.device("meta"):
-        codec = AudioCodec(cfg)
+        codec = AudioCodec(cfg, tile=numerics.codec_rows if numerics is not None else None)
     keys = {canonical_codec_key(k) for k in tensor_files(directory)}
     with torch.device("meta"):
         adapt_projections(codec, keys)

@@ -16,15 +16,16 @@ import sys
 SMALL_MODEL_PARAMS = 50_000_000
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+SPIN_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")  # the user chose how idle threads wait
 
 
 def quiet_openmp() -> None:
     """Make idle OpenMP threads sleep rather than spin, unless the user set a policy.
 
     Must run before torch is imported: the OpenMP runtime reads the variable once, at load."""
-    if "torch" in sys.modules:
+    if "torch" in sys.modules or any(os.environ.get(name) for name in SPIN_ENV):
         return
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
 def talker_parameters(cfg) -> int:

@@ -4,7 +4,6 @@ import time
 
 import torch
 
-import moss_cli
 from moss_cli.assets import ASSETS, TINY_CODEC, TINY_TALKER
 from moss_cli.assets.build import build
 
@@ -23,7 +22,7 @@ def test_tiny_checkpoints_stay_small():
     assert total < 5 * 1024 * 1024
 
 
-def test_tiny_model_synthesises_two_seconds_quickly(talker32, codec):
+def test_tiny_model_synthesises_two_seconds_of_48k_stereo_audio(talker32, codec):
     prompt = talker32.prompt("A two second utterance.")
     start = time.perf_counter()
     codes = talker32.generate(*talker32.batch([prompt]), max_new_frames=25, do_sample=False)[0]

@@ -24,6 +24,7 @@ def _audit(*args):
     return runner.invoke(app, ["audit-determinism", *map(str, args)])
 
 
+@pytest.mark.slow
 def test_default_audit_passes_at_codes_level_and_writes_parseable_reports(tmp_path):
     result = _audit("--json", tmp_path / "a.json", "--junit", tmp_path / "a.xml", "--markdown", tmp_path / "a.md")
     assert result.exit_code == 0, result.output
@@ -85,6 +86,7 @@ def test_unseeded_requests_are_reported_unseeded_and_fail_only_when_strict(tmp_p
     assert strict.exit_code == 1
 
 
+@pytest.mark.slow
 def test_golden_baseline_passes_on_the_same_machine_and_reports_drift_for_a_changed_checkpoint(tmp_path):
     golden = tmp_path / "golden.json"
     saved = _audit("--scenarios", "repeat", "--save-golden", golden)

@@ -23,7 +23,7 @@ from moss_cli.cli.app import app
 from moss_cli.config.requests import Request
 from moss_cli.engine.frame import STOP_HEAD
 from moss_cli.model.talker import STOP
-from moss_cli.synth import SynthOptions, Synthesizer
+from moss_cli.synth import Synthesizer, SynthOptions
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 runner = CliRunner()

@@ -7,7 +7,15 @@ import torch
 from safetensors.torch import save_file
 
 import moss_cli
-from moss_cli.model.codec import AudioCodec, CodecAttention, PatchStage, Quantizer, WeightNormConv1x1
+from moss_cli.assets import TINY_CODEC
+from moss_cli.numerics import INVARIANT
+from moss_cli.model.codec import (
+    AudioCodec,
+    CodecAttention,
+    PatchStage,
+    Quantizer,
+    WeightNormConv1x1,
+)
 from moss_cli.model.config import CodecConfig, CodecStage, QuantizerConfig
 
 
@@ -156,3 +164,17 @@ def test_codec_float64_decode_matches_float32_closely(codec):
     codec64 = moss_cli.load_codec(TINY_CODEC, device="cpu", dtype="float64")
     codes = torch.randint(0, 128, (6, 1, 6))
     torch.testing.assert_close(codec64.decode(codes), codec.decode(codes), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("frames", [1, 63, 64, 65, 126, 260])
+def test_fixed_tile_decode_computes_the_same_function_as_the_plain_decode(codec, frames):
+    """The invariant path (fixed GEMM tiles, query tiles aligned to absolute positions) must only
+    change rounding: lengths cross the 64-row tiles and stage 0's 125-frame attention window, and
+    the upsampled stages cross theirs (a wrong window or tile offset would differ by far more)."""
+    tiled = moss_cli.load_codec(TINY_CODEC, device="cpu", dtype="float32", numerics=INVARIANT)
+    torch.manual_seed(frames)
+    codes = torch.randint(0, 128, (6, 2, frames))
+    plain, fixed = codec.decode(codes), tiled.decode(codes)
+    assert plain.shape == fixed.shape
+    assert (plain - fixed).abs().max().item() <= 1e-5

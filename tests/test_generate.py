@@ -4,15 +4,15 @@ import pytest
 import torch
 
 
-@pytest.mark.parametrize("batch_invariant", [True, False])
-def test_greedy_left_padded_batch_returns_each_row_exactly_as_alone(talker64, batch_invariant):
+@pytest.mark.parametrize("reference_loop", [False, True])
+def test_greedy_left_padded_batch_returns_each_row_exactly_as_alone(talker64, reference_loop):
     prompts = [talker64.prompt(t) for t in ("Hi.", "A much longer sentence than the others, to force padding.",
                                             "Middle length text here.")]
     batched = talker64.generate(*talker64.batch(prompts), max_new_frames=12, do_sample=False,
-                                batch_invariant=batch_invariant)
+                                reference_loop=reference_loop)
     for prompt, codes in zip(prompts, batched):
         alone = talker64.generate(*talker64.batch([prompt]), max_new_frames=12, do_sample=False,
-                                  batch_invariant=batch_invariant)[0]
+                                  reference_loop=reference_loop)[0]
         assert codes.shape == (12, talker64.config.n_vq) and codes.dtype == torch.long
         assert torch.equal(codes, alone)
 
@@ -38,23 +38,23 @@ def test_per_row_generators_make_a_row_independent_of_its_neighbours(talker32):
     assert torch.equal(alone, batched)
 
 
-@pytest.mark.parametrize("batch_invariant", [True, False])
-def test_one_shared_generator_reproduces_the_same_batch(talker32, batch_invariant):
+@pytest.mark.parametrize("reference_loop", [False, True])
+def test_one_shared_generator_reproduces_the_same_batch(talker32, reference_loop):
     ids, mask = talker32.batch([talker32.prompt("a"), talker32.prompt("b")])
     first = talker32.generate(ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3),
-                              batch_invariant=batch_invariant)
+                              reference_loop=reference_loop)
     second = talker32.generate(ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3),
-                               batch_invariant=batch_invariant)
+                               reference_loop=reference_loop)
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
 def test_reference_mode_draws_one_batched_sample_from_the_shared_stream(talker32):
-    # batch_invariant=False is the reference loop: one multinomial call per head for the whole batch.
+    # reference_loop=True is the reference's padded loop: one multinomial call per head for the whole batch.
     ids, mask = talker32.batch([talker32.prompt("a"), talker32.prompt("b")])
     torch.manual_seed(11)
-    first = talker32.generate(ids, mask, max_new_frames=6, batch_invariant=False)
+    first = talker32.generate(ids, mask, max_new_frames=6, reference_loop=True)
     torch.manual_seed(11)
-    again = talker32.generate(ids, mask, max_new_frames=6, batch_invariant=False)
+    again = talker32.generate(ids, mask, max_new_frames=6, reference_loop=True)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
@@ -82,8 +82,8 @@ def _reference_prompt(talker, record):
     return talker.prompt(record["text"], **fields)
 
 
-@pytest.mark.parametrize("batch_invariant", [True, False])
-def test_greedy_codes_match_those_the_reference_implementation_produced(talker64, batch_invariant):
+@pytest.mark.parametrize("reference_loop", [False, True])
+def test_greedy_codes_match_those_the_reference_implementation_produced(talker64, reference_loop):
     # tests/data/reference_greedy_tiny.json was recorded by running the public reference processor
     # and MossTTSLocalModel.generate (sdpa, float64, greedy) on the shipped tiny checkpoint: plain
     # text, an instruction, a reference voice and a continuation (its "note" says how).
@@ -96,6 +96,6 @@ def test_greedy_codes_match_those_the_reference_implementation_produced(talker64
     for prompt, r in zip(prompts, records):
         assert prompt.tolist() == r["prompt"], f"prompt for {r['text']!r} differs from the reference processor's"
     out = talker64.generate(*talker64.batch(prompts), max_new_frames=recorded["max_new_frames"], do_sample=False,
-                            batch_invariant=batch_invariant)
+                            reference_loop=reference_loop)
     for codes, r in zip(out, records):
         assert codes.tolist() == r["codes"], f"codes for {r['text']!r} differ from the reference's"

@@ -5,8 +5,14 @@ import math
 import torch
 
 from moss_cli.model.attention import causal_mask
-from moss_cli.model.layers import (RMSNorm, apply_interleaved, apply_rotate_half, codec_rope, interleaved_angles,
-                                   rotate_half_angles)
+from moss_cli.model.layers import (
+    RMSNorm,
+    apply_interleaved,
+    apply_rotate_half,
+    codec_rope,
+    interleaved_angles,
+    rotate_half_angles,
+)
 
 
 def test_rotate_half_rope_pairs_dimension_i_with_i_plus_half():

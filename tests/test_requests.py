@@ -6,8 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from moss_cli.config.requests import (LANGUAGES, MAX_FRAMES_LIMIT, MAX_PROBLEMS, RequestFileError, iter_requests,
-                                      max_line_bytes_for, read_requests)
+from moss_cli.config.request_fields import LANGUAGES, MAX_FRAMES_LIMIT
+from moss_cli.config.requests import (
+    MAX_PROBLEMS,
+    RequestFileError,
+    iter_requests,
+    max_line_bytes_for,
+    read_requests,
+)
 from moss_cli.errors import MossError
 from moss_cli.io.reference_audio import ReferenceError, read_reference
 

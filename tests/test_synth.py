@@ -1,7 +1,6 @@
 """`moss synth` on the embedded default: files, manifest, seeding, batch composition."""
 
 import random
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +11,7 @@ from typer.testing import CliRunner
 from moss_cli.cli.app import app
 from moss_cli.config.requests import read_requests
 from moss_cli.io.manifest import COLUMNS
-from moss_cli.synth import SynthOptions, Synthesizer
+from moss_cli.synth import Synthesizer, SynthOptions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"

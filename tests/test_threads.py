@@ -10,8 +10,8 @@ import torch
 
 from moss_cli.assets import TINY_TALKER
 from moss_cli.model.config import TalkerConfig
-from moss_cli.synth import SynthOptions, Synthesizer
-from moss_cli.threads import SMALL_MODEL_PARAMS, default_threads, talker_parameters
+from moss_cli.synth import Synthesizer, SynthOptions
+from moss_cli.threads import SMALL_MODEL_PARAMS, SPIN_ENV, default_threads, talker_parameters
 
 V1_5_BACKBONE = dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
                      head_dim=128, intermediate_size=9728, vocab_size=151936)
@@ -65,7 +65,8 @@ def _fresh_python(code: str, env: dict) -> str:
 
 
 def test_the_cli_makes_idle_openmp_threads_sleep_unless_the_user_chose():
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env = {k: v for k, v in os.environ.items() if k not in SPIN_ENV}
     code = "import os, moss_cli.cli.app; print(os.environ.get('OMP_WAIT_POLICY'))"
     assert _fresh_python(code, env) == "PASSIVE"
     assert _fresh_python(code, {**env, "OMP_WAIT_POLICY": "ACTIVE"}) == "ACTIVE"
+    assert _fresh_python(code, {**env, "GOMP_SPINCOUNT": "1000"}) == "None"  # a spin choice of the user's

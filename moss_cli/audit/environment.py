@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from .. import __version__
-from ..model.checkpoint import checkpoint_fingerprint
+from ..io.fingerprint import checkpoint_fingerprint
 
 
 def deploy_sha256(path: Path) -> str:

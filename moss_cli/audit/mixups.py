@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..synth import Prepared
+from ..pipeline import Prepared
 from .compare import Output
 
 

@@ -1,199 +1,26 @@
-"""Audit reports: a Rich table for people, JSON (everything), JUnit XML (xunit2) and Markdown for CI."""
+"""Audit reports: a Rich table for people, and the files (JSON, JUnit, Markdown, the audio of
+diverging pairs) written for CI; output paths are checked before an audit starts."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 from collections import Counter
 from pathlib import Path
-from xml.etree import ElementTree as ET
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .. import __version__
 from ..errors import MossError
 from ..io.atomic import write_text_atomic
 from .compare import format_audio, format_db
+from .formats import junit_xml, markdown, to_json
 from .golden import GoldenCheck
-from .runner import AuditResult, Case
+from .runner import AuditResult
+from .summary import outcome, summary, worst_cases
 
-
-def _json_safe(value):
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def summary(result: AuditResult, golden: GoldenCheck | None) -> dict:
-    by_scenario: dict[str, Counter] = {}
-    for case in result.cases:
-        by_scenario.setdefault(case.scenario, Counter())[case.verdict] += 1
-    causes = Counter(case.attribution.cause for case in result.cases if case.failed and case.attribution)
-    passed = result.passed and (golden is None or golden.passed)
-    return {"passed": passed, "exit_code": 0 if passed else 1, "level": result.options.level,
-            "requests": len(result.requests), "cases": len(result.cases),
-            "failures": sum(c.failed for c in result.cases), "unseeded": sum(c.verdict == "unseeded" for c in result.cases),
-            "scenarios": {name: dict(counts) for name, counts in by_scenario.items()},
-            "causes": dict(causes), "golden_drift": None if golden is None else len(golden.drifts),
-            "warnings": len(result.mixups), "elapsed_s": round(result.elapsed_s, 3)}
-
-
-def outcome(s: dict) -> str:
-    """PASSED, or FAILED with what failed: violations, golden drift or both."""
-    if s["passed"]:
-        return "PASSED"
-    reasons = (["violations"] if s["failures"] else []) + (["golden drift"] if s["golden_drift"] else [])
-    return f"FAILED ({' and '.join(reasons)})"
-
-
-def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
-    return _json_safe({
-        "tool": "moss audit-determinism", "version": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "summary": summary(result, golden),
-        "options": {"level": result.options.level, "min_snr_db": result.options.min_snr_db,
-                    "scenarios": list(result.options.scenarios), "strict_unseeded": result.options.strict_unseeded,
-                    "legacy_global_rng": result.options.synth.legacy_global_rng,
-                    "requests": str(result.options.requests) if result.options.requests else "built-in"},
-        "environment": result.environment,
-        "reference": {key: {"frames": int(out.codes.shape[0]), "pcm_sha256": out.pcm_sha256,
-                            "seed_source": out.seed_source} for key, out in result.reference.items()},
-        "streaming": {"schedule": result.chunk_schedule,
-                      "chunks": {f"{scenario}/{run}": {key: out.chunks for key, out in outs.items()}
-                                 for (scenario, run), outs in result.outputs.items()
-                                 if any(o.chunks is not None for o in outs.values())}},
-        "cases": [case.as_dict() for case in result.cases],
-        "warnings": [m.as_dict() for m in result.mixups],
-        "golden": None if golden is None else golden.as_dict(),
-    })
-
-
-def _failure_text(case: Case) -> str:
-    cmp = case.comparison
-    lines = [f"{case.request} in {case.scenario}/{case.run}: {case.attribution.cause if case.attribution else 'differs'}"]
-    if case.attribution:
-        lines.append(case.attribution.detail)
-    if cmp is not None and not cmp.codes_equal:
-        lines.append(f"first diverging frame {cmp.first_frame}, codebook {cmp.first_codebook}; "
-                     f"frames {cmp.frames_reference} alone vs {cmp.frames_other}")
-    if cmp is not None:
-        lines.append(f"PCM equal: {cmp.pcm_equal}; {format_audio(cmp)}")
-    return "\n".join(lines)
-
-
-def _warnings_for(result: AuditResult, scenario: str | None) -> list[str]:
-    """Warnings of one scenario's runs, plus those of the reference run (every comparison uses it)."""
-    return [m.message for m in result.mixups if {"reference", scenario} & set(m.scenarios)]
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.3f}"
-
-
-def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
-    """xunit2-style: one testsuite per scenario, one testcase per scenario x request."""
-    root = ET.Element("testsuites", name="moss audit-determinism")
-    suites: dict[str, list[Case]] = {}
-    for case in result.cases:
-        suites.setdefault(case.scenario, []).append(case)
-    total = failures = skipped = 0
-    for scenario, cases in suites.items():
-        took = result.scenario_s.get(scenario, sum(c.wall_s for c in cases))
-        suite = ET.SubElement(root, "testsuite", name=f"audit.{scenario}", tests=str(len(cases)),
-                              failures=str(sum(c.failed for c in cases)), errors="0",
-                              skipped=str(sum(c.verdict == "unseeded" for c in cases)), time=_seconds(took))
-        for case in cases:
-            tc = ET.SubElement(suite, "testcase", classname=f"audit.{scenario}.{case.run}", name=case.request,
-                               time=_seconds(case.wall_s))
-            if case.failed:
-                cause = case.attribution.cause if case.attribution else "differs"
-                failure = ET.SubElement(tc, "failure", message=f"{cause}: {case.attribution.detail if case.attribution else ''}",
-                                        type=cause)
-                failure.text = _failure_text(case)
-            elif case.verdict == "unseeded":
-                ET.SubElement(tc, "skipped", message="unseeded request: drawn from the global RNG, expected to vary")
-        _system_err(suite, _warnings_for(result, scenario))
-        total += len(cases)
-        failures += sum(c.failed for c in cases)
-        skipped += sum(c.verdict == "unseeded" for c in cases)
-    if golden is not None:
-        took = sum(out.wall_s for out in result.reference.values())
-        suite = ET.SubElement(root, "testsuite", name="audit.golden", tests=str(len(result.reference)),
-                              failures=str(len(golden.drifts)), errors="0", skipped="0", time=_seconds(took))
-        drifted = {d.request: d for d in golden.drifts}
-        causes = "; ".join(golden.causes) or "unknown (same seeds and environment as recorded)"
-        for key, out in result.reference.items():
-            tc = ET.SubElement(suite, "testcase", classname="audit.golden", name=key, time=_seconds(out.wall_s))
-            if key in drifted:
-                d = drifted[key]
-                f = ET.SubElement(tc, "failure", message=f"drift: {d.detail}" + (f" ({d.cause})" if d.cause else ""),
-                                  type="drift")
-                f.text = f"{d.detail}\nlikely cause: {causes}"
-        _system_err(suite, _warnings_for(result, None))
-        total += len(result.reference)
-        failures += len(golden.drifts)
-    root.set("tests", str(total))
-    root.set("time", _seconds(result.elapsed_s))
-    root.set("failures", str(failures))
-    root.set("errors", "0")
-    root.set("skipped", str(skipped))
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
-
-
-def _system_err(suite: ET.Element, warnings: list[str]) -> None:
-    """Warnings go to the suite's stderr: CI shows them without counting a failure."""
-    if warnings:
-        ET.SubElement(suite, "system-err").text = "\n".join(f"warning: {w}" for w in warnings)
-
-
-def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
-    s = summary(result, golden)
-    icon = "✅" if s["passed"] else "❌"
-    out = [f"## {icon} moss audit-determinism: {'passed' if s['passed'] else outcome(s)}", "",
-           f"Level `{s['level']}`, {s['requests']} requests, {s['cases']} comparisons, {s['elapsed_s']:.1f} s "
-           f"on {result.environment['device']} ({result.environment['dtype']}, torch {result.environment['torch_version']}).",
-           "", "| scenario | pass | fail | unseeded |", "|---|---:|---:|---:|"]
-    for name, counts in s["scenarios"].items():
-        out.append(f"| {name} | {counts.get('pass', 0)} | {counts.get('fail', 0)} | {counts.get('unseeded', 0)} |")
-    worst = _worst(result)
-    if worst:
-        out += ["", "### Violations", "", "| request | scenario/run | cause | first divergence | audio | detail |",
-                "|---|---|---|---|---|---|"]
-        for case in worst[:20]:
-            cmp = case.comparison
-            where = "-" if cmp is None or cmp.codes_equal else f"frame {cmp.first_frame}, codebook {cmp.first_codebook}"
-            audio = "-" if cmp is None else format_audio(cmp)
-            out.append(f"| {case.request} | {case.scenario}/{case.run} | {case.attribution.cause} | {where} | "
-                       f"{audio} | {case.attribution.detail} |")
-    if result.mixups:
-        out += ["", f"### ⚠️ Warnings ({len(result.mixups)})", ""]
-        out += [f"- {m.message}" for m in result.mixups]
-    if golden is not None:
-        out += ["", f"### Golden baseline `{golden.path.name}`: {'no drift' if golden.passed else f'{len(golden.drifts)} drifted'}"]
-        if not golden.passed:
-            out += ["", golden.describe(), ""]
-        for d in golden.drifts:
-            out.append(f"- `{d.request}`: {d.detail}" + (f" ({d.cause})" if d.cause else ""))
-        for k, (a, b) in golden.environment_changes.items():
-            out.append(f"- environment `{k}`: `{a}` → `{b}`")
-    if s["unseeded"]:
-        out += ["", f"{s['unseeded']} comparison(s) of unseeded requests differed; they draw from the global RNG "
-                    "and are expected to vary (use a deploy seed, or `--strict-unseeded` to fail on them)."]
-    return "\n".join(out) + "\n"
-
-
-def _worst(result: AuditResult) -> list[Case]:
-    failed = [c for c in result.cases if c.failed]
-    return sorted(failed, key=lambda c: (c.comparison.first_frame if c.comparison and c.comparison.first_frame
-                                         is not None else 10**9))
+__all__ = ["render", "write_reports", "check_output_paths", "summary", "outcome", "to_json", "junit_xml", "markdown"]
 
 
 def render(console: Console, result: AuditResult, golden: GoldenCheck | None) -> None:
@@ -211,7 +38,7 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
         table.add_row(name, ", ".join(sorted(runs[name])), str(counts.get("pass", 0)), str(counts.get("fail", 0)),
                       str(counts.get("unseeded", 0)), verdict)
     console.print(table)
-    worst = _worst(result)[:10]
+    worst = worst_cases(result)[:10]
     if worst:
         # Short cells that never wrap (a long id is cut with an ellipsis, not broken mid-word); the
         # prose of each divergence goes below the table, where it wraps at spaces.

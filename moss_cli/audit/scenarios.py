@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..config.requests import Request
 
 if TYPE_CHECKING:  # the CLI reads SCENARIOS for its help text without importing torch
-    from ..synth import Prepared, Synthesizer
+    from ..pipeline import Prepared, Synthesizer
 
 SCENARIOS = ("repeat", "batched", "shuffled", "batch-sizes", "seeded-neighbours", "length-mix", "staggered",
              "voices", "streaming")

@@ -10,29 +10,36 @@ import typer
 from ..audit.scenarios import SCENARIOS
 from ..errors import MossError
 from .common import Device, DType, stderr, stdout, user_errors
+from .options import (
+    AllowForeignDeploy,
+    BatchInvariant,
+    CodecOption,
+    DeployOption,
+    DeviceOption,
+    DTypeOption,
+    LegacyGlobalRng,
+    MaxBatchOption,
+    ModelOption,
+    ThreadsOption,
+)
 
 
 def audit_determinism(
     requests: Annotated[Optional[Path], typer.Argument(help="Request file (default: the built-in audit set).")] = None,
-    deploy: Annotated[Optional[Path], typer.Option(help="vllm-omni deploy YAML.")] = None,
-    allow_foreign_deploy: Annotated[bool, typer.Option(help="Use a deploy file written for another model "
-                                                       "(a warning instead of an error).")] = False,
-    model: Annotated[Optional[Path], typer.Option(help="Talker checkpoint directory.")] = None,
-    codec: Annotated[Optional[Path], typer.Option(help="Audio tokenizer checkpoint directory.")] = None,
+    deploy: DeployOption = None,
+    allow_foreign_deploy: AllowForeignDeploy = False,
+    model: ModelOption = None,
+    codec: CodecOption = None,
     scenarios: Annotated[str, typer.Option(help=f"Comma-separated: {','.join(SCENARIOS)}.")] = ",".join(SCENARIOS),
     level: Annotated[str, typer.Option(help="What counts as a violation: codes | waveform | bitwise.")] = "codes",
     min_snr_db: Annotated[float, typer.Option(help="Waveform level: minimum SNR against the reference.")] = 60.0,
     strict_unseeded: Annotated[bool, typer.Option(help="Fail on differences of unseeded requests too.")] = False,
-    legacy_global_rng: Annotated[bool, typer.Option(help="Negative control: one global RNG for every draw.")] = False,
-    batch_invariant: Annotated[bool, typer.Option("--batch-invariant/--no-batch-invariant", help="Compute every "
-                                                 "request bitwise as if it ran alone (default); off: faster "
-                                                 "kernels whose rounding depends on the batch.")] = True,
-    max_batch: Annotated[Optional[int], typer.Option(min=1, help="Max batch (default: stage-0 max_num_seqs).")] = None,
-    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads for torch (default: 1 for small "
-                                                   "models, all cores for large ones; OMP_NUM_THREADS is "
-                                                   "respected).")] = None,
-    device: Annotated[Device, typer.Option(help="Where to run.")] = Device.auto,
-    dtype: Annotated[DType, typer.Option(help="Model dtype.")] = DType.auto,
+    legacy_global_rng: LegacyGlobalRng = False,
+    batch_invariant: BatchInvariant = True,
+    max_batch: MaxBatchOption = None,
+    threads: ThreadsOption = None,
+    device: DeviceOption = Device.auto,
+    dtype: DTypeOption = DType.auto,
     report_dir: Annotated[Optional[Path], typer.Option(help="Write every report and the audio of diverging pairs.")] = None,
     junit: Annotated[Optional[Path], typer.Option(help="JUnit XML (xunit2) report.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="JSON report with every comparison.")] = None,
@@ -49,7 +56,8 @@ def audit_determinism(
         from ..audit.golden import check_golden, save_golden
         from ..audit.report import check_output_paths, render, summary, write_reports
         from ..audit.runner import AuditOptions, run_audit
-        from ..synth import SynthOptions
+        from ..numerics import Numerics
+        from ..pipeline import SynthOptions
 
         # Before any model loads: a bad output path must not cost a whole audit.
         check_output_paths({"--json": json_path, "--junit": junit, "--markdown": markdown,
@@ -61,7 +69,7 @@ def audit_determinism(
             requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db, strict_unseeded=strict_unseeded,
             max_batch=max_batch,
             synth=SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
-                               legacy_global_rng=legacy_global_rng, batch_invariant=batch_invariant,
+                               legacy_global_rng=legacy_global_rng, numerics=Numerics(batch_invariant=batch_invariant),
                                allow_foreign_deploy=allow_foreign_deploy, threads=threads))
         if golden is not None and not golden.is_file():
             raise MossError("golden file does not exist", file=golden, field="--golden")

@@ -6,39 +6,43 @@ import json
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from .common import Device, DType, interactive, stderr, stdout, user_errors
+from .options import (
+    AllowForeignDeploy,
+    BatchInvariant,
+    CodecOption,
+    DeployOption,
+    DeviceOption,
+    DTypeOption,
+    LegacyGlobalRng,
+    MaxBatchOption,
+    ModelOption,
+    ThreadsOption,
+)
 
 if TYPE_CHECKING:
-    from ..synth import SynthSummary
+    from ..job import SynthSummary
 
 
 def synth(
     requests: Annotated[Path, typer.Argument(help="Request file: .jsonl, .csv or .txt (one utterance per line).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")] = Path("out"),
-    deploy: Annotated[Optional[Path], typer.Option(help="vllm-omni deploy YAML (default: the tiny recipe, or the "
-                                                         "vllm-omni v1.5 defaults with --model).")] = None,
-    allow_foreign_deploy: Annotated[bool, typer.Option(help="Use a deploy file written for another model "
-                                                       "(a warning instead of an error).")] = False,
-    model: Annotated[Optional[Path], typer.Option(help="Talker checkpoint directory (default: the shipped tiny one).")] = None,
-    codec: Annotated[Optional[Path], typer.Option(help="Audio tokenizer checkpoint directory (with --model).")] = None,
-    device: Annotated[Device, typer.Option(help="Where to run.")] = Device.auto,
-    dtype: Annotated[DType, typer.Option(help="Model dtype (auto: float32 on CPU, bfloat16 elsewhere).")] = DType.auto,
-    max_batch: Annotated[Optional[int], typer.Option(min=1, help="Requests in flight at once "
-                                                     "(default: stage-0 max_num_seqs).")] = None,
-    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads for torch (default: 1 for small "
-                                                   "models, all cores for large ones; OMP_NUM_THREADS is "
-                                                   "respected).")] = None,
+    deploy: DeployOption = None,
+    allow_foreign_deploy: AllowForeignDeploy = False,
+    model: ModelOption = None,
+    codec: CodecOption = None,
+    device: DeviceOption = Device.auto,
+    dtype: DTypeOption = DType.auto,
+    max_batch: MaxBatchOption = None,
+    threads: ThreadsOption = None,
     audio_format: Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")] = "wav",
-    legacy_global_rng: Annotated[bool, typer.Option(help="Negative control: every request draws from the one "
-                                                   "global RNG in batch order (the pre-fix behaviour).")] = False,
-    batch_invariant: Annotated[bool, typer.Option("--batch-invariant/--no-batch-invariant", help="Compute every "
-                                                 "request bitwise as if it ran alone (default); off: faster "
-                                                 "kernels whose rounding depends on the batch.")] = True,
+    legacy_global_rng: LegacyGlobalRng = False,
+    batch_invariant: BatchInvariant = True,
     dry_run: Annotated[bool, typer.Option(help="Validate the requests, deploy config and checkpoint configs, "
                                                 "print what would run, and stop.")] = False,
     force: Annotated[bool, typer.Option(help="Regenerate everything, even outputs of an earlier run.")] = False,
@@ -55,11 +59,13 @@ def synth(
     are skipped. Exit codes: 0 done, 1 done but --fail-on-empty found an empty result, 2 bad input or
     runtime error, 130/143 interrupted (SIGINT/SIGTERM)."""
     with user_errors():
-        from ..synth import SynthOptions, synthesize  # torch loads here, not for --help
+        from ..job import synthesize  # torch loads here, not for --help
+        from ..numerics import Numerics
+        from ..pipeline import SynthOptions
 
         options = SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
                                max_batch=max_batch, legacy_global_rng=legacy_global_rng,
-                               batch_invariant=batch_invariant, threads=threads,
+                               numerics=Numerics(batch_invariant=batch_invariant), threads=threads,
                                allow_foreign_deploy=allow_foreign_deploy)
         run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force, stream=stream)
         if interactive():
@@ -100,10 +106,10 @@ def progress_bar():
 def print_summary(summary: SynthSummary, requests: Path) -> None:
     if summary.dry_run:
         table = Table(title="moss synth --dry-run: the requests are valid")
-        columns = ("requests", "would skip", "frame budget", "max audio s", "seeds req/deploy/none")
+        columns = ("requests", "would skip", "frame budget", "max audio s", "seed sources")
         values = (str(summary.requests), str(summary.resumed), str(summary.frame_budget),
                   f"{summary.frame_budget / summary.frame_rate:.1f}",
-                  "/".join(str(summary.seed_sources.get(k, 0)) for k in ("request", "deploy", "none")))
+                  ", ".join(f"{source} {count}" for source, count in sorted(summary.seed_sources.items())))
     else:
         table = Table(title="moss synth")
         reasons = summary.stop_reasons

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engine.sampling import STOP_HEAD_DEFAULTS, HeadSampling
+from ..sampling_params import STOP_HEAD_DEFAULTS, HeadSampling
 from .deploy import DeployConfig
 from .requests import Request
 

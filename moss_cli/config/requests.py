@@ -9,68 +9,29 @@ seen, never the whole file; a line longer than `max_line_bytes` is reported with
 from __future__ import annotations
 
 import csv
-import difflib
 import json
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ..errors import MossError
+from .request_fields import (
+    FIELDS,
+    PROMPT_FIELDS,
+    SAMPLING_FIELDS,
+    Problem,
+    Request,
+    validate_record,
+)
 
-PROMPT_FIELDS = ("instruction", "tokens", "quality", "sound_event", "ambient_sound", "language")
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty")
-FIELDS = ("id", "text", "seed", "max_new_frames", "ref_audio", "ref_text", *PROMPT_FIELDS, *SAMPLING_FIELDS)
-MAX_FRAMES_LIMIT = 1_000_000  # beyond this a value is a typo, not a request
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-RESERVED_IDS = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10)),
-                "manifest"}
+__all__ = ["Request", "Problem", "RequestFileError", "read_requests", "iter_requests", "FIELDS", "PROMPT_FIELDS",
+           "SAMPLING_FIELDS", "DEFAULT_MAX_LINE_BYTES", "max_line_bytes_for"]
+
 # A whole novel chapter is a few hundred kB; a line past this is a mistake (a file concatenated onto
 # one line, a binary file renamed). Callers that know max_model_len pass a tighter bound
 # (`max_line_bytes_for`).
 DEFAULT_MAX_LINE_BYTES = 8 << 20
 MAX_PROBLEMS = 1000  # a file with more is the wrong file; reading on only fills the screen
 BOM = b"\xef\xbb\xbf"
-
-# The languages MOSS-TTS(-Local) v1.5 was trained on, by name and ISO 639 code: the "Supported
-# Languages" table of OpenMOSS/MOSS-TTS README.md (commit 58b20a0d5fcc6766658d50967a90a9d890009a46),
-# the same names its clis/moss_tts_local_v1.5_app.py offers as language tags. The value reaches the
-# prompt's "- Language:" line as written, neither mapped nor checked, in the reference processor
-# (moss_tts_local_v1.5/processing_moss_tts.py) and in vllm-omni (vllm_omni/entrypoints/openai/
-# tts_adapters/moss_tts.py, commit 0131cb5560450800b800e889fb849ea2c851bd3f); so it does here, and the
-# check only catches typos. Names and codes pass in any case, regional tags by their code ("en-US"),
-# and "Auto", which vllm-omni's speech API documents (protocol/audio.py; serving_speech.py at
-# 01bc4171df2a6ee9799a6994eb61eb10b6931641 checks its `_TTS_LANGUAGES` for Qwen3-TTS only).
-LANGUAGES = {
-    "Chinese": "zh", "Cantonese": "yue", "English": "en", "Arabic": "ar", "Czech": "cs", "Danish": "da",
-    "Dutch": "nl", "Finnish": "fi", "French": "fr", "German": "de", "Greek": "el", "Hebrew": "he",
-    "Hindi": "hi", "Hungarian": "hu", "Italian": "it", "Japanese": "ja", "Korean": "ko", "Macedonian": "mk",
-    "Malay": "ms", "Persian (Farsi)": "fa", "Polish": "pl", "Portuguese": "pt", "Romanian": "ro",
-    "Russian": "ru", "Spanish": "es", "Swahili": "sw", "Swedish": "sv", "Tagalog": "tl", "Thai": "th",
-    "Turkish": "tr", "Vietnamese": "vi",
-}
-_LANGUAGE_SPELLINGS = {v.lower(): v for v in (*LANGUAGES, *LANGUAGES.values(), "Auto")}
-_LANGUAGE_CODES = {code.lower() for code in LANGUAGES.values()}
-
-
-@dataclass(frozen=True)
-class Request:
-    id: str
-    text: str
-    line: int
-    seed: int | None = None
-    max_new_frames: int | None = None
-    prompt_fields: dict[str, Any] = field(default_factory=dict)
-    sampling: dict[str, Any] = field(default_factory=dict)  # per-request overrides of stage-0 defaults
-    ref_audio: Path | None = None  # reference voice, resolved against the request file's folder
-    ref_text: str | None = None  # its transcript: continuation mode
-
-
-@dataclass
-class Problem:
-    line: int | None
-    field: str | None
-    message: str
 
 
 class RequestFileError(MossError):
@@ -134,7 +95,7 @@ def _validated(records: Iterable[tuple[int, dict]], file: Path, problems: list[P
     seen: dict[str, int] = {}
     by_folded: dict[str, str] = {}  # id.lower() -> the id first seen with it
     for line, record in records:
-        request = _validate(record, line, file.stem, problems, file.parent)
+        request = validate_record(record, line, file.stem, problems, file.parent)
         if request is not None:
             rid = request.id
             if rid in seen:
@@ -268,99 +229,3 @@ def _csv_value(key: str, cell: str) -> Any:
         except ValueError:
             pass
     return cell
-
-
-def _validate(record: dict, line: int, stem: str, problems: list[Problem], base: Path = Path(".")) -> Request | None:
-    before = len(problems)
-
-    def bad(field_name: str, message: str) -> None:
-        problems.append(Problem(line, field_name, message))
-
-    for key in record:
-        if key not in FIELDS:
-            hint = difflib.get_close_matches(str(key), FIELDS, n=1)
-            bad(str(key), f"unknown field {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else
-                                                      f"; expected one of {', '.join(FIELDS)}"))
-    text = record.get("text")
-    if not isinstance(text, str):
-        bad("text", "missing 'text'" if text is None else f"'text' must be a string, got {type(text).__name__}")
-    elif not text.strip():
-        bad("text", "'text' is empty")
-
-    request_id = record.get("id", f"{stem}-{line:05d}")
-    if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
-        bad("id", f"'id' must be a string, got {type(request_id).__name__}")
-    else:
-        request_id = str(request_id)
-        if not SAFE_ID.match(request_id) or request_id.lower().split(".")[0] in RESERVED_IDS:
-            bad("id", f"id {request_id!r} is not a safe file name (letters, digits, '.', '_', '-'; "
-                      "no path separators or '..'; at most 128 characters; not a reserved name)")
-        elif ".." in request_id:
-            bad("id", f"id {request_id!r} must not contain '..'")
-
-    seed = record.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63):
-        bad("seed", f"'seed' must be an integer in the signed 64-bit range, got {seed!r}")
-    frames = record.get("max_new_frames")
-    if frames is not None and (isinstance(frames, bool) or not isinstance(frames, int)
-                               or not 1 <= frames <= MAX_FRAMES_LIMIT):  # 0 frames would be an empty file
-        bad("max_new_frames", f"'max_new_frames' must be an integer in [1, {MAX_FRAMES_LIMIT}], got {frames!r}")
-
-    sampling = {}
-    for key in SAMPLING_FIELDS:
-        value = record.get(key)
-        if value is None:
-            continue
-        number = not isinstance(value, bool) and isinstance(value, (int, float))
-        if key == "temperature" and not (number and value >= 0):
-            bad(key, f"'temperature' must be a number >= 0 (0 means greedy), got {value!r}")
-        elif key == "top_p" and not (number and 0 < value <= 1):
-            bad(key, f"'top_p' must be in (0, 1], got {value!r}")
-        elif key == "top_k" and not (number and isinstance(value, int) and value >= 0):
-            bad(key, f"'top_k' must be an integer >= 0 (0 disables it), got {value!r}")
-        elif key == "repetition_penalty" and not (number and value > 0):
-            bad(key, f"'repetition_penalty' must be a number > 0, got {value!r}")
-        else:
-            sampling[key] = value
-
-    fields = {}
-    for key in PROMPT_FIELDS:
-        value = record.get(key)
-        if value is None:
-            continue
-        if key == "tokens" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            bad(key, f"'tokens' (duration hint in tokens) must be a non-negative integer, got {value!r}")
-        elif key != "tokens" and not isinstance(value, str):
-            bad(key, f"'{key}' must be a string, got {type(value).__name__}")
-        elif key == "language" and (hint := _language_problem(value)):
-            bad(key, hint)
-        else:
-            fields[key] = value
-    ref_audio, ref_text = record.get("ref_audio"), record.get("ref_text")
-    if ref_audio is not None and (not isinstance(ref_audio, str) or not ref_audio.strip()):
-        bad("ref_audio", "'ref_audio' must be a path to an audio file")
-    if ref_text is not None and not isinstance(ref_text, str):
-        bad("ref_text", f"'ref_text' must be a string, got {type(ref_text).__name__}")
-    elif ref_text is not None and ref_audio is None:
-        bad("ref_text", "'ref_text' is the transcript of 'ref_audio', which is missing")
-
-    if len(problems) > before:
-        return None
-    return Request(id=request_id, text=text, line=line, seed=seed, max_new_frames=frames,
-                   prompt_fields=fields, sampling=sampling,
-                   ref_audio=None if ref_audio is None else base / Path(ref_audio).expanduser(),
-                   ref_text=ref_text if ref_text and ref_text.strip() else None)
-
-
-def _language_problem(value: str) -> str | None:
-    """Why `value` is not a language the model knows, or None. Blank means "not given"."""
-    wanted = value.strip().lower()
-    if not wanted or wanted in _LANGUAGE_SPELLINGS or re.split(r"[-_]", wanted)[0] in _LANGUAGE_CODES:
-        return None
-    # "Farsi" is part of "Persian (Farsi)": a word of a name beats a similar spelling.
-    hint = [name for name in LANGUAGES if wanted in re.findall(r"\w+", name.lower())]
-    hint = hint or [_LANGUAGE_SPELLINGS[h] for h in difflib.get_close_matches(wanted, _LANGUAGE_SPELLINGS, n=1)]
-    if hint:
-        return f"unknown language {value!r}; did you mean {hint[0]!r}?"
-    return (f"unknown language {value!r}; expected a name or code the model was trained on: "
-            + ", ".join(f"{name} ({code})" for name, code in LANGUAGES.items()))

@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch
 
 from ..model.talker import MossTTSLocal
+from ..sampling_params import HeadSampling
 from .frame import STOP_HEAD, choose_codes, choose_stop, start_frame
 from .kv_cache import PaddedBatchCache
-from .sampling import Generators, HeadSampling, sample
+from .sampling import Generators, sample
 from .scheduler import Engine, GenerationRequest
 
 
@@ -76,6 +77,6 @@ def generate_invariant(model: MossTTSLocal, input_ids: torch.Tensor, attention_m
         requests.append(GenerationRequest(key=str(i), prompt=input_ids[i][mask[i].to(input_ids.device)],
                                           max_new_frames=max_new_frames, audio=audio, stop=stop, seed=None,
                                           do_sample=do_sample, generator=per_row))
-    engine = Engine(model, max_batch=batch, batch_invariant=True)
+    engine = Engine(model, max_batch=batch)
     results = {r.key: r.codes for r in engine.run(requests)}
     return [results[str(i)] for i in range(batch)]

@@ -7,26 +7,13 @@ at once, as the reference does), or one generator per row (reproducible whatever
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
+from ..sampling_params import HeadSampling
+
 Generators = torch.Generator | Sequence[torch.Generator | None] | None
-
-
-@dataclass(frozen=True)
-class HeadSampling:
-    """Sampling parameters of one head (the audio heads or the stop head)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    repetition_penalty: float = 1.0
-
-
-STOP_HEAD_DEFAULTS = HeadSampling(temperature=1.0, top_p=1.0, top_k=50)
-AUDIO_DEFAULTS = HeadSampling(temperature=1.7, top_p=0.8, top_k=25, repetition_penalty=1.0)
 
 
 def apply_repetition_penalty(scores: torch.Tensor, history: torch.Tensor | None, penalty: float) -> torch.Tensor:

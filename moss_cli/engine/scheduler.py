@@ -14,13 +14,11 @@ from typing import Callable, Iterable, Iterator
 import torch
 
 from ..model.talker import MossTTSLocal
+from ..numerics import INVARIANT, Numerics
+from ..sampling_params import HeadSampling
 from .frame import STOP_HEAD, choose_codes, choose_stop, start_frame
 from .kv_cache import RequestBatch, RequestCache
-from .sampling import HeadSampling, sample
-
-# Rows per block in batch-invariant mode. Any fixed value gives invariance (a GEMM row depends only
-# on its own inputs at a fixed row count); 8 keeps CPU cost flat up to a batch of 8.
-ROW_BLOCK = 8
+from .sampling import sample
 
 # Called right before each draw with (request key, frame index, codebook, logits [V], rows in the
 # batch, the row's generator or None for the global RNG); codebook -1 is the stop head. It may
@@ -57,6 +55,17 @@ class GenerationResult:
 
 
 @dataclass
+class FrameEvent:
+    """One frame a request produced (yielded while it runs, when the caller asks for frames)."""
+
+    key: str
+    codes: torch.Tensor  # [n_vq], on the engine's device
+
+
+Event = GenerationResult | FrameEvent
+
+
+@dataclass
 class _Running:
     request: GenerationRequest
     cache: RequestCache
@@ -69,19 +78,16 @@ class _Running:
 
 
 class Engine:
-    def __init__(self, model: MossTTSLocal, *, max_batch: int = 8, legacy_global_rng: bool = False,
-                 batch_invariant: bool = True, row_block: int = ROW_BLOCK,
-                 logits_hook: LogitsHook | None = None,
-                 on_frame: Callable[[str, torch.Tensor], None] | None = None,
+    def __init__(self, model: MossTTSLocal, *, max_batch: int = 8, numerics: Numerics = INVARIANT,
+                 legacy_global_rng: bool = False, logits_hook: LogitsHook | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        if max_batch < 1 or row_block < 1:
-            raise ValueError("max_batch and row_block must be at least 1")
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
         self.model = model
-        self.row_block = row_block if batch_invariant else None
+        self.block_rows = numerics.engine_rows  # None: unpadded steps (fast mode)
         self.max_batch = max_batch
         self.legacy_global_rng = legacy_global_rng
         self.logits_hook = logits_hook
-        self.on_frame = on_frame  # (request key, codes [n_vq]) as each frame is produced (streaming)
         self.clock = clock  # one clock for admission and finish times (callers compare with it)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -109,6 +115,11 @@ class Engine:
 
     def run(self, requests: Iterable[GenerationRequest]) -> Iterator[GenerationResult]:
         """Yield each request's result as soon as it finishes."""
+        return (event for event in self.events(requests, frames=False) if isinstance(event, GenerationResult))
+
+    def events(self, requests: Iterable[GenerationRequest], *, frames: bool = True) -> Iterator[Event]:
+        """Like `run`, with a `FrameEvent` for every frame as it is produced (streaming consumers
+        decode or send it; the engine itself knows nothing of codecs or files)."""
         waiting = iter(requests)
         head = next(waiting, None)  # the next request to admit, in input order
         running: list[_Running] = []
@@ -131,11 +142,11 @@ class Engine:
                 continue
             for r in running:
                 r.batch_size_seen = max(r.batch_size_seen, len(running))
-            yield from self._step(running)
+            yield from self._step(running, frames)
             self.steps += 1
 
     @torch.inference_mode()
-    def _step(self, running: list[_Running]) -> Iterator[GenerationResult]:
+    def _step(self, running: list[_Running], frames: bool) -> Iterator[Event]:
         """Decode one frame for every running request, then feed the continuing ones to the backbone.
 
         Batch-invariant mode computes the step in blocks of exactly `row_block` rows, padding the
@@ -144,18 +155,16 @@ class Engine:
         differently for different row counts; cuBLAS picks different kernels). Attention and
         sampling are per request in both modes.
         """
-        if self.row_block:
-            blocks = [running[i:i + self.row_block] for i in range(0, len(running), self.row_block)]
+        if self.block_rows:
+            blocks = [running[i:i + self.block_rows] for i in range(0, len(running), self.block_rows)]
         else:
             blocks = [list(running)]
         finished: set[int] = set()
         for block in blocks:
-            for result, r in self._step_block(block, self.row_block or len(block)):
-                finished.add(id(r))
-                yield result
+            yield from self._step_block(block, self.block_rows or len(block), finished, frames)
         running[:] = [r for r in running if id(r) not in finished]
 
-    def _step_block(self, rows: list[_Running], size: int) -> Iterator[tuple[GenerationResult, _Running]]:
+    def _step_block(self, rows: list[_Running], size: int, finished: set[int], frames: bool) -> Iterator[Event]:
         model, cfg = self.model, self.model.cfg
         n = len(rows)
         hidden = torch.stack([r.hidden for r in rows])
@@ -193,7 +202,8 @@ class Engine:
         for i, stop in enumerate(stops):
             if stop:
                 active[i] = False
-                yield self._finish(rows[i], stopped=True), rows[i]
+                finished.add(id(rows[i]))
+                yield self._finish(rows[i], stopped=True)
         if not any(active):
             return
         # Stopped and idle rows stay in the block (their codes are ignored) so its shape is fixed.
@@ -204,21 +214,22 @@ class Engine:
             if not active[i]:
                 continue
             r.frames.append(codes[i])
-            if self.on_frame is not None:
-                self.on_frame(r.request.key, codes[i])
+            if frames:
+                yield FrameEvent(r.request.key, codes[i])
             if len(r.frames) >= r.request.max_new_frames:
-                yield self._finish(r, stopped=False), r
+                finished.add(id(r))
+                yield self._finish(r, stopped=False)
             else:
                 feed.append((i, r))
         if not feed:
             return
-        width = size if self.row_block else len(feed)
+        width = size if self.block_rows else len(feed)
         next_rows = torch.full((width, 1, cfg.n_vq + 1), cfg.audio_pad_code, dtype=torch.long, device=self.device)
         next_rows[:, 0, 0] = cfg.pad_token_id
         caches: list[RequestCache | None] = [None] * width
         positions = torch.zeros(width, 1, dtype=torch.long, device=self.device)
         for slot, (i, r) in enumerate(feed):
-            at = i if self.row_block else slot  # invariant mode keeps each row in its place
+            at = i if self.block_rows else slot  # invariant mode keeps each row in its place
             next_rows[at, 0, 0] = cfg.audio_assistant_slot_token_id
             next_rows[at, 0, 1:] = codes[i]
             caches[at] = r.cache
@@ -227,7 +238,7 @@ class Engine:
         out = model.backbone(model.embed(next_rows), positions, batch)
         batch.advance(1)
         for slot, (i, r) in enumerate(feed):
-            r.hidden = out[i if self.row_block else slot, -1]
+            r.hidden = out[i if self.block_rows else slot, -1]
 
     def _finish(self, r: _Running, *, stopped: bool) -> GenerationResult:
         codes = torch.stack(r.frames).cpu() if r.frames else torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long)

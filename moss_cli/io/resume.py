@@ -11,7 +11,6 @@ is an error unless `--force`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -22,12 +21,9 @@ import soundfile as sf
 from ..errors import MossError
 from .atomic import TEMPORARY_GLOB
 from .audio import FORMATS, pcm_sha256
+from .fingerprint import fingerprint
 
 JOURNAL = Path(".moss") / "journal.jsonl"
-
-
-def fingerprint(parts: dict) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 @dataclass
@@ -82,6 +78,26 @@ def remove_stale_temporaries(out: Path) -> None:
     for path in out.glob(TEMPORARY_GLOB):
         if path.is_file():
             path.unlink(missing_ok=True)
+
+
+def request_fingerprint(p, settings: dict, audio_format: str, checkpoints: dict) -> str:
+    """What made a request's output: its content, effective seed and sampling, frame budget, the
+    format, the run's numeric settings and the checkpoints (`p`: a pipeline `Prepared`)."""
+    eff = p.effective
+    return fingerprint({
+        "text": p.request.text, "fields": p.request.prompt_fields, "seed": eff.seed, "seed_source": eff.seed_source,
+        "audio": eff.audio.__dict__, "stop": eff.stop.__dict__, "do_sample": eff.do_sample,
+        "max_new_frames": p.max_new_frames, "format": audio_format, "checkpoints": checkpoints,
+        "ref_audio": p.reference.sha256 if p.reference else None, "ref_text": p.request.ref_text, **settings,
+    })
+
+
+def run_settings(options, dtype) -> dict:
+    """The run-wide part of a request fingerprint (keys kept stable so older journals still match)."""
+    numerics = options.numerics
+    return {"batch_invariant": numerics.batch_invariant, "row_block": numerics.engine_block,
+            "legacy_global_rng": options.legacy_global_rng, "dtype": str(dtype),
+            "codec_row_tile": numerics.codec_rows}
 
 
 def orphan_files(out: Path, names: set[str]) -> list[str]:

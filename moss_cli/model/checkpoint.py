@@ -7,7 +7,6 @@ mis-shaped tensor is a `CheckpointError` naming it. Tied tensors may be absent o
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Callable
@@ -17,6 +16,7 @@ import torch.nn as nn
 from safetensors import SafetensorError, safe_open
 
 from ..errors import CheckpointError
+from .config import CodecConfig, TalkerConfig
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -41,6 +41,18 @@ def checkpoint_dir(path: str | Path) -> Path:
     if not directory.is_dir():
         raise CheckpointError("checkpoint directory does not exist", file=directory)
     return directory
+
+
+def read_talker_config(path: str | Path) -> TalkerConfig:
+    """A talker checkpoint's config.json, checked, without loading any weights."""
+    file = checkpoint_dir(path) / "config.json"
+    return TalkerConfig.from_dict(read_json(file, "model config"), str(file))
+
+
+def read_codec_config(path: str | Path) -> CodecConfig:
+    """An audio tokenizer checkpoint's config.json, checked, without loading any weights."""
+    file = checkpoint_dir(path) / "config.json"
+    return CodecConfig.from_dict(read_json(file, "model config"), str(file))
 
 
 def tensor_files(directory: Path) -> dict[str, Path]:
@@ -138,29 +150,3 @@ def load_tokenizer(directory: Path, special_ids: dict[str, int]):
             raise CheckpointError(f"config.json names token id {token_id} for {name}, but the tokenizer has no "
                                   f"such token", file=path, field=name)
     return tokenizer
-
-
-FULL_HASH_LIMIT = 1 << 30  # hash whole checkpoints up to 1 GiB; sample larger ones
-
-
-def checkpoint_fingerprint(directory: Path) -> str:
-    """sha256 over config.json and the safetensors files. Files over 1 GiB in total are sampled
-    (header + 64 KiB at 64 evenly spaced offsets per file) to keep this fast on real checkpoints."""
-    files = sorted([directory / "config.json", *directory.glob("*.safetensors")])
-    total = sum(f.stat().st_size for f in files if f.is_file())
-    digest = hashlib.sha256()
-    for f in files:
-        if not f.is_file():
-            continue
-        digest.update(f.name.encode())
-        size = f.stat().st_size
-        digest.update(str(size).encode())
-        with f.open("rb") as handle:
-            if total <= FULL_HASH_LIMIT:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-            else:
-                for i in range(64):
-                    handle.seek(size * i // 64)
-                    digest.update(handle.read(1 << 16))
-    return ("sha256:" if total <= FULL_HASH_LIMIT else "sampled-sha256:") + digest.hexdigest()

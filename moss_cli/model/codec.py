@@ -25,9 +25,8 @@ from .layers import blocked_linear, codec_rope
 
 # Queries are processed in blocks so that attention memory stays O(T * (block + context)).
 ATTENTION_BLOCK = 1024
-# Fixed-tile (invariant) mode: query tile and row tile sizes.
+# Fixed-tile (invariant) mode: the attention query tile (row tiles come from moss_cli.numerics).
 QUERY_TILE = 64
-ROW_TILE = 64
 
 
 class WeightNormConv1x1(nn.Module):
@@ -46,21 +45,21 @@ class WeightNormConv1x1(nn.Module):
         w = self.parametrizations.weight
         return torch._weight_norm(w.original1, w.original0, 0)
 
-    def forward(self, x: torch.Tensor, row_block: int | None = None) -> torch.Tensor:
-        if not row_block:
+    def forward(self, x: torch.Tensor, tile: int | None = None) -> torch.Tensor:
+        if not tile:
             return F.conv1d(x, self.weight(), self.bias)
         # A 1x1 convolution is a linear map of each time step: computed in fixed row tiles.
-        return blocked_linear(x.transpose(1, 2), self.weight().squeeze(-1), self.bias, row_block).transpose(1, 2)
+        return blocked_linear(x.transpose(1, 2), self.weight().squeeze(-1), self.bias, tile).transpose(1, 2)
 
 
-def _project(module: nn.Module, x: torch.Tensor, row_block: int | None) -> torch.Tensor:
+def _project(module: nn.Module, x: torch.Tensor, tile: int | None) -> torch.Tensor:
     """An optional projection (Identity when the dimensions already match), in fixed row tiles
-    when `row_block` is set: a weight-normed 1x1 conv on [B, C, T] or a Linear on [..., D]."""
+    when `tile` is set: a weight-normed 1x1 conv on [B, C, T] or a Linear on [..., D]."""
     if isinstance(module, nn.Identity):
         return x
     if isinstance(module, nn.Linear):
-        return blocked_linear(x, module.weight, module.bias, row_block)
-    return module(x, row_block)
+        return blocked_linear(x, module.weight, module.bias, tile)
+    return module(x, tile)
 
 
 class Quantizer(nn.Module):
@@ -88,13 +87,13 @@ class Quantizer(nn.Module):
             codes.append(indices)
         return torch.stack(codes) if codes else torch.empty(0, b, t, dtype=torch.long, device=z.device)
 
-    def decode(self, codes: torch.Tensor, row_block: int | None = None) -> torch.Tensor:
+    def decode(self, codes: torch.Tensor, tile: int | None = None) -> torch.Tensor:
         """codes [nq, B, T] -> latents [B, output_dim, T] in float32."""
         nq, b, t = codes.shape
         latents = torch.zeros(b, self.cfg.rvq_dim, t, device=codes.device, dtype=torch.float32)
         for i in range(nq):
-            latents += self.quantizers[i].decode(codes[i], row_block)
-        return _project(self.output_proj, latents, row_block)
+            latents += self.quantizers[i].decode(codes[i], tile)
+        return _project(self.output_proj, latents, tile)
 
 
 class _Codebook(nn.Module):
@@ -122,10 +121,10 @@ class _Codebook(nn.Module):
         z_q = (z_e + (z_q - z_e)).float()  # the reference's straight-through form, kept for identical rounding
         return self.out_proj(z_q).float(), indices
 
-    def decode(self, codes: torch.Tensor, row_block: int | None = None) -> torch.Tensor:
+    def decode(self, codes: torch.Tensor, tile: int | None = None) -> torch.Tensor:
         """codes [B, T] -> [B, rvq_dim, T] (float32)."""
         vectors = F.embedding(codes, self.codebook.weight).transpose(1, 2).float()
-        return _project(self.out_proj, vectors, row_block).float()
+        return _project(self.out_proj, vectors, tile).float()
 
 
 class LayerScale(nn.Module):
@@ -157,9 +156,9 @@ class CodecAttention(nn.Module):
         self.in_proj = nn.Linear(stage.d_model, 3 * stage.d_model, bias=False)
         self.out_proj = nn.Linear(stage.d_model, stage.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, state: LayerState | None = None, row_block: int | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: LayerState | None = None, tile: int | None = None) -> torch.Tensor:
         b, t, d = x.shape
-        qkv = blocked_linear(x, self.in_proj.weight, None, row_block)
+        qkv = blocked_linear(x, self.in_proj.weight, None, tile)
         q, k, v = qkv.reshape(b, t, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
         offset = state.offset if state is not None else 0
         if self.rope_period is not None:
@@ -172,7 +171,7 @@ class CodecAttention(nn.Module):
             if state is not None:
                 raise ValueError("streaming needs causal attention")
             out = F.scaled_dot_product_attention(q, k, v)
-        elif row_block:
+        elif tile:
             out = _aligned_attention(q, k, v, offset, first_key, self.context)
         else:
             out = torch.cat([self._causal_block(q, k, v, offset, first_key, start, min(start + ATTENTION_BLOCK, t))
@@ -181,7 +180,7 @@ class CodecAttention(nn.Module):
             drop = 0 if self.context is None else max(0, k.shape[2] - (self.context - 1))
             state.keys, state.values = k[:, :, drop:], v[:, :, drop:]
             state.offset += t
-        return blocked_linear(out.transpose(1, 2).reshape(b, t, d), self.out_proj.weight, None, row_block)
+        return blocked_linear(out.transpose(1, 2).reshape(b, t, d), self.out_proj.weight, None, tile)
 
     def _causal_block(self, q, k, v, q0: int, k0: int, start: int, stop: int) -> torch.Tensor:
         """Queries start..stop-1 (absolute q0 + i) see keys j (absolute k0 + j) with 0 <= i - j < context."""
@@ -240,11 +239,11 @@ class CodecLayer(nn.Module):
         self.layer_scale_1 = LayerScale(stage.d_model, scale) if scale is not None else nn.Identity()
         self.layer_scale_2 = LayerScale(stage.d_model, scale) if scale is not None else nn.Identity()
 
-    def forward(self, x: torch.Tensor, state: LayerState | None = None, row_block: int | None = None) -> torch.Tensor:
-        update = self.self_attn(self.norm1(x), state, row_block)
+    def forward(self, x: torch.Tensor, state: LayerState | None = None, tile: int | None = None) -> torch.Tensor:
+        update = self.self_attn(self.norm1(x), state, tile)
         x = x.to(update) + self.layer_scale_1(update)
-        hidden = F.gelu(blocked_linear(self.norm2(x), self.ffn[0].weight, None, row_block))
-        update = blocked_linear(hidden, self.ffn[2].weight, None, row_block)
+        hidden = F.gelu(blocked_linear(self.norm2(x), self.ffn[0].weight, None, tile))
+        update = blocked_linear(hidden, self.ffn[2].weight, None, tile)
         return x.to(update) + self.layer_scale_2(update)
 
 
@@ -262,11 +261,11 @@ class TransformerStage(nn.Module):
                             if stage.output_dimension != stage.d_model else nn.Identity())
 
     def forward(self, x: torch.Tensor, states: list[LayerState] | None = None,
-                row_block: int | None = None) -> torch.Tensor:
-        x = _project(self.input_proj, x.transpose(1, 2), row_block)
+                tile: int | None = None) -> torch.Tensor:
+        x = _project(self.input_proj, x.transpose(1, 2), tile)
         for i, layer in enumerate(self.transformer.layers):
-            x = layer(x, None if states is None else states[i], row_block)
-        return _project(self.output_proj, x, row_block).transpose(1, 2)
+            x = layer(x, None if states is None else states[i], tile)
+        return _project(self.output_proj, x, tile).transpose(1, 2)
 
 
 class PatchStage(nn.Module):
@@ -297,7 +296,7 @@ def _context_frames(stage: CodecStage, frame_rate: float, default_duration: floa
 class AudioCodec(nn.Module):
     """The codec network. `decode` maps codes [nq, B, T] to audio [B, channels, T * downsample_rate]."""
 
-    def __init__(self, cfg: CodecConfig) -> None:
+    def __init__(self, cfg: CodecConfig, tile: int | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         rate = float(cfg.sampling_rate * (cfg.channels if cfg.interleave else 1))
@@ -309,7 +308,9 @@ class AudioCodec(nn.Module):
             else:
                 self.encoder.append(TransformerStage(stage, _context_frames(stage, rate, cfg.context_duration)))
         self.quantizer = Quantizer(cfg.quantizer)
-        self.row_block: int | None = None  # fixed-tile (batch- and chunk-invariant) mode when set
+        # Rows per GEMM tile: fixed tiles make a request's waveform independent of what it is decoded
+        # with, and chunked (streaming) decode bitwise equal to a whole decode. None: plain kernels.
+        self.tile = tile
         rate = rate if cfg.encoder else cfg.frame_rate
         self.decoder = nn.ModuleList()
         for stage in cfg.decoder:
@@ -378,7 +379,7 @@ class AudioCodec(nn.Module):
         return self._decode(codes, None)
 
     def _decode(self, codes: torch.Tensor, states: list[list[LayerState]] | None) -> torch.Tensor:
-        rb = self.row_block
+        rb = self.tile
         x = self.quantizer.decode(codes.to(self.quantizer.quantizers[0].codebook.weight.device), rb)
         x = x.to(_stage_dtype(self.decoder))
         for i, stage in enumerate(self.decoder):
@@ -400,7 +401,7 @@ class AudioCodec(nn.Module):
 class CodecStream:
     """Chunk-by-chunk decoding that keeps each attention layer's last context-1 keys/values.
 
-    With the codec's fixed-tile mode on (`AudioCodec.row_block`), the audio of every chunk is
+    With the codec built with fixed tiles (`AudioCodec.tile`), the audio of every chunk is
     bitwise the matching slice of a whole-sequence decode, whatever the chunk sizes."""
 
     def __init__(self, codec: AudioCodec, batch: int) -> None:

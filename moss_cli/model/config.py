@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..validation import is_integer, is_number
 
 
 def _int(d: dict, key: str, where: str, default: Any = ..., *aliases: str) -> int:
     for k in (key, *aliases):
         if k in d and d[k] is not None:
             value = d[k]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            if not is_number(value) or int(value) != value:
                 raise ConfigError(f"expected an integer, got {value!r}", file=where, field=k)
             return int(value)
     if default is ...:
@@ -32,7 +33,7 @@ def _float(d: dict, key: str, where: str, default: Any = ...) -> float:
         if default is ...:
             raise ConfigError(f"missing required key {key!r}", file=where, field=key)
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise ConfigError(f"expected a number, got {value!r}", file=where, field=key)
     return float(value)
 
@@ -187,7 +188,7 @@ class TalkerConfig:
         if sizes is None:
             sizes = [audio_vocab] * n_vq
         if not isinstance(sizes, list) or len(sizes) != n_vq or any(
-                isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in sizes):
+                not is_integer(s) or s <= 0 for s in sizes):
             raise ConfigError(f"audio_codebook_sizes must be a list of {n_vq} positive integers", file=where,
                               field="audio_codebook_sizes")
         audio_vocab = max(audio_vocab, max(sizes))

@@ -12,29 +12,16 @@ from typing import Any, Sequence
 import torch
 
 from .config import TalkerConfig
-
-USER_PREFIX = "user\n"
-REFERENCE_PREFIX = "<user_inst>\n- Reference(s):\n"
-TEXT_HEADER = "\n- Text:\n"
-USER_SUFFIX = "\n</user_inst>"
-ASSISTANT_TURN = "\n"
-ASSISTANT_PREFIX = "assistant\n"
-FIELDS = ("instruction", "tokens", "quality", "sound_event", "ambient_sound", "language")
-FIELD_TITLES = {"instruction": "Instruction", "tokens": "Tokens", "quality": "Quality",
-                "sound_event": "Sound Event", "ambient_sound": "Ambient Sound", "language": "Language"}
-
-
-def field_text(value: Any) -> str:
-    """An empty or missing field is written as the literal `None`."""
-    if value is None:
-        return "None"
-    return str(value).strip() or "None"
-
-
-def fields_block(fields: dict[str, Any]) -> str:
-    """The part of the template between the references and the text."""
-    block = "".join(f"\n- {FIELD_TITLES[name]}:\n{field_text(fields.get(name))}" for name in FIELDS)
-    return block + TEXT_HEADER
+from .template import (
+    ASSISTANT_PREFIX,
+    ASSISTANT_TURN,
+    PROMPT_FIELDS,
+    REFERENCE_PREFIX,
+    USER_PREFIX,
+    USER_SUFFIX,
+    field_text,
+    fields_block,
+)
 
 
 def max_token_bytes(tokenizer) -> int:
@@ -82,12 +69,12 @@ class PromptBuilder:
         rows[:, 1:] = codes.to(torch.long)
         return rows
 
-    def length(self, text: str, *, reference_frames: int | None = None, continuation_frames: int = 0,
-               **fields: Any) -> int:
-        """Rows of the prompt `build` would make, from token counts only."""
-        rows = self._template_length(fields) + len(self.encode(text)) + continuation_frames
-        if reference_frames is not None:  # [audio_start, frames..., audio_end] replace the "None"
-            rows += 2 + reference_frames - len(self.encode("None"))
+    def length(self, text: str, *, references: Sequence[int] = (), continuation: int = 0, **fields: Any) -> int:
+        """Rows of the prompt `build` would make, from token counts only: the same arguments as
+        `build`, with frame counts in place of the reference and continuation codes."""
+        rows = self._template_length(fields) + len(self.encode(text)) + continuation
+        if references:  # each [audio_start, frames..., audio_end]; together they replace the "None"
+            rows += sum(2 + frames for frames in references) - len(self.encode("None"))
         return rows
 
     def _template_length(self, fields: dict[str, Any]) -> int:
@@ -111,7 +98,7 @@ class PromptBuilder:
         return torch.cat([rows, self.audio_rows(continuation, self.cfg.audio_assistant_slot_token_id)])
 
     def _build(self, text: str, references: Sequence[torch.Tensor], fields: dict[str, Any]) -> torch.Tensor:
-        unknown = set(fields) - set(FIELDS)
+        unknown = set(fields) - set(PROMPT_FIELDS)
         if unknown:
             raise TypeError(f"unknown prompt field(s): {sorted(unknown)}")
         c = self.cfg

@@ -1,0 +1,189 @@
+"""What a resolved deploy config must satisfy: values in range, platform names vllm-omni knows,
+and a model and stage layout that are MOSS-TTS-Local's (vllm-omni ships deploy files for many
+models in one format; another model's file is refused, or with allow_foreign only warned about)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from ..validation import is_int64, is_integer, is_number
+from .deploy_merge import Source, display_path
+
+if TYPE_CHECKING:
+    from .deploy import DeployConfig
+
+# vllm-omni's platforms (OmniPlatformEnum / builtin_omni_platform_plugins in vllm_omni/platforms/),
+# plus "cpu", where moss itself runs.
+VLLM_OMNI_PLATFORMS = ("cuda", "rocm", "npu", "xpu", "musa")
+PLATFORMS = ("cpu", *VLLM_OMNI_PLATFORMS)
+MODEL_RUNNERS = ("v1", "v2")
+
+
+class DeployWarning(UserWarning):
+    """A deploy file is usable but probably not what its author meant (shown, never fatal)."""
+
+
+def check_platform(platform: str) -> None:
+    """Refuse a platform name vllm-omni (or moss, for cpu) does not know, suggesting the nearest."""
+    if platform not in PLATFORMS:
+        raise ConfigError(f"unknown platform {platform!r}{_did_you_mean(platform, PLATFORMS)}; expected one of "
+                          f"{', '.join(PLATFORMS)}", field="platform")
+
+
+def _did_you_mean(name: Any, choices) -> str:
+    close = difflib.get_close_matches(str(name), choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def validate(config: DeployConfig) -> None:
+    def fail(message: str, *path) -> None:
+        src = config.sources.get(tuple(path))
+        raise ConfigError(message, file=src.file if src else config.path, line=src.line if src else None,
+                          field=".".join(str(p) for p in path))
+
+    stages = config.data.get("stages")
+    if not isinstance(stages, dict) or 0 not in stages:
+        raise ConfigError("no stage with stage_id 0 (the talker)", file=config.path, field="stages")
+    stage0 = stages[0]
+    for key in ("max_num_seqs", "max_model_len"):
+        value = stage0.get(key)
+        if value is not None and (not is_integer(value) or value < 1):
+            fail(f"{key} must be a positive integer, got {value!r}", "stages", 0, key)
+    params = stage0.get("default_sampling_params", {})
+    if not isinstance(params, dict):
+        fail("default_sampling_params must be a mapping", "stages", 0, "default_sampling_params")
+    path = ("stages", 0, "default_sampling_params")
+    checks = {
+        "temperature": (lambda v: is_number(v) and v >= 0, "a number >= 0"),
+        "top_p": (lambda v: is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
+        "top_k": (lambda v: is_integer(v) and v >= -1, "an integer >= -1 (-1 or 0 disables it)"),
+        "max_tokens": (lambda v: is_integer(v) and v >= 1, "a positive integer"),
+        "repetition_penalty": (lambda v: is_number(v) and v > 0, "a number > 0"),
+        "seed": (lambda v: is_int64(v), "an integer in the signed 64-bit range, or null"),
+    }
+    for key, (ok, expected) in checks.items():
+        if params.get(key) is not None and not ok(params[key]):
+            fail(f"{key} must be {expected}, got {params[key]!r}", *path, key)
+    stream = config.codec_stream
+    for key in ("codec_chunk_frames", "initial_codec_chunk_frames", "codec_left_context_frames"):
+        if key in stream and not (is_integer(stream[key]) and stream[key] >= (1 if key == "codec_chunk_frames" else 0)):
+            raise ConfigError(f"{key} must be a non-negative integer, got {stream[key]!r}", file=config.path, field=key)
+
+
+def _warn(message: str, source: Source | None) -> None:
+    """A DeployWarning that points at the YAML line (Python's warning display then quotes it)."""
+    if source is not None and source.file is not None:
+        warnings.warn_explicit(message, DeployWarning, display_path(source.file), source.line or 0)
+    else:
+        warnings.warn(message, DeployWarning, stacklevel=3)
+
+
+def check_platform_sections(config: DeployConfig) -> None:
+    """model_runner must be v1 or v2 (vllm-omni refuses anything else). A `platforms:` key vllm-omni
+    does not know is only a warning: vllm-omni ignores such a section silently, and an out-of-tree
+    platform plugin may define more names, but a typo such as `cdua` would otherwise do nothing."""
+    runner = config.data.get("model_runner")
+    if runner is not None and runner not in MODEL_RUNNERS:
+        src = config.source("model_runner")
+        raise ConfigError(f"model_runner must be 'v1' or 'v2', got {runner!r}", file=src.file, line=src.line,
+                          field="model_runner")
+    sections = config.data.get("platforms")
+    if sections is None:
+        return
+    if not isinstance(sections, dict):
+        src = config.source("platforms")
+        raise ConfigError("'platforms' must be a mapping of platform name to overrides", file=src.file or config.path,
+                          line=src.line, field="platforms")
+    for name, section in sections.items():
+        if name not in PLATFORMS:
+            _warn(f"platforms.{name}: {name!r} is not a platform vllm-omni knows{_did_you_mean(name, PLATFORMS)}; "
+                  f"this section never applies (known: {', '.join(PLATFORMS)})", _first_source(config, "platforms", name))
+        if section is not None and not isinstance(section, dict):
+            src = _first_source(config, "platforms", name)
+            raise ConfigError(f"platforms.{name} must be a mapping of overrides", file=src.file if src else config.path,
+                              line=src.line if src else None, field=f"platforms.{name}")
+        runner = section.get("model_runner") if isinstance(section, dict) else None
+        if runner is not None and runner not in MODEL_RUNNERS:
+            src = config.source("platforms", name, "model_runner")
+            raise ConfigError(f"model_runner must be 'v1' or 'v2', got {runner!r}", file=src.file, line=src.line,
+                              field=f"platforms.{name}.model_runner")
+
+
+def _first_source(config: DeployConfig, *prefix) -> Source | None:
+    """The source of the first value recorded under `prefix` (for a section, not a single value)."""
+    for path, src in config.sources.items():
+        if path[:len(prefix)] == prefix:
+            return src
+    return None
+
+
+# What marks a deploy file as written for another model. vllm-omni's deploy files carry no model name
+# (the pipeline topology is registered in code: MOSS_TTS_LOCAL_PIPELINE in
+# vllm_omni/model_executor/models/moss_tts/pipeline.py: model_type moss_tts_local, arch
+# MossTTSLocalModel, stages moss_tts_local (talker) and moss_tts_local_codec (MossTTSCodecDecoder)), so
+# the signs are: a name that is not MOSS-TTS-Local's where a name may appear, a stage layout other
+# than talker + codec, a processor function of another model, or settings only other models use.
+IDENTITY_KEYS = ("pipeline", "model", "model_type", "model_arch", "architectures", "model_stage",
+                 "model_class_name", "hf_config_name")
+PROCESSOR_KEYS = ("custom_process_input_func", "custom_process_next_stage_input_func",
+                  "async_chunk_process_next_stage_input_func", "sync_process_input_func")
+OTHER_MODELS_KEYS = {"subtalker_sampling_params": "the sub-talker (code predictor) of Qwen3-TTS / Qwen3-Omni"}
+MOSS_STAGES = {0: "talker", 1: "codec"}
+
+
+def _is_moss_local_name(value: Any) -> bool:
+    squashed = re.sub(r"[^a-z0-9]", "", str(value).lower())
+    return "mossttslocal" in squashed or squashed == "mossttscodecdecoder"
+
+
+def _foreign_signs(config: DeployConfig) -> list[tuple[str, tuple]]:
+    """(reason, path of the value that shows it) for everything that says 'not MOSS-TTS-Local'."""
+    signs: list[tuple[str, tuple]] = []
+
+    def names(mapping: dict, path: tuple) -> None:
+        for key in IDENTITY_KEYS:
+            value = mapping.get(key)
+            for item in (value if isinstance(value, list) else [value]):
+                if item is not None and item != "" and not _is_moss_local_name(item):
+                    signs.append((f"{key} {item!r} is not MOSS-TTS-Local", (*path, key)))
+        for key in PROCESSOR_KEYS:
+            value = mapping.get(key)
+            if isinstance(value, str) and "moss_tts" not in value.lower():
+                signs.append((f"{key} {value!r} is another model's stage processor", (*path, key)))
+
+    names(config.data, ())
+    for stage_id, stage in (config.data.get("stages") or {}).items():
+        if stage_id not in MOSS_STAGES:
+            layout = ", ".join(str(s) for s in config.data["stages"])
+            signs.append((f"it has stages [{layout}], but MOSS-TTS-Local has two: 0 (talker) and 1 (codec)",
+                          ("stages", stage_id, "stage_id")))
+        if not isinstance(stage, dict):
+            continue
+        names(stage, ("stages", stage_id))
+        extras = stage.get("engine_extras")
+        if isinstance(extras, dict):
+            names(extras, ("stages", stage_id, "engine_extras"))
+        for key, meaning in OTHER_MODELS_KEYS.items():
+            if key in stage:
+                signs.append((f"stage {stage_id} sets {key}, which only {meaning} uses", ("stages", stage_id, key)))
+    return signs
+
+
+def check_model(config: DeployConfig, allow_foreign: bool) -> None:
+    signs = _foreign_signs(config)
+    if not signs:
+        return
+    reason, path = signs[0]
+    src = _first_source(config, *path)
+    field = ".".join(str(p) for p in path)
+    if not allow_foreign:
+        raise ConfigError(f"not a MOSS-TTS-Local deploy file: {reason} (it looks written for another model; "
+                          "pass --allow-foreign-deploy to use it anyway)", file=src.file if src else config.path,
+                          line=src.line if src else None, field=field)
+    for reason, path in signs:
+        _warn(f"{'.'.join(str(p) for p in path)}: {reason}; using it anyway (--allow-foreign-deploy)",
+              _first_source(config, *path))

@@ -1,0 +1,158 @@
+"""`moss synth` as a job: validate everything, then synthesise into an output directory (audio
+files as each request finishes, a journal that makes re-runs resume, a manifest at the end),
+stopping cleanly on SIGINT/SIGTERM. The pipeline (moss_cli.pipeline) does the synthesis."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .config.requests import read_requests
+from .errors import MossError
+from .interrupts import interrupts_as_exceptions
+from .io.audio import FORMATS, ProgressiveAudio, write_audio
+from .io.fingerprint import checkpoint_fingerprint
+from .io.manifest import manifest_row, write_manifest
+from .io.resume import (
+    Journal,
+    orphan_files,
+    plan_resume,
+    remove_stale_temporaries,
+    request_fingerprint,
+    run_settings,
+)
+from .pipeline import Synthesizer, SynthOptions, SynthResult
+
+STOP_REASONS = ("stop", "max_frames", "empty")
+
+
+@dataclass
+class SynthSummary:
+    requests: int
+    audio_s: float
+    wall_s: float
+    out: Path
+    manifest: Path | None
+    rows: list[dict] = field(default_factory=list)
+    resumed: int = 0  # requests already done by an earlier run of the same command
+    dry_run: bool = False
+    frame_budget: int = 0
+    seed_sources: dict[str, int] = field(default_factory=dict)
+    frame_rate: float = 12.5
+    orphans: list[str] = field(default_factory=list)  # audio files in --out that no request of this run owns
+    threads: int = 1
+
+    @property
+    def empty(self) -> list[str]:
+        """Ids whose result has no audio at all (the stop head fired at the first frame)."""
+        return [row["id"] for row in self.rows if row.get("stop_reason") == "empty"]
+
+    @property
+    def stop_reasons(self) -> dict[str, int]:
+        counts = {reason: 0 for reason in STOP_REASONS}
+        for row in self.rows:
+            if row.get("stop_reason") in counts:
+                counts[row["stop_reason"]] += 1
+        return counts
+
+    @property
+    def real_time_factor(self) -> float:
+        """Wall seconds per audio second (below 1 is faster than real time)."""
+        return self.wall_s / self.audio_s if self.audio_s else float("nan")
+
+    def as_dict(self) -> dict:
+        return {"requests": self.requests, "resumed": self.resumed, "dry_run": self.dry_run,
+                "audio_s": round(self.audio_s, 3), "wall_s": round(self.wall_s, 3),
+                "real_time_factor": None if self.real_time_factor != self.real_time_factor
+                else round(self.real_time_factor, 4),
+                "frame_budget": self.frame_budget, "seed_sources": self.seed_sources,
+                "stop_reasons": self.stop_reasons, "empty": self.empty, "orphans": self.orphans,
+                "threads": self.threads, "out": str(self.out),
+                "manifest": str(self.manifest) if self.manifest else None}
+
+
+def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_format: str = "wav",
+               dry_run: bool = False, force: bool = False, stream: bool = False,
+               on_start: Callable[[int, int], None] | None = None,
+               on_result: Callable[[SynthResult], None] | None = None) -> SynthSummary:
+    """Validate everything, then synthesise into `out` (audio files + manifest.csv), resuming a
+    previous run of the same command. `dry_run` stops after validation and writes nothing."""
+    if audio_format not in FORMATS:
+        raise MossError(f"unknown audio format {audio_format!r}; expected wav or flac", field="--format")
+    if out.exists() and not out.is_dir():
+        raise MossError("output path exists and is not a directory", file=out, field="--out")
+    synth = Synthesizer(options)  # configs and tokenizer only: enough to bound and check the requests
+    requests = read_requests(requests_path, max_line_bytes=synth.max_line_bytes)  # before any weights load
+    prepared = synth.prepare(requests, requests_path)
+    names = {p.request.id: f"{p.request.id}.{audio_format}" for p in prepared}
+    for rid, name in names.items():  # ids are validated as plain names; this keeps it that way
+        if (out / name).resolve().parent != out.resolve():
+            raise MossError(f"id {rid!r} would write outside the output directory", file=requests_path, field="id")
+    sources: dict[str, int] = {}
+    for p in prepared:
+        sources[p.effective.seed_source] = sources.get(p.effective.seed_source, 0) + 1
+    budget = sum(p.max_new_frames for p in prepared)
+
+    # What an earlier run of the same command already finished (a dry run reports it too).
+    checkpoints = {"talker": checkpoint_fingerprint(synth.talker_path),
+                   "codec": checkpoint_fingerprint(synth.codec_path)}
+    settings = run_settings(options, synth.dtype)
+    fps = {p.request.id: request_fingerprint(p, settings, audio_format, checkpoints) for p in prepared}
+    journal = Journal(out)
+    done: dict[str, dict] = {}
+    if not force:
+        journal.load()
+        if out.exists():
+            done = plan_resume(out, journal, {rid: (fps[rid], names[rid]) for rid in fps}, force)
+    orphans = orphan_files(out, set(names.values()))
+    if dry_run:
+        return SynthSummary(len(prepared), 0.0, 0.0, out, None, list(done.values()), resumed=len(done), dry_run=True,
+                            frame_budget=budget, seed_sources=sources, frame_rate=synth.codec_config.frame_rate,
+                            orphans=orphans, threads=synth.threads)
+
+    synth.load()
+    if force:
+        journal.reset()
+    out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out)
+    todo = [p for p in prepared if p.request.id not in done]
+    if on_start:
+        on_start(len(prepared), len(done))
+    rate, channels = synth.codec.sample_rate, synth.codec.channels
+    rows: dict[str, dict] = dict(done)
+    manifest = out / "manifest.csv"
+    writers: dict[str, ProgressiveAudio] = {}  # streaming: files grow chunk by chunk
+
+    def sink(rid: str):
+        writers[rid] = ProgressiveAudio(out / names[rid], rate, channels, audio_format)
+        return writers[rid].write
+
+    start = time.perf_counter()
+    try:
+        with interrupts_as_exceptions():
+            for result in synth.run(todo, stream=stream, sinks=sink if stream else None):
+                rid = result.request.id
+                row = manifest_row(result, rate, channels, names[rid])
+                journal.append(fps[rid], row)  # first the record, then the file: a kill leaves no orphan
+                if stream:
+                    writer = writers.pop(rid, None) or ProgressiveAudio(out / names[rid], rate, channels,
+                                                                        audio_format)
+                    writer.commit()
+                else:
+                    write_audio(out / names[rid], result.pcm, rate, audio_format)  # as each request finishes
+                rows[rid] = row
+                if on_result:
+                    on_result(result)
+    except KeyboardInterrupt:
+        for writer in writers.values():
+            writer.discard()
+        write_manifest(manifest, [rows[p.request.id] for p in prepared if p.request.id in rows])
+        raise
+    wall = time.perf_counter() - start
+    ordered = [rows[p.request.id] for p in prepared]  # input order, whatever finished first
+    write_manifest(manifest, ordered)
+    return SynthSummary(len(ordered), sum(r["duration_s"] for r in ordered), wall, out, manifest, ordered,
+                        resumed=len(done), frame_budget=budget, seed_sources=sources,
+                        frame_rate=synth.codec_config.frame_rate, orphans=orphans, threads=synth.threads)
