@@ -1,6 +1,6 @@
 """How long the default audit takes on the embedded model (target: under a minute on 2 CPU cores).
 
-    python benchmarks/audit_time.py [--repeats 3] [--threads N]
+python benchmarks/audit_time.py [--repeats 3] [--threads N]
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ def main() -> None:
         result = run_audit(AuditOptions(synth=SynthOptions(device="cpu")))
         times.append(time.perf_counter() - start)
         assert result.passed, "the default audit should pass"
-    print(f"default audit ({len(result.cases)} comparisons, {torch.get_num_threads()} threads): "
-          f"median {statistics.median(times):.1f} s, min {min(times):.1f} s, max {max(times):.1f} s")
+    print(
+        f"default audit ({len(result.cases)} comparisons, {torch.get_num_threads()} threads): "
+        f"median {statistics.median(times):.1f} s, min {min(times):.1f} s, max {max(times):.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,11 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, action="append", help="a moss checkout (repeatable; default: this one)")
     parser.add_argument("--busy", type=int, default=1, help="competing busy processes in the busy condition")
     parser.add_argument("--commands", default="audit,synth")
-    parser.add_argument("--torch-default", action="store_true",
-                        help="also run each tree with torch's default threads and OpenMP wait (the old behaviour)")
+    parser.add_argument(
+        "--torch-default",
+        action="store_true",
+        help="also run each tree with torch's default threads and OpenMP wait (the old behaviour)",
+    )
     args = parser.parse_args()
     trees = [(t.resolve().name, t.resolve(), {}) for t in (args.tree or [HERE])]
     if args.torch_default:
@@ -77,11 +80,14 @@ def main() -> None:
                 for p in spinners:
                     p.kill()
                     p.wait()
-    print(f"\nmedian [min-max] of {args.repeats} runs, wall seconds, {os.cpu_count()} CPUs, busy = {args.busy} spinning "
-          "process(es)")
+    print(
+        f"\nmedian [min-max] of {args.repeats} runs, wall seconds, {os.cpu_count()} CPUs, busy = {args.busy} spinning "
+        "process(es)"
+    )
     for (label, name, load), values in times.items():
-        print(f"{label:>20} {name:>5} {load:>5}: {statistics.median(values):7.1f} "
-              f"[{min(values):.1f}-{max(values):.1f}]")
+        print(
+            f"{label:>20} {name:>5} {load:>5}: {statistics.median(values):7.1f} [{min(values):.1f}-{max(values):.1f}]"
+        )
 
 
 if __name__ == "__main__":

@@ -31,10 +31,12 @@ from moss_cli.config.requests import Request
 from moss_cli.numerics import Numerics
 from moss_cli.pipeline import Synthesizer, SynthOptions
 
-TALKER = TalkerSizes(hidden=512, layers=6, heads=8, kv_heads=4, ffn=1536, local_heads=8, local_ffn=1536, n_vq=12,
-                     codebook=1024)
-CODEC = CodecSizes(d_model=128, heads=4, layers=2, code_dim=128, rvq_dim=64, quantizers=16, codebook=1024,
-                   codebook_dim=8)
+TALKER = TalkerSizes(
+    hidden=512, layers=6, heads=8, kv_heads=4, ffn=1536, local_heads=8, local_ffn=1536, n_vq=12, codebook=1024
+)
+CODEC = CodecSizes(
+    d_model=128, heads=4, layers=2, code_dim=128, rvq_dim=64, quantizers=16, codebook=1024, codebook_dim=8
+)
 DEPLOY = """stages:
   - stage_id: 0
     max_num_seqs: 8
@@ -88,16 +90,26 @@ def main() -> None:
     texts = [f"Benchmark request number {i}, with a sentence of ordinary length." for i in range(args.requests)]
 
     def synthesizer(invariant: bool) -> Synthesizer:
-        return Synthesizer(SynthOptions(deploy=work / "deploy.yaml", model=talker_dir, codec=codec_dir,
-                                        device=args.device, dtype=args.dtype, numerics=Numerics(batch_invariant=invariant)))
+        return Synthesizer(
+            SynthOptions(
+                deploy=work / "deploy.yaml",
+                model=talker_dir,
+                codec=codec_dir,
+                device=args.device,
+                dtype=args.dtype,
+                numerics=Numerics(batch_invariant=invariant),
+            )
+        )
 
     synths = {True: synthesizer(True), False: synthesizer(False)}
     params = sum(p.numel() for p in synths[True].talker.model.parameters())
     codec_params = sum(p.numel() for p in synths[True].codec.parameters())
 
     def requests(seeded: bool) -> list[Request]:
-        return [Request(id=f"r{i}", text=t, line=i + 1, seed=i if seeded else None, max_new_frames=args.frames)
-                for i, t in enumerate(texts)]
+        return [
+            Request(id=f"r{i}", text=t, line=i + 1, seed=i if seeded else None, max_new_frames=args.frames)
+            for i, t in enumerate(texts)
+        ]
 
     variants = {
         "sequential": (True, 1, True),
@@ -122,38 +134,65 @@ def main() -> None:
     figures = {}
     for name, runs in samples.items():
         wall = statistics.median(r["wall_s"] for r in runs)
-        figures[name] = {"wall_s": wall, "audio_s_per_s": runs[0]["audio_s"] / wall,
-                         "frames_per_s": runs[0]["frames"] / wall, "peak_rss_mb": max(r["peak_rss"] for r in runs) / 2**20,
-                         "walls": [round(r["wall_s"], 3) for r in runs]}
+        figures[name] = {
+            "wall_s": wall,
+            "audio_s_per_s": runs[0]["audio_s"] / wall,
+            "frames_per_s": runs[0]["frames"] / wall,
+            "peak_rss_mb": max(r["peak_rss"] for r in runs) / 2**20,
+            "walls": [round(r["wall_s"], 3) for r in runs],
+        }
     ratios = {
-        "batched8_vs_sequential_throughput": figures["batched-8 invariant"]["audio_s_per_s"] / figures["sequential"]["audio_s_per_s"],
+        "batched8_vs_sequential_throughput": figures["batched-8 invariant"]["audio_s_per_s"]
+        / figures["sequential"]["audio_s_per_s"],
         "invariant_vs_fast_wall": figures["batched-8 invariant"]["wall_s"] / figures["batched-8 fast"]["wall_s"],
         "seeded_vs_unseeded_wall": figures["batched-8 invariant"]["wall_s"] / figures["batched-8 unseeded"]["wall_s"],
     }
-    targets = {"batched8_vs_sequential_throughput": (">=", 3.0), "invariant_vs_fast_wall": ("<=", 1.10),
-               "seeded_vs_unseeded_wall": ("<=", 1.03)}
+    targets = {
+        "batched8_vs_sequential_throughput": (">=", 3.0),
+        "invariant_vs_fast_wall": ("<=", 1.10),
+        "seeded_vs_unseeded_wall": ("<=", 1.03),
+    }
 
     console = Console()
-    console.print(f"talker {params / 1e6:.1f} M params, codec {codec_params / 1e6:.1f} M params, "
-                  f"{args.requests} requests x {args.frames} frames, {torch.get_num_threads()} threads, "
-                  f"{args.device}/{args.dtype}, median of {args.repeats}")
+    console.print(
+        f"talker {params / 1e6:.1f} M params, codec {codec_params / 1e6:.1f} M params, "
+        f"{args.requests} requests x {args.frames} frames, {torch.get_num_threads()} threads, "
+        f"{args.device}/{args.dtype}, median of {args.repeats}"
+    )
     table = Table()
     for column in ("variant", "wall s", "audio s / s", "frames / s", "peak RSS MB"):
         table.add_column(column, justify="right" if column != "variant" else "left")
     for name, f in figures.items():
-        table.add_row(name, f"{f['wall_s']:.2f}", f"{f['audio_s_per_s']:.2f}", f"{f['frames_per_s']:.1f}",
-                      f"{f['peak_rss_mb']:.0f}")
+        table.add_row(
+            name,
+            f"{f['wall_s']:.2f}",
+            f"{f['audio_s_per_s']:.2f}",
+            f"{f['frames_per_s']:.1f}",
+            f"{f['peak_rss_mb']:.0f}",
+        )
     console.print(table)
     for key, value in ratios.items():
         op, target = targets[key]
         ok = value >= target if op == ">=" else value <= target
         console.print(f"{key}: {value:.3f} (target {op} {target}) {'[green]met[/]' if ok else '[red]not met[/]'}")
     if args.json:
-        args.json.write_text(json.dumps({"figures": figures, "ratios": ratios, "targets": targets,
-                                         "talker_params": params, "codec_params": codec_params,
-                                         "threads": torch.get_num_threads(), "device": args.device,
-                                         "dtype": args.dtype, "requests": args.requests, "frames": args.frames},
-                                        indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "figures": figures,
+                    "ratios": ratios,
+                    "targets": targets,
+                    "talker_params": params,
+                    "codec_params": codec_params,
+                    "threads": torch.get_num_threads(),
+                    "device": args.device,
+                    "dtype": args.dtype,
+                    "requests": args.requests,
+                    "frames": args.frames,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,11 @@ def main() -> None:
     path = work / "requests.jsonl"
     with path.open("w") as handle:
         for i in range(args.lines):
-            record = {"id": f"req-{i:06d}", "text": f"Utterance number {i}: the quick brown fox jumps over the lazy dog.",
-                      "max_new_frames": 50 + i % 100}
+            record = {
+                "id": f"req-{i:06d}",
+                "text": f"Utterance number {i}: the quick brown fox jumps over the lazy dog.",
+                "max_new_frames": 50 + i % 100,
+            }
             if i % 3 == 0:
                 record["seed"] = i
             if i % 7 == 0:
@@ -35,9 +38,11 @@ def main() -> None:
     summary = synthesize(path, work / "out", SynthOptions(device="cpu"), dry_run=True)
     elapsed = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"validated {summary.requests} requests ({path.stat().st_size / 1e6:.1f} MB) in {elapsed:.2f} s; "
-          f"peak RSS {peak:.0f} MB; frame budget {summary.frame_budget}; nothing written: "
-          f"{not (work / 'out').exists()}")
+    print(
+        f"validated {summary.requests} requests ({path.stat().st_size / 1e6:.1f} MB) in {elapsed:.2f} s; "
+        f"peak RSS {peak:.0f} MB; frame budget {summary.frame_budget}; nothing written: "
+        f"{not (work / 'out').exists()}"
+    )
 
 
 if __name__ == "__main__":

@@ -53,13 +53,25 @@ class Talker:
     def batch(self, prompts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         return left_pad(prompts, self.config)
 
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
-                 max_new_frames: int = 4096, do_sample: bool = True,
-                 temperature: float = 1.7, top_p: float = 0.8, top_k: int = 25, repetition_penalty: float = 1.0,
-                 text_temperature: float = 1.0, text_top_p: float = 1.0, text_top_k: int = 50,
-                 generator: torch.Generator | None = None,
-                 generators: Sequence[torch.Generator | None] | None = None,
-                 reference_loop: bool = False, batch_invariant: bool | None = None) -> list[torch.Tensor]:
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        max_new_frames: int = 4096,
+        do_sample: bool = True,
+        temperature: float = 1.7,
+        top_p: float = 0.8,
+        top_k: int = 25,
+        repetition_penalty: float = 1.0,
+        text_temperature: float = 1.0,
+        text_top_p: float = 1.0,
+        text_top_k: int = 50,
+        generator: torch.Generator | None = None,
+        generators: Sequence[torch.Generator | None] | None = None,
+        reference_loop: bool = False,
+        batch_invariant: bool | None = None,
+    ) -> list[torch.Tensor]:
         """input_ids [B, T, 1 + n_vq] (left-padded), attention_mask [B, T] -> one [frames, n_vq] per row.
 
         `generator` is one random stream for the batch (None: the global RNG); `generators` gives
@@ -69,8 +81,12 @@ class Talker:
         spelling of `reference_loop=True` (deprecated).
         """
         if batch_invariant is not None:
-            warnings.warn("Talker.generate(batch_invariant=...) is deprecated: use reference_loop=True for the "
-                          "reference's padded-batch loop", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "Talker.generate(batch_invariant=...) is deprecated: use reference_loop=True for the "
+                "reference's padded-batch loop",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             reference_loop = not batch_invariant
         if input_ids.dim() == 2:
             input_ids = input_ids.unsqueeze(0)
@@ -86,10 +102,16 @@ class Talker:
             raise ValueError("generators must have one entry per row")
         rng: Generators = list(generators) if generators is not None else generator
         run = generate_padded if reference_loop else generate_invariant
-        return run(self.model, input_ids.to(self.device), attention_mask.to(self.device),
-                   max_new_frames=int(max_new_frames), do_sample=do_sample,
-                   audio=HeadSampling(temperature, top_p, top_k, repetition_penalty),
-                   stop=HeadSampling(text_temperature, text_top_p, text_top_k), generators=rng)
+        return run(
+            self.model,
+            input_ids.to(self.device),
+            attention_mask.to(self.device),
+            max_new_frames=int(max_new_frames),
+            do_sample=do_sample,
+            audio=HeadSampling(temperature, top_p, top_k, repetition_penalty),
+            stop=HeadSampling(text_temperature, text_top_p, text_top_k),
+            generators=rng,
+        )
 
 
 def load_talker(path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto") -> Talker:
@@ -104,8 +126,12 @@ def load_talker(path: str | Path, device: str | torch.device = "auto", dtype: st
     return Talker(model.eval(), directory, dev, dt)
 
 
-def load_codec(path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto",
-               numerics: Numerics | None = None) -> AudioCodec:
+def load_codec(
+    path: str | Path,
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype = "auto",
+    numerics: Numerics | None = None,
+) -> AudioCodec:
     """Load a MOSS-Audio-Tokenizer (v1 or v2 layout). The quantizer always stays float32.
 
     `numerics=None` keeps the reference's plain kernels; `Numerics()` (batch-invariant) computes in
@@ -119,8 +145,14 @@ def load_codec(path: str | Path, device: str | torch.device = "auto", dtype: str
     keys = {canonical_codec_key(k) for k in tensor_files(directory)}
     with torch.device("meta"):
         adapt_projections(codec, keys)
-    load_weights(codec, directory, device=dev, dtype=dt, rename=canonical_codec_key,
-                 float32_params=lambda name: name.startswith("quantizer."))
+    load_weights(
+        codec,
+        directory,
+        device=dev,
+        dtype=dt,
+        rename=canonical_codec_key,
+        float32_params=lambda name: name.startswith("quantizer."),
+    )
     return codec.eval()
 
 

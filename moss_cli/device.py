@@ -48,8 +48,7 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     if kind == "cuda" and not torch.cuda.is_available():
         raise MossError("device 'cuda' was requested but torch sees no CUDA device", field="device")
     if kind == "npu" and not npu_available():
-        raise MossError("device 'npu' was requested but torch_npu is not installed or sees no NPU",
-                        field="device")
+        raise MossError("device 'npu' was requested but torch_npu is not installed or sees no NPU", field="device")
     if kind not in ("cpu", "cuda", "npu"):
         raise MossError(f"unknown device {device!r}; expected auto, cpu, cuda or npu", field="device")
     return torch.device(name)
@@ -65,6 +64,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     if name == "auto":
         return torch.float32 if device.type == "cpu" else torch.bfloat16
     if name not in DTYPES:
-        raise MossError(f"unknown dtype {dtype!r}; expected one of auto, float32, bfloat16, float16, float64",
-                        field="dtype")
+        raise MossError(
+            f"unknown dtype {dtype!r}; expected one of auto, float32, bfloat16, float16, float64", field="dtype"
+        )
     return DTYPES[name]

@@ -13,8 +13,9 @@ from pathlib import Path
 class MossError(Exception):
     """A problem with user input, reported with its location."""
 
-    def __init__(self, message: str, *, file: str | Path | None = None, line: int | None = None,
-                 field: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, file: str | Path | None = None, line: int | None = None, field: str | None = None
+    ) -> None:
         self.message = message
         self.file = str(file) if file is not None else None
         self.line = line

@@ -63,20 +63,38 @@ class SynthSummary:
         return self.wall_s / self.audio_s if self.audio_s else float("nan")
 
     def as_dict(self) -> dict:
-        return {"requests": self.requests, "resumed": self.resumed, "dry_run": self.dry_run,
-                "audio_s": round(self.audio_s, 3), "wall_s": round(self.wall_s, 3),
-                "real_time_factor": None if self.real_time_factor != self.real_time_factor
-                else round(self.real_time_factor, 4),
-                "frame_budget": self.frame_budget, "seed_sources": self.seed_sources,
-                "stop_reasons": self.stop_reasons, "empty": self.empty, "orphans": self.orphans,
-                "threads": self.threads, "out": str(self.out),
-                "manifest": str(self.manifest) if self.manifest else None}
+        return {
+            "requests": self.requests,
+            "resumed": self.resumed,
+            "dry_run": self.dry_run,
+            "audio_s": round(self.audio_s, 3),
+            "wall_s": round(self.wall_s, 3),
+            "real_time_factor": None
+            if self.real_time_factor != self.real_time_factor
+            else round(self.real_time_factor, 4),
+            "frame_budget": self.frame_budget,
+            "seed_sources": self.seed_sources,
+            "stop_reasons": self.stop_reasons,
+            "empty": self.empty,
+            "orphans": self.orphans,
+            "threads": self.threads,
+            "out": str(self.out),
+            "manifest": str(self.manifest) if self.manifest else None,
+        }
 
 
-def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_format: str = "wav",
-               dry_run: bool = False, force: bool = False, stream: bool = False,
-               on_start: Callable[[int, int], None] | None = None,
-               on_result: Callable[[SynthResult], None] | None = None) -> SynthSummary:
+def synthesize(
+    requests_path: Path,
+    out: Path,
+    options: SynthOptions,
+    *,
+    audio_format: str = "wav",
+    dry_run: bool = False,
+    force: bool = False,
+    stream: bool = False,
+    on_start: Callable[[int, int], None] | None = None,
+    on_result: Callable[[SynthResult], None] | None = None,
+) -> SynthSummary:
     """Validate everything, then synthesise into `out` (audio files + manifest.csv), resuming a
     previous run of the same command. `dry_run` stops after validation and writes nothing."""
     if audio_format not in FORMATS:
@@ -96,8 +114,10 @@ def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_f
     budget = sum(p.max_new_frames for p in prepared)
 
     # What an earlier run of the same command already finished (a dry run reports it too).
-    checkpoints = {"talker": checkpoint_fingerprint(synth.talker_path),
-                   "codec": checkpoint_fingerprint(synth.codec_path)}
+    checkpoints = {
+        "talker": checkpoint_fingerprint(synth.talker_path),
+        "codec": checkpoint_fingerprint(synth.codec_path),
+    }
     settings = run_settings(options, synth.dtype)
     fps = {p.request.id: request_fingerprint(p, settings, audio_format, checkpoints) for p in prepared}
     journal = Journal(out)
@@ -108,9 +128,21 @@ def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_f
             done = plan_resume(out, journal, {rid: (fps[rid], names[rid]) for rid in fps}, force)
     orphans = orphan_files(out, set(names.values()))
     if dry_run:
-        return SynthSummary(len(prepared), 0.0, 0.0, out, None, list(done.values()), resumed=len(done), dry_run=True,
-                            frame_budget=budget, seed_sources=sources, frame_rate=synth.codec_config.frame_rate,
-                            orphans=orphans, threads=synth.threads)
+        return SynthSummary(
+            len(prepared),
+            0.0,
+            0.0,
+            out,
+            None,
+            list(done.values()),
+            resumed=len(done),
+            dry_run=True,
+            frame_budget=budget,
+            seed_sources=sources,
+            frame_rate=synth.codec_config.frame_rate,
+            orphans=orphans,
+            threads=synth.threads,
+        )
 
     synth.load()
     if force:
@@ -137,8 +169,7 @@ def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_f
                 row = manifest_row(result, rate, channels, names[rid])
                 journal.append(fps[rid], row)  # first the record, then the file: a kill leaves no orphan
                 if stream:
-                    writer = writers.pop(rid, None) or ProgressiveAudio(out / names[rid], rate, channels,
-                                                                        audio_format)
+                    writer = writers.pop(rid, None) or ProgressiveAudio(out / names[rid], rate, channels, audio_format)
                     writer.commit()
                 else:
                     write_audio(out / names[rid], result.pcm, rate, audio_format)  # as each request finishes
@@ -153,6 +184,17 @@ def synthesize(requests_path: Path, out: Path, options: SynthOptions, *, audio_f
     wall = time.perf_counter() - start
     ordered = [rows[p.request.id] for p in prepared]  # input order, whatever finished first
     write_manifest(manifest, ordered)
-    return SynthSummary(len(ordered), sum(r["duration_s"] for r in ordered), wall, out, manifest, ordered,
-                        resumed=len(done), frame_budget=budget, seed_sources=sources,
-                        frame_rate=synth.codec_config.frame_rate, orphans=orphans, threads=synth.threads)
+    return SynthSummary(
+        len(ordered),
+        sum(r["duration_s"] for r in ordered),
+        wall,
+        out,
+        manifest,
+        ordered,
+        resumed=len(done),
+        frame_budget=budget,
+        seed_sources=sources,
+        frame_rate=synth.codec_config.frame_rate,
+        orphans=orphans,
+        threads=synth.threads,
+    )

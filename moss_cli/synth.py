@@ -7,5 +7,13 @@ from .interrupts import Interrupted, interrupts_as_exceptions
 from .job import SynthSummary, synthesize
 from .pipeline import Prepared, Synthesizer, SynthOptions, SynthResult
 
-__all__ = ["SynthOptions", "Synthesizer", "Prepared", "SynthResult", "SynthSummary", "synthesize", "Interrupted",
-           "interrupts_as_exceptions"]
+__all__ = [
+    "SynthOptions",
+    "Synthesizer",
+    "Prepared",
+    "SynthResult",
+    "SynthSummary",
+    "synthesize",
+    "Interrupted",
+    "interrupts_as_exceptions",
+]

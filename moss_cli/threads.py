@@ -33,7 +33,7 @@ def talker_parameters(cfg) -> int:
     b, loc = cfg.backbone, cfg.local
     attention = b.hidden_size * b.head_dim * (2 * b.num_heads + 2 * b.num_kv_heads)
     layer = attention + 3 * b.hidden_size * b.intermediate_size
-    local = loc.num_layers * (4 * loc.hidden_size ** 2 + 2 * loc.hidden_size * loc.inner_size)
+    local = loc.num_layers * (4 * loc.hidden_size**2 + 2 * loc.hidden_size * loc.inner_size)
     embeddings = b.vocab_size * b.hidden_size + sum(cfg.audio_codebook_sizes) * b.hidden_size
     return b.num_layers * layer + local + embeddings
 

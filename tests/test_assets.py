@@ -35,13 +35,21 @@ def test_tiny_model_synthesises_two_seconds_of_48k_stereo_audio(talker32, codec)
 def test_tiny_talker_stops_after_about_20_frames_on_average_with_varied_lengths(talker32):
     # What build.py promises: the stop head ends a sampled utterance after ~20 frames (1.6 s) on
     # average, and when depends on the prompt and the seed (not one length for everything).
-    texts = ["Yes.", "Hello, and welcome to the reproducibility lab.", "Read this calmly.",
-             "A longer sentence, so that this request is still running when its neighbours finish."]
+    texts = [
+        "Yes.",
+        "Hello, and welcome to the reproducibility lab.",
+        "Read this calmly.",
+        "A longer sentence, so that this request is still running when its neighbours finish.",
+    ]
     ids, mask = talker32.batch([talker32.prompt(t) for t in texts])
     lengths = []
     for seed in range(6):
-        out = talker32.generate(ids, mask, max_new_frames=200,
-                                generators=[torch.Generator().manual_seed(100 * seed + i) for i in range(len(texts))])
+        out = talker32.generate(
+            ids,
+            mask,
+            max_new_frames=200,
+            generators=[torch.Generator().manual_seed(100 * seed + i) for i in range(len(texts))],
+        )
         lengths += [codes.shape[0] for codes in out]
     assert 12 <= sum(lengths) / len(lengths) <= 40, lengths
     assert len(set(lengths)) > len(lengths) // 2 and max(lengths) < 200

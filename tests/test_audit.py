@@ -39,8 +39,15 @@ def test_default_audit_passes_at_codes_level_and_writes_parseable_reports(tmp_pa
 
 
 def test_legacy_global_rng_fails_with_rng_coupling_and_the_first_diverging_draw(tmp_path):
-    result = _audit("--legacy-global-rng", "--scenarios", "repeat,batched", "--json", tmp_path / "l.json",
-                    "--junit", tmp_path / "l.xml")
+    result = _audit(
+        "--legacy-global-rng",
+        "--scenarios",
+        "repeat,batched",
+        "--json",
+        tmp_path / "l.json",
+        "--junit",
+        tmp_path / "l.xml",
+    )
     assert result.exit_code == 1, result.output
     cases = json.loads((tmp_path / "l.json").read_text())["cases"]
     assert all(c["verdict"] == "pass" for c in cases if c["scenario"] == "repeat")  # reproducible run to run
@@ -62,10 +69,17 @@ def _perturb_batched_rows(key, frame, codebook, logits, batch, generator):
 
 def test_injected_numeric_perturbation_is_attributed_numeric_not_rng_coupling(tmp_path):
     requests = tmp_path / "seeded.jsonl"
-    requests.write_text("".join(f'{{"id": "r{i}", "text": "Request number {i} in a batch.", "seed": {i}, '
-                                f'"max_new_frames": 60}}\n' for i in range(6)))
-    result = run_audit(AuditOptions(requests=requests, scenarios=("batched",), synth=SynthOptions(device="cpu"),
-                                    perturb=_perturb_batched_rows))
+    requests.write_text(
+        "".join(
+            f'{{"id": "r{i}", "text": "Request number {i} in a batch.", "seed": {i}, "max_new_frames": 60}}\n'
+            for i in range(6)
+        )
+    )
+    result = run_audit(
+        AuditOptions(
+            requests=requests, scenarios=("batched",), synth=SynthOptions(device="cpu"), perturb=_perturb_batched_rows
+        )
+    )
     causes = [c.attribution.cause for c in result.cases if c.verdict == "fail"]
     assert causes and set(causes) == {"numeric"}
     case = next(c for c in result.cases if c.verdict == "fail")
@@ -74,8 +88,10 @@ def test_injected_numeric_perturbation_is_attributed_numeric_not_rng_coupling(tm
 
 def test_unseeded_requests_are_reported_unseeded_and_fail_only_when_strict(tmp_path):
     requests = tmp_path / "r.jsonl"
-    requests.write_text('{"id": "free", "text": "No seed anywhere.", "max_new_frames": 20}\n'
-                        '{"id": "pinned", "text": "This one is seeded.", "seed": 5, "max_new_frames": 20}\n')
+    requests.write_text(
+        '{"id": "free", "text": "No seed anywhere.", "max_new_frames": 20}\n'
+        '{"id": "pinned", "text": "This one is seeded.", "seed": 5, "max_new_frames": 20}\n'
+    )
     deploy = RECIPES / "moss_tts_local_tiny_unseeded.yaml"
     relaxed = _audit(requests, "--deploy", deploy, "--scenarios", "repeat,batched", "--json", tmp_path / "r.json")
     assert relaxed.exit_code == 0, relaxed.output
@@ -102,8 +118,20 @@ def test_golden_baseline_passes_on_the_same_machine_and_reports_drift_for_a_chan
     # (a tiny nudge to some weight may leave every sampled code as it was).
     tensors["audio_embeddings.0.weight"] = tensors["audio_embeddings.0.weight"].flip(0).contiguous()
     save_file(tensors, str(talker / "model.safetensors"))
-    changed = _audit("--scenarios", "repeat", "--golden", golden, "--model", talker, "--codec", TINY_CODEC,
-                     "--deploy", RECIPES / "moss_tts_local_tiny.yaml", "--json", tmp_path / "d.json")
+    changed = _audit(
+        "--scenarios",
+        "repeat",
+        "--golden",
+        golden,
+        "--model",
+        talker,
+        "--codec",
+        TINY_CODEC,
+        "--deploy",
+        RECIPES / "moss_tts_local_tiny.yaml",
+        "--json",
+        tmp_path / "d.json",
+    )
     assert changed.exit_code == 1, changed.output
     report = json.loads((tmp_path / "d.json").read_text())
     assert report["golden"]["drifts"] and "talker_checkpoint" in report["golden"]["environment_changes"]
@@ -126,11 +154,14 @@ def test_markdown_goes_to_the_github_step_summary_when_set(tmp_path, monkeypatch
     assert "moss audit-determinism" in summary.read_text()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--scenarios", "nope"], "unknown scenario"),
-    (["--level", "loose"], "unknown level"),
-    (["--golden", "/nonexistent/golden.json"], "golden file does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--scenarios", "nope"], "unknown scenario"),
+        (["--level", "loose"], "unknown level"),
+        (["--golden", "/nonexistent/golden.json"], "golden file does not exist"),
+    ],
+)
 def test_bad_audit_options_exit_2(args, message):
     result = _audit(*args)
     assert result.exit_code == 2 and message in result.output

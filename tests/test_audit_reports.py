@@ -59,12 +59,15 @@ def _force_same_codes(key, frame, codebook, logits, batch, generator):
 
 
 def test_different_requests_with_identical_codes_warn_in_every_report_but_twins_do_not(tmp_path, monkeypatch):
-    requests = _requests(tmp_path / "r.jsonl", [
-        {"id": "a", "text": "The first request.", "seed": 1, "max_new_frames": 8},
-        {"id": "b", "text": "A different second request.", "seed": 2, "max_new_frames": 8},
-        {"id": "twin-1", "text": "Deliberately the same.", "seed": 3, "max_new_frames": 8},
-        {"id": "twin-2", "text": "Deliberately the same.", "seed": 3, "max_new_frames": 8},
-    ])
+    requests = _requests(
+        tmp_path / "r.jsonl",
+        [
+            {"id": "a", "text": "The first request.", "seed": 1, "max_new_frames": 8},
+            {"id": "b", "text": "A different second request.", "seed": 2, "max_new_frames": 8},
+            {"id": "twin-1", "text": "Deliberately the same.", "seed": 3, "max_new_frames": 8},
+            {"id": "twin-2", "text": "Deliberately the same.", "seed": 3, "max_new_frames": 8},
+        ],
+    )
     real_run_audit = audit_runner.run_audit
 
     def perturbed(options):
@@ -72,8 +75,17 @@ def test_different_requests_with_identical_codes_warn_in_every_report_but_twins_
         return real_run_audit(options)
 
     monkeypatch.setattr(audit_runner, "run_audit", perturbed)
-    result = _audit(requests, "--scenarios", "repeat,batched", "--json", tmp_path / "a.json",
-                    "--junit", tmp_path / "a.xml", "--markdown", tmp_path / "a.md")
+    result = _audit(
+        requests,
+        "--scenarios",
+        "repeat,batched",
+        "--json",
+        tmp_path / "a.json",
+        "--junit",
+        tmp_path / "a.xml",
+        "--markdown",
+        tmp_path / "a.md",
+    )
     assert result.exit_code == 0, result.output  # a warning, not a failure
 
     report = json.loads((tmp_path / "a.json").read_text())
@@ -98,8 +110,10 @@ def test_different_requests_with_identical_codes_warn_in_every_report_but_twins_
 
 def _mixups(prepared, seeds_used=True):
     codes = torch.arange(12).reshape(2, 6)  # the same codes for every request
-    outputs = {p.request.id: Output(codes, torch.zeros(1, 0), "", "request", content=request_content(p, seeds_used))
-               for p in prepared}
+    outputs = {
+        p.request.id: Output(codes, torch.zeros(1, 0), "", "request", content=request_content(p, seeds_used))
+        for p in prepared
+    }
     log = MixUpLog(list(outputs))
     log.add("batched", "max-batch-4", outputs)
     return [(m.requests, m.differs) for m in log.warnings]
@@ -108,8 +122,12 @@ def _mixups(prepared, seeds_used=True):
 def test_requests_differing_only_in_a_seed_the_engine_ignores_are_twins_not_a_mixup():
     synth = Synthesizer(SynthOptions(device="cpu"))
     greedy = {"temperature": 0.0}
-    greedy_pair = synth.prepare([Request("g1", "Same text.", 1, seed=1, sampling=greedy),
-                                 Request("g2", "Same text.", 2, seed=2, sampling=greedy)])
+    greedy_pair = synth.prepare(
+        [
+            Request("g1", "Same text.", 1, seed=1, sampling=greedy),
+            Request("g2", "Same text.", 2, seed=2, sampling=greedy),
+        ]
+    )
     sampled_pair = synth.prepare([Request("s1", "Same text.", 1, seed=1), Request("s2", "Same text.", 2, seed=2)])
     assert _mixups(greedy_pair) == []  # greedy decoding ignores the seed
     assert _mixups(sampled_pair, seeds_used=False) == []  # so does the legacy global RNG
@@ -117,6 +135,7 @@ def test_requests_differing_only_in_a_seed_the_engine_ignores_are_twins_not_a_mi
 
 
 # --- output paths are checked before any work --------------------------------------------------
+
 
 def _file(path: Path) -> Path:
     path.write_text("x")
@@ -128,14 +147,17 @@ def _dir(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("option, make", [
-    ("--report-dir", lambda t: _file(t / "reports")),
-    ("--json", lambda t: _dir(t / "a.json")),
-    ("--junit", lambda t: _file(t / "parent") / "junit.xml"),
-    ("--markdown", lambda t: _file(t / "parent") / "deeper" / "summary.md"),
-    ("--save-golden", lambda t: _dir(t / "golden.json")),
-    ("--json", lambda t: _file(t / "reports") / "audit.json"),
-])
+@pytest.mark.parametrize(
+    "option, make",
+    [
+        ("--report-dir", lambda t: _file(t / "reports")),
+        ("--json", lambda t: _dir(t / "a.json")),
+        ("--junit", lambda t: _file(t / "parent") / "junit.xml"),
+        ("--markdown", lambda t: _file(t / "parent") / "deeper" / "summary.md"),
+        ("--save-golden", lambda t: _dir(t / "golden.json")),
+        ("--json", lambda t: _file(t / "reports") / "audit.json"),
+    ],
+)
 def test_unusable_output_paths_exit_2_naming_the_option_before_the_audit_runs(tmp_path, monkeypatch, option, make):
     def must_not_run(options):
         raise AssertionError("the audit ran before its output paths were checked")
@@ -168,17 +190,39 @@ def test_missing_parent_folders_of_outputs_are_created(tmp_path):
 
 # --- golden drift, said right ------------------------------------------------------------------
 
+
 def test_golden_drift_from_a_changed_seed_names_the_seed_and_is_not_called_a_violation(tmp_path):
     golden = tmp_path / "golden.json"
-    before = _requests(tmp_path / "before.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 42, "max_new_frames": 12},
-                                                   {"id": "same", "text": "Unchanged.", "seed": 5, "max_new_frames": 12}])
+    before = _requests(
+        tmp_path / "before.jsonl",
+        [
+            {"id": "r", "text": "Seeded text.", "seed": 42, "max_new_frames": 12},
+            {"id": "same", "text": "Unchanged.", "seed": 5, "max_new_frames": 12},
+        ],
+    )
     saved = _audit(before, "--scenarios", "repeat", "--save-golden", golden)
     assert saved.exit_code == 0, saved.output
 
-    after = _requests(tmp_path / "after.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 7, "max_new_frames": 12},
-                                                 {"id": "same", "text": "Unchanged.", "seed": 5, "max_new_frames": 12}])
-    result = _audit(after, "--scenarios", "repeat", "--golden", golden, "--json", tmp_path / "d.json",
-                    "--markdown", tmp_path / "d.md", "--junit", tmp_path / "d.xml")
+    after = _requests(
+        tmp_path / "after.jsonl",
+        [
+            {"id": "r", "text": "Seeded text.", "seed": 7, "max_new_frames": 12},
+            {"id": "same", "text": "Unchanged.", "seed": 5, "max_new_frames": 12},
+        ],
+    )
+    result = _audit(
+        after,
+        "--scenarios",
+        "repeat",
+        "--golden",
+        golden,
+        "--json",
+        tmp_path / "d.json",
+        "--markdown",
+        tmp_path / "d.md",
+        "--junit",
+        tmp_path / "d.xml",
+    )
     assert result.exit_code == 1, result.output
     out = _flat(result.output)
     assert "audit found violations" not in out and "0 violation(s)" in out
@@ -205,8 +249,9 @@ def test_golden_records_the_deploy_files_content_and_names_a_change_in_its_base_
 
     # Same path, same top file: only the base it inherits from changes (the sampling temperature).
     base.write_text(base.read_text().replace("temperature: 1.7", "temperature: 1.1", 1))
-    result = _audit(requests, "--deploy", deploy, "--scenarios", "repeat", "--golden", golden,
-                    "--json", tmp_path / "d.json")
+    result = _audit(
+        requests, "--deploy", deploy, "--scenarios", "repeat", "--golden", golden, "--json", tmp_path / "d.json"
+    )
     assert result.exit_code == 1, result.output
     report = json.loads((tmp_path / "d.json").read_text())["golden"]
     assert report["drifts"] and "deploy" not in report["environment_changes"]
@@ -241,14 +286,25 @@ def test_an_old_golden_without_the_new_fields_still_compares_and_missing_fields_
 
 # --- numbers for people ------------------------------------------------------------------------
 
+
 def _result_with_a_codec_difference() -> AuditResult:
-    cmp = Comparison(codes_equal=True, first_frame=None, first_codebook=None, frames_reference=10, frames_other=10,
-                     duration_diff_s=0.0, pcm_equal=False, max_abs_diff=3.0517578125e-05,
-                     snr_db=127.96399827904983, log_spectral_distance=0.012345678901234)
+    cmp = Comparison(
+        codes_equal=True,
+        first_frame=None,
+        first_codebook=None,
+        frames_reference=10,
+        frames_other=10,
+        duration_diff_s=0.0,
+        pcm_equal=False,
+        max_abs_diff=3.0517578125e-05,
+        snr_db=127.96399827904983,
+        log_spectral_distance=0.012345678901234,
+    )
     case = Case("batched", "max-batch-8", "r", "request", "fail", cmp, codec_numeric(cmp), wall_s=0.25)
     env = {"device": "cpu", "dtype": "float32", "torch_version": torch.__version__}
-    return AuditResult(AuditOptions(level="bitwise"), [case], env, {}, {}, 1.5, 24_000, ["r"],
-                       scenario_s={"batched": 0.75})
+    return AuditResult(
+        AuditOptions(level="bitwise"), [case], env, {}, {}, 1.5, 24_000, ["r"], scenario_s={"batched": 0.75}
+    )
 
 
 def test_markdown_and_terminal_round_audio_metrics_while_json_keeps_full_precision():

@@ -33,8 +33,7 @@ REQUEST_CASES = [
     ("top-k-negative.jsonl", ["top-k-negative.jsonl:1 [top_k]", ">= 0"]),
     ("unknown-field.jsonl", ["unknown-field.jsonl:1 [langauge]", "did you mean 'language'"]),
     ("duplicate-id.jsonl", ["duplicate-id.jsonl:2 [id]", "duplicate id 'same'", "line 1"]),
-    ("id-case-collision.jsonl", ["id-case-collision.jsonl:2 [id]", "'alpha'", "'Alpha'", "line 1",
-                                 "case-insensitive"]),
+    ("id-case-collision.jsonl", ["id-case-collision.jsonl:2 [id]", "'alpha'", "'Alpha'", "line 1", "case-insensitive"]),
     ("id-traversal.jsonl", ["id-traversal.jsonl:1 [id]", "not a safe file name"]),
     ("id-separator.jsonl", ["id-separator.jsonl:1 [id]", "not a safe file name"]),
     ("id-control.jsonl", ["id-control.jsonl:1 [id]", "not a safe file name"]),
@@ -47,8 +46,10 @@ REQUEST_CASES = [
     ("not-utf8.txt", ["not-utf8.txt", "not UTF-8"]),
     ("wrong-type.xml", ["wrong-type.xml", "unsupported request file type"]),
     ("ref-audio-missing.jsonl", ["ref-audio-missing.jsonl:1 [ref_audio]"]),
-    ("ref-audio-directory.jsonl", ["ref-audio-directory.jsonl:1 [ref_audio]",
-                                   "is a directory, expected an audio file"]),
+    (
+        "ref-audio-directory.jsonl",
+        ["ref-audio-directory.jsonl:1 [ref_audio]", "is a directory, expected an audio file"],
+    ),
     ("is-a-directory.jsonl", ["is-a-directory.jsonl", "is a directory, expected a request file", "!does not exist"]),
     ("language-unknown.jsonl", ["language-unknown.jsonl:1 [language]", "did you mean 'French'"]),
     # A byte-order mark and CRLF line ends are fine; the one problem is on the line it is on.
@@ -67,8 +68,14 @@ DEPLOY_CASES = [
     ("bad-max-num-seqs.yaml", ["bad-max-num-seqs.yaml:3", "max_num_seqs must be a positive integer"]),
     ("seed-float.yaml", ["seed-float.yaml:3", "seed"]),
     ("base-is-directory.yaml", ["base-is-directory.yaml:1 [base_config]", "is a directory, expected a YAML file"]),
-    ("foreign-subtalker.yaml", ["foreign-subtalker.yaml:4 [stages.0.subtalker_sampling_params]",
-                                "not a MOSS-TTS-Local deploy file", "--allow-foreign-deploy"]),
+    (
+        "foreign-subtalker.yaml",
+        [
+            "foreign-subtalker.yaml:4 [stages.0.subtalker_sampling_params]",
+            "not a MOSS-TTS-Local deploy file",
+            "--allow-foreign-deploy",
+        ],
+    ),
     ("foreign-three-stages.yaml", ["foreign-three-stages.yaml:4 [stages.2.stage_id]", "0 (talker) and 1 (codec)"]),
     ("model-runner-v3.yaml", ["model-runner-v3.yaml:1 [model_runner]", "'v1' or 'v2'"]),
 ]
@@ -144,13 +151,25 @@ def test_bad_deploy_config(name, expected, tmp_path):
 @pytest.mark.parametrize("name, expected", CHECKPOINT_CASES, ids=[c[0] for c in CHECKPOINT_CASES])
 def test_bad_checkpoint(name, expected, tmp_path):
     talker, codec = _broken_checkpoints(json.loads((CORPUS / "checkpoints" / name).read_text()), tmp_path)
-    _run_and_check([GOOD, "--model", talker, "--codec", codec, "--deploy", EXAMPLES.parent / "recipes" /
-                    "moss_tts_local_tiny.yaml"], tmp_path / "out", expected)
+    _run_and_check(
+        [
+            GOOD,
+            "--model",
+            talker,
+            "--codec",
+            codec,
+            "--deploy",
+            EXAMPLES.parent / "recipes" / "moss_tts_local_tiny.yaml",
+        ],
+        tmp_path / "out",
+        expected,
+    )
 
 
 def test_missing_model_directory_and_lone_model_option(tmp_path):
-    _run_and_check([GOOD, "--model", tmp_path / "nowhere", "--codec", TINY_CODEC], tmp_path / "a",
-                   ["nowhere", "does not exist"])
+    _run_and_check(
+        [GOOD, "--model", tmp_path / "nowhere", "--codec", TINY_CODEC], tmp_path / "a", ["nowhere", "does not exist"]
+    )
     _run_and_check([GOOD, "--model", TINY_TALKER], tmp_path / "b", ["--model and --codec go together"])
 
 
@@ -158,5 +177,6 @@ def test_a_line_too_long_for_any_request_is_rejected_without_being_parsed(tmp_pa
     path = tmp_path / "huge.jsonl"
     with path.open("w") as handle:  # one 9 MB line, past the default bound, then a good line
         handle.write('{"id": "huge", "text": "' + "word " * 1_800_000 + '"}\n{"id": "fine", "text": "x"}\n')
-    _run_and_check([path], tmp_path / "out", ["huge.jsonl:1", "line is 9000026 bytes", "max_line_bytes",
-                                             "!huge.jsonl:2"])
+    _run_and_check(
+        [path], tmp_path / "out", ["huge.jsonl:1", "line is 9000026 bytes", "max_line_bytes", "!huge.jsonl:2"]
+    )

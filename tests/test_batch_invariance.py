@@ -22,11 +22,17 @@ def synth():
 
 def _random_requests(rng: random.Random, prefix: str, count: int, seeded: bool) -> list[Request]:
     words = "alpha beta gamma delta seed batch frame codec voice stream token model".split()
-    return [Request(id=f"{prefix}{i}", text=" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))),
-                    line=i + 1, seed=rng.randint(0, 2**31) if seeded or rng.random() < 0.5 else None,
-                    max_new_frames=rng.randint(1, 40),
-                    sampling={"temperature": rng.choice([0.8, 1.2, 1.7])} if rng.random() < 0.3 else {})
-            for i in range(count)]
+    return [
+        Request(
+            id=f"{prefix}{i}",
+            text=" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))),
+            line=i + 1,
+            seed=rng.randint(0, 2**31) if seeded or rng.random() < 0.5 else None,
+            max_new_frames=rng.randint(1, 40),
+            sampling={"temperature": rng.choice([0.8, 1.2, 1.7])} if rng.random() < 0.3 else {},
+        )
+        for i in range(count)
+    ]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -55,7 +61,9 @@ def _logits_by_step(talker, max_batch, batch_invariant):
     def hook(key, frame, codebook, logits, batch, generator):
         seen[(key, frame, codebook)] = logits.clone()
 
-    requests = [GenerationRequest(str(i), p, 25, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=i) for i, p in enumerate(prompts)]
+    requests = [
+        GenerationRequest(str(i), p, 25, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=i) for i, p in enumerate(prompts)
+    ]
     numerics = Numerics(batch_invariant=batch_invariant)
     list(Engine(talker.model, max_batch=max_batch, numerics=numerics, logits_hook=hook).run(requests))
     return seen
@@ -79,8 +87,9 @@ def _gemm_rounds_rows_by_row_count() -> bool:
     return len({F.linear(x[:m], weight)[0].numpy().tobytes() for m in range(1, 33)}) > 1
 
 
-needs_row_count_variance = pytest.mark.skipif(not _gemm_rounds_rows_by_row_count(),
-                                              reason="this CPU's GEMM rounds a row the same for every row count")
+needs_row_count_variance = pytest.mark.skipif(
+    not _gemm_rounds_rows_by_row_count(), reason="this CPU's GEMM rounds a row the same for every row count"
+)
 
 
 @needs_row_count_variance

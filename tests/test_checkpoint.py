@@ -25,8 +25,9 @@ def test_release_layout_with_nested_configs_and_absent_tied_tensors_loads(talker
     assert {"qwen3_config", "language_config", "gpt2_config", "architectures", "transformers_version"} <= set(config)
     talker = moss_cli.load_talker(talker_dir, device="cpu", dtype="float32")
     assert talker.config.n_vq == 6 and talker.config.backbone.num_layers == 2
-    torch.testing.assert_close(talker.model.audio_logits(0, torch.eye(64)[:1]),
-                               stored["audio_embeddings.0.weight"][:, 0][None])
+    torch.testing.assert_close(
+        talker.model.audio_logits(0, torch.eye(64)[:1]), stored["audio_embeddings.0.weight"][:, 0][None]
+    )
 
 
 def test_tied_tensors_present_on_disk_are_accepted(talker_dir):
@@ -64,8 +65,10 @@ def test_shape_mismatch_names_the_tensor_and_both_shapes(talker_dir):
 def test_sharded_checkpoint_with_index_loads_the_same_weights(talker_dir, talker32):
     tensors = _tensors(talker_dir)
     names = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
-              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    shards = {
+        "model-00001-of-00002.safetensors": names[: len(names) // 2],
+        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+    }
     for shard, keys in shards.items():
         save_file({k: tensors[k] for k in keys}, str(talker_dir / shard))
     (talker_dir / "model.safetensors").unlink()
@@ -112,8 +115,14 @@ def test_truncated_safetensors_is_a_clear_error(talker_dir):
 
 def test_keys_written_by_other_tools_are_ignored(talker_dir):
     config = json.loads((talker_dir / "config.json").read_text())
-    config.update({"auto_map": {"AutoModel": "modeling_moss_tts.MossTTSLocalModel"}, "torch_dtype": "bfloat16",
-                   "use_cache": True, "_name_or_path": "somewhere"})
+    config.update(
+        {
+            "auto_map": {"AutoModel": "modeling_moss_tts.MossTTSLocalModel"},
+            "torch_dtype": "bfloat16",
+            "use_cache": True,
+            "_name_or_path": "somewhere",
+        }
+    )
     (talker_dir / "config.json").write_text(json.dumps(config))
     moss_cli.load_talker(talker_dir, device="cpu")
 

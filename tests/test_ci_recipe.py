@@ -57,5 +57,7 @@ def test_recipe_runs_the_audit_and_publishes_its_reports():
     audit = next(s for s in steps if "moss audit-determinism" in s.get("run", ""))
     assert "--report-dir audit-report" in audit["run"]
     publish = [s for s in steps if s.get("if") == "always()"]
-    assert {s["with"].get("report_paths") or s["with"].get("path") for s in publish} == {"audit-report/junit.xml",
-                                                                                          "audit-report/"}
+    assert {s["with"].get("report_paths") or s["with"].get("path") for s in publish} == {
+        "audit-report/junit.xml",
+        "audit-report/",
+    }

@@ -24,8 +24,9 @@ def test_threads_option_sets_torch_intra_op_threads(tmp_path):
     request = tmp_path / "one.txt"
     request.write_text("A single short line.\n")
     try:
-        result = runner.invoke(app, ["synth", str(request), "--out", str(tmp_path / "o"), "--threads", "2",
-                                     "--dry-run"])
+        result = runner.invoke(
+            app, ["synth", str(request), "--out", str(tmp_path / "o"), "--threads", "2", "--dry-run"]
+        )
         assert result.exit_code == 0, result.output
         assert torch.get_num_threads() == 2
     finally:
@@ -50,8 +51,10 @@ def test_help_and_version_do_not_import_torch():
     import sys
 
     for argv in (["--version"], ["--help"], ["synth", "--help"], ["audit-determinism", "--help"]):
-        code = ("import sys; from moss_cli.cli.app import app\n"
-                f"try:\n    app({argv!r})\nexcept SystemExit:\n    pass\n"
-                "print('torch imported' if 'torch' in sys.modules else 'no torch')")
+        code = (
+            "import sys; from moss_cli.cli.app import app\n"
+            f"try:\n    app({argv!r})\nexcept SystemExit:\n    pass\n"
+            "print('torch imported' if 'torch' in sys.modules else 'no torch')"
+        )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         assert out.strip().endswith("no torch"), (argv, out[-300:])

@@ -8,7 +8,6 @@ from safetensors.torch import save_file
 
 import moss_cli
 from moss_cli.assets import TINY_CODEC
-from moss_cli.numerics import INVARIANT
 from moss_cli.model.codec import (
     AudioCodec,
     CodecAttention,
@@ -17,6 +16,7 @@ from moss_cli.model.codec import (
     WeightNormConv1x1,
 )
 from moss_cli.model.config import CodecConfig, CodecStage, QuantizerConfig
+from moss_cli.numerics import INVARIANT
 
 
 def test_decode_returns_batch_channels_and_downsample_rate_samples_per_frame(codec):
@@ -37,8 +37,9 @@ def test_decoding_a_prefix_of_quantizers_works_and_more_than_the_codec_has_fails
 
 
 def test_rlfq_decode_is_the_sum_of_the_codebook_vectors_when_projections_are_identity():
-    q = Quantizer(QuantizerConfig("rlfq", input_dim=2, rvq_dim=2, output_dim=2, num_quantizers=2,
-                                  codebook_size=3, codebook_dim=2))
+    q = Quantizer(
+        QuantizerConfig("rlfq", input_dim=2, rvq_dim=2, output_dim=2, num_quantizers=2, codebook_size=3, codebook_dim=2)
+    )
     with torch.no_grad():
         q.quantizers[0].codebook.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]))
         q.quantizers[1].codebook.weight.copy_(torch.tensor([[10.0, 0.0], [0.0, 10.0], [5.0, 5.0]]))
@@ -66,8 +67,16 @@ def test_patch_decode_interleaves_the_channel_groups_in_time_and_encode_inverts_
 
 
 def _attention(context):
-    stage = CodecStage(kind="transformer", input_dimension=8, output_dimension=8, d_model=8, num_heads=2,
-                       num_layers=1, dim_feedforward=16, causal=True)
+    stage = CodecStage(
+        kind="transformer",
+        input_dimension=8,
+        output_dimension=8,
+        d_model=8,
+        num_heads=2,
+        num_layers=1,
+        dim_feedforward=16,
+        causal=True,
+    )
     torch.manual_seed(0)
     return CodecAttention(stage, context).double()
 
@@ -109,28 +118,76 @@ def test_interleaved_decoder_stream_splits_into_even_left_and_odd_right_samples(
 
 def _v1_config() -> dict:
     def transformer(inp, out):
-        return {"module_type": "Transformer", "input_dimension": inp, "output_dimension": out, "d_model": 16,
-                "num_heads": 2, "num_layers": 1, "dim_feedforward": 32, "causal": True, "norm": "layer_norm",
-                "positional_embedding": "rope", "max_period": 10000, "gating": "none", "layer_scale": 0.01,
-                "conv_layout": True}
+        return {
+            "module_type": "Transformer",
+            "input_dimension": inp,
+            "output_dimension": out,
+            "d_model": 16,
+            "num_heads": 2,
+            "num_layers": 1,
+            "dim_feedforward": 32,
+            "causal": True,
+            "norm": "layer_norm",
+            "positional_embedding": "rope",
+            "max_period": 10000,
+            "gating": "none",
+            "layer_scale": 0.01,
+            "conv_layout": True,
+        }
+
     patch = {"module_type": "PatchedPretransform", "patch_size": 2}
     return {
-        "architectures": ["MossAudioTokenizerModel"], "auto_map": {"AutoModel": "x.y"}, "model_type": "speech_tokenizer",
-        "sampling_rate": 2400, "sample_rate": 2400, "downsample_rate": 192, "causal_transformer_context_duration": 1,
-        "code_dim": 16, "quantizer_type": "rlfq",
-        "quantizer_kwargs": {"codebook_dim": 4, "codebook_size": 32, "input_dim": 16, "num_quantizers": 4,
-                             "output_dim": 16, "quantizer_type": "rlfq", "rvq_dim": 8},
-        "encoder_kwargs": [{"module_type": "PatchedPretransform", "patch_size": 24}, transformer(24, 8), patch,
-                           transformer(16, 8), patch, transformer(16, 8), patch, transformer(16, 16)],
-        "decoder_kwargs": [transformer(16, 16), patch, transformer(8, 16), patch, transformer(8, 16), patch,
-                           transformer(8, 24), {"module_type": "PatchedPretransform", "patch_size": 24}],
-        "transformers_version": "4.56.0.dev0", "version": "4.26.1.a", "dtype": "float32",
+        "architectures": ["MossAudioTokenizerModel"],
+        "auto_map": {"AutoModel": "x.y"},
+        "model_type": "speech_tokenizer",
+        "sampling_rate": 2400,
+        "sample_rate": 2400,
+        "downsample_rate": 192,
+        "causal_transformer_context_duration": 1,
+        "code_dim": 16,
+        "quantizer_type": "rlfq",
+        "quantizer_kwargs": {
+            "codebook_dim": 4,
+            "codebook_size": 32,
+            "input_dim": 16,
+            "num_quantizers": 4,
+            "output_dim": 16,
+            "quantizer_type": "rlfq",
+            "rvq_dim": 8,
+        },
+        "encoder_kwargs": [
+            {"module_type": "PatchedPretransform", "patch_size": 24},
+            transformer(24, 8),
+            patch,
+            transformer(16, 8),
+            patch,
+            transformer(16, 8),
+            patch,
+            transformer(16, 16),
+        ],
+        "decoder_kwargs": [
+            transformer(16, 16),
+            patch,
+            transformer(8, 16),
+            patch,
+            transformer(8, 16),
+            patch,
+            transformer(8, 24),
+            {"module_type": "PatchedPretransform", "patch_size": 24},
+        ],
+        "transformers_version": "4.56.0.dev0",
+        "version": "4.26.1.a",
+        "dtype": "float32",
     }
 
 
 def _to_v1_key(name: str) -> str:
-    return (name.replace(".self_attn.in_proj.", ".self_attn.in_projs.0.").replace(".self_attn.out_proj.", ".self_attn.out_projs.0.")
-            .replace(".ffn.0.", ".linear1.").replace(".ffn.2.", ".linear2."))
+    return (
+        name.replace(".self_attn.in_proj.", ".self_attn.in_projs.0.")
+        .replace(".self_attn.out_proj.", ".self_attn.out_projs.0.")
+        .replace(".ffn.0.", ".linear1.")
+        .replace(".ffn.2.", ".linear2.")
+    )
 
 
 def test_a_v1_layout_checkpoint_loads_and_decodes_mono_at_its_own_rate(tmp_path):
@@ -140,8 +197,9 @@ def test_a_v1_layout_checkpoint_loads_and_decodes_mono_at_its_own_rate(tmp_path)
     torch.manual_seed(1)
     original = AudioCodec(cfg)
     (tmp_path / "config.json").write_text(json.dumps(cfg_dict))
-    save_file({_to_v1_key(k): v.contiguous() for k, v in original.state_dict().items()},
-              str(tmp_path / "model.safetensors"))
+    save_file(
+        {_to_v1_key(k): v.contiguous() for k, v in original.state_dict().items()}, str(tmp_path / "model.safetensors")
+    )
     loaded = moss_cli.load_codec(tmp_path, device="cpu", dtype="float32")
     # v1: one window duration for all stages, int(frame_rate * duration) frames at each stage's rate.
     contexts = [s.transformer.layers[0].self_attn.context for s in loaded.decoder if hasattr(s, "transformer")]

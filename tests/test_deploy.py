@@ -138,13 +138,21 @@ def test_yaml_tags_that_build_python_objects_are_refused(tmp_path):
 
 def test_keys_only_a_server_understands_are_accepted(tmp_path):
     path = tmp_path / "d.yaml"
-    path.write_text("model_runner: v2\nsession_mode: turn\nstages:\n  - stage_id: 0\n    enforce_eager: true\n"
-                    "    hf_overrides: {x: 1}\n    default_sampling_params: {detokenize: false, stop_token_ids: [1]}\n")
+    path.write_text(
+        "model_runner: v2\nsession_mode: turn\nstages:\n  - stage_id: 0\n    enforce_eager: true\n"
+        "    hf_overrides: {x: 1}\n    default_sampling_params: {detokenize: false, stop_token_ids: [1]}\n"
+    )
     assert load_deploy(path).sampling == {"detokenize": False, "stop_token_ids": [1]}
 
 
-VLLM_OMNI_V1_5 = {"temperature": 1.0, "top_p": 0.95, "top_k": 50, "max_tokens": 4096, "seed": 42,
-                  "repetition_penalty": 1.1}
+VLLM_OMNI_V1_5 = {
+    "temperature": 1.0,
+    "top_p": 0.95,
+    "top_k": 50,
+    "max_tokens": 4096,
+    "seed": 42,
+    "repetition_penalty": 1.1,
+}
 
 
 def test_recipe_named_after_vllm_omnis_deploy_file_carries_vllm_omnis_values():
@@ -158,8 +166,14 @@ def test_recipe_named_after_vllm_omnis_deploy_file_carries_vllm_omnis_values():
 
 def test_openmoss_reference_recipe_carries_the_reference_generate_defaults():
     reference = load_deploy(RECIPES / "moss_tts_local_v1.5_openmoss_reference.yaml")
-    assert reference.sampling == {"temperature": 1.7, "top_p": 0.8, "top_k": 25, "max_tokens": 4096, "seed": 42,
-                                  "repetition_penalty": 1.0}
+    assert reference.sampling == {
+        "temperature": 1.7,
+        "top_p": 0.8,
+        "top_k": 25,
+        "max_tokens": 4096,
+        "seed": 42,
+        "repetition_penalty": 1.0,
+    }
 
 
 def test_built_in_defaults_are_vllm_omnis_v1_5_deploy_values():
@@ -173,11 +187,18 @@ def test_built_in_defaults_are_vllm_omnis_v1_5_deploy_values():
 
 # --- chained deploy files, in the two shapes vllm-omni's MOSS-TTS-Local files have taken ---
 
+
 def test_thin_file_over_full_base_resolves_per_platform():
     path = CHAINS / "base_first" / "local_mrv2.yaml"
     cpu = load_deploy(path, "cpu")
-    assert cpu.sampling == {"temperature": 0.9, "top_p": 0.9, "top_k": 40, "max_tokens": 2000, "seed": 7,
-                            "repetition_penalty": 1.05}
+    assert cpu.sampling == {
+        "temperature": 0.9,
+        "top_p": 0.9,
+        "top_k": 40,
+        "max_tokens": 2000,
+        "seed": 7,
+        "repetition_penalty": 1.05,
+    }
     assert cpu.data["model_runner"] == "v2" and cpu.max_num_seqs == 24
     assert cpu.stage(1)["compilation_config"] == {"cudagraph_capture_sizes": [1, 2, 4], "cudagraph_num_of_warmups": 2}
     cuda = load_deploy(path, "cuda")
@@ -187,15 +208,25 @@ def test_thin_file_over_full_base_resolves_per_platform():
     assert cuda.stage(0)["devices"] == "1" and cuda.stage(0)["env"] == {"A": "1", "B": "2"}
     assert "engine_args" not in cuda.stage(0)
     # A platform's compilation_config replaces the base's as a whole (no cudagraph_num_of_warmups left).
-    assert cuda.stage(1)["compilation_config"] == {"mode": 0, "cudagraph_mode": "FULL", "cudagraph_capture_sizes": [1, 2]}
+    assert cuda.stage(1)["compilation_config"] == {
+        "mode": 0,
+        "cudagraph_mode": "FULL",
+        "cudagraph_capture_sizes": [1, 2],
+    }
     assert load_deploy(path, "npu").data["model_runner"] == "v1"
 
 
 def test_thin_default_over_full_runner_profile_resolves_per_platform():
     path = CHAINS / "swapped" / "local.yaml"
     cpu = load_deploy(path, "cpu")
-    assert cpu.sampling == {"temperature": 0.8, "top_p": 0.85, "top_k": 30, "max_tokens": 1500, "seed": 11,
-                            "repetition_penalty": 1.2}
+    assert cpu.sampling == {
+        "temperature": 0.8,
+        "top_p": 0.85,
+        "top_k": 30,
+        "max_tokens": 1500,
+        "seed": 11,
+        "repetition_penalty": 1.2,
+    }
     # A stage's engine_args mapping is read as stage keys, as vllm-omni's _parse_stage_deploy does.
     assert (cpu.max_num_seqs, cpu.max_model_len) == (48, 2500)
     assert cpu.data["model_runner"] == "v2"
@@ -211,16 +242,19 @@ def test_thin_default_over_full_runner_profile_resolves_per_platform():
 
 def test_platform_overrides_merge_params_one_level_and_skip_stages_the_file_lacks(tmp_path):
     path = tmp_path / "d.yaml"
-    path.write_text("stages:\n  - stage_id: 0\n    engine_extras: {spec: {a: 1, b: 2}}\n"
-                    "platforms:\n  cuda:\n    stages:\n"
-                    "      - stage_id: 0\n        engine_extras: {spec: {a: 3}}\n"
-                    "      - stage_id: 1\n        max_num_seqs: 4\n")
+    path.write_text(
+        "stages:\n  - stage_id: 0\n    engine_extras: {spec: {a: 1, b: 2}}\n"
+        "platforms:\n  cuda:\n    stages:\n"
+        "      - stage_id: 0\n        engine_extras: {spec: {a: 3}}\n"
+        "      - stage_id: 1\n        max_num_seqs: 4\n"
+    )
     cuda = load_deploy(path, "cuda")
     assert cuda.stage(0)["engine_extras"] == {"spec": {"a": 3}}  # vllm-omni: {**base, **override}
     assert set(cuda.data["stages"]) == {0}
 
 
 # --- deploy files of other models ---
+
 
 def test_deploy_file_of_another_model_is_refused_with_the_reason():
     with pytest.raises(ConfigError) as err:
@@ -238,14 +272,21 @@ def test_allow_foreign_turns_the_refusal_into_a_warning():
     assert config.sampling["temperature"] == 0.8
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("pipeline: qwen3_tts\nstages: [{stage_id: 0}]\n", "pipeline 'qwen3_tts'"),
-    ("stages:\n  - stage_id: 0\n    engine_args: {model_arch: Qwen3TTSTalkerForConditionalGeneration}\n",
-     "model_arch 'Qwen3TTSTalkerForConditionalGeneration'"),
-    ("stages:\n  - stage_id: 0\n    model_stage: thinker\n", "model_stage 'thinker'"),
-    ("stages:\n  - stage_id: 0\n    custom_process_input_func: vllm_omni.x.qwen3_tts.talker2code2wav\n",
-     "another model's stage processor"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("pipeline: qwen3_tts\nstages: [{stage_id: 0}]\n", "pipeline 'qwen3_tts'"),
+        (
+            "stages:\n  - stage_id: 0\n    engine_args: {model_arch: Qwen3TTSTalkerForConditionalGeneration}\n",
+            "model_arch 'Qwen3TTSTalkerForConditionalGeneration'",
+        ),
+        ("stages:\n  - stage_id: 0\n    model_stage: thinker\n", "model_stage 'thinker'"),
+        (
+            "stages:\n  - stage_id: 0\n    custom_process_input_func: vllm_omni.x.qwen3_tts.talker2code2wav\n",
+            "another model's stage processor",
+        ),
+    ],
+)
 def test_names_of_other_models_are_refused(tmp_path, text, reason):
     path = tmp_path / "d.yaml"
     path.write_text(text)
@@ -255,13 +296,16 @@ def test_names_of_other_models_are_refused(tmp_path, text, reason):
 
 def test_moss_tts_local_names_are_accepted(tmp_path):
     path = tmp_path / "d.yaml"
-    path.write_text("model: OpenMOSS-Team/MOSS-TTS-Local-Transformer-v1.5\npipeline: moss_tts_local\nstages:\n"
-                    "  - stage_id: 0\n    model_arch: MossTTSLocalModel\n    model_stage: moss_tts_local\n"
-                    "  - stage_id: 1\n    model_arch: MossTTSCodecDecoder\n    model_stage: moss_tts_local_codec\n")
+    path.write_text(
+        "model: OpenMOSS-Team/MOSS-TTS-Local-Transformer-v1.5\npipeline: moss_tts_local\nstages:\n"
+        "  - stage_id: 0\n    model_arch: MossTTSLocalModel\n    model_stage: moss_tts_local\n"
+        "  - stage_id: 1\n    model_arch: MossTTSCodecDecoder\n    model_stage: moss_tts_local_codec\n"
+    )
     assert load_deploy(path).stage(1)["model_arch"] == "MossTTSCodecDecoder"
 
 
 # --- names and paths ---
+
 
 def test_unknown_platform_is_refused_with_a_suggestion():
     with pytest.raises(ConfigError, match="unknown platform 'cdua' \\(did you mean 'cuda'\\?\\)"):
@@ -299,21 +343,43 @@ def test_a_directory_given_as_a_deploy_file_is_named_as_such(tmp_path):
 
 # --- the CLI ---
 
+
 def test_cli_refuses_a_foreign_deploy_and_allows_it_on_request(tmp_path):
     foreign = str(CHAINS / "foreign" / "qwen3_tts_like.yaml")
-    refused = CliRunner().invoke(app, ["synth", str(EXAMPLES / "lines.txt"), "--deploy", foreign, "--dry-run",
-                                       "--out", str(tmp_path / "out")])
+    refused = CliRunner().invoke(
+        app, ["synth", str(EXAMPLES / "lines.txt"), "--deploy", foreign, "--dry-run", "--out", str(tmp_path / "out")]
+    )
     assert refused.exit_code == 2 and "not a MOSS-TTS-Local deploy file" in refused.output
-    allowed = CliRunner().invoke(app, ["synth", str(EXAMPLES / "lines.txt"), "--deploy", foreign, "--dry-run",
-                                       "--allow-foreign-deploy", "--out", str(tmp_path / "out")])
+    allowed = CliRunner().invoke(
+        app,
+        [
+            "synth",
+            str(EXAMPLES / "lines.txt"),
+            "--deploy",
+            foreign,
+            "--dry-run",
+            "--allow-foreign-deploy",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert allowed.exit_code == 0, allowed.output
     assert "warning:" in allowed.output and "subtalker_sampling_params" in allowed.output  # one readable line
     shown = CliRunner().invoke(app, ["config", "show", "--deploy", foreign, "--allow-foreign-deploy"])
     assert shown.exit_code == 0 and "warning:" in shown.output and "subtalker_sampling_params" in shown.output
     audit = CliRunner().invoke(app, ["audit-determinism", "--deploy", foreign, "--scenarios", "repeat"])
     assert audit.exit_code == 2 and "not a MOSS-TTS-Local deploy file" in audit.output
-    audit = CliRunner().invoke(app, ["audit-determinism", "--deploy", foreign, "--allow-foreign-deploy",
-                                     "--golden", str(tmp_path / "missing.json")])
+    audit = CliRunner().invoke(
+        app,
+        [
+            "audit-determinism",
+            "--deploy",
+            foreign,
+            "--allow-foreign-deploy",
+            "--golden",
+            str(tmp_path / "missing.json"),
+        ],
+    )
     assert audit.exit_code == 2 and "golden file does not exist" in audit.output  # the flag itself is accepted
 
 
@@ -322,14 +388,17 @@ def test_cli_config_show_refuses_an_unknown_platform():
     assert result.exit_code == 2 and "unknown platform 'tpu'" in result.output and "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("request_seed, deploy_seed, expected", [
-    (7, 42, (7, "request")),
-    (0, 42, (0, "request")),  # an explicit 0 is a seed, not "unset"
-    (None, 42, (42, "deploy")),
-    (None, 0, (0, "deploy")),
-    (None, None, (None, "none")),
-    (3, None, (3, "request")),
-])
+@pytest.mark.parametrize(
+    "request_seed, deploy_seed, expected",
+    [
+        (7, 42, (7, "request")),
+        (0, 42, (0, "request")),  # an explicit 0 is a seed, not "unset"
+        (None, 42, (42, "deploy")),
+        (None, 0, (0, "deploy")),
+        (None, None, (None, "none")),
+        (3, None, (3, "request")),
+    ],
+)
 def test_seed_precedence_request_then_deploy_then_none(request_seed, deploy_seed, expected):
     assert effective_seed(request_seed, deploy_seed) == expected
 
@@ -337,8 +406,14 @@ def test_seed_precedence_request_then_deploy_then_none(request_seed, deploy_seed
 def test_resolving_requests_never_mutates_the_shared_defaults():
     config = load_deploy(TINY_DEPLOY)
     before = copy.deepcopy(config.data)
-    req = Request(id="a", text="x", line=1, seed=5, max_new_frames=3,
-                  sampling={"temperature": 0.5, "top_k": 3, "top_p": 0.5, "repetition_penalty": 1.3})
+    req = Request(
+        id="a",
+        text="x",
+        line=1,
+        seed=5,
+        max_new_frames=3,
+        sampling={"temperature": 0.5, "top_k": 3, "top_p": 0.5, "repetition_penalty": 1.3},
+    )
     eff = effective(req, config)
     assert eff.seed == 5 and eff.audio.temperature == 0.5 and eff.audio.top_k == 3
     eff.audio.__class__  # frozen dataclass: nothing to mutate

@@ -6,13 +6,17 @@ import torch
 
 @pytest.mark.parametrize("reference_loop", [False, True])
 def test_greedy_left_padded_batch_returns_each_row_exactly_as_alone(talker64, reference_loop):
-    prompts = [talker64.prompt(t) for t in ("Hi.", "A much longer sentence than the others, to force padding.",
-                                            "Middle length text here.")]
-    batched = talker64.generate(*talker64.batch(prompts), max_new_frames=12, do_sample=False,
-                                reference_loop=reference_loop)
+    prompts = [
+        talker64.prompt(t)
+        for t in ("Hi.", "A much longer sentence than the others, to force padding.", "Middle length text here.")
+    ]
+    batched = talker64.generate(
+        *talker64.batch(prompts), max_new_frames=12, do_sample=False, reference_loop=reference_loop
+    )
     for prompt, codes in zip(prompts, batched):
-        alone = talker64.generate(*talker64.batch([prompt]), max_new_frames=12, do_sample=False,
-                                  reference_loop=reference_loop)[0]
+        alone = talker64.generate(
+            *talker64.batch([prompt]), max_new_frames=12, do_sample=False, reference_loop=reference_loop
+        )[0]
         assert codes.shape == (12, talker64.config.n_vq) and codes.dtype == torch.long
         assert torch.equal(codes, alone)
 
@@ -31,20 +35,26 @@ def test_generate_returns_codes_in_the_audio_vocab_and_stops_rows_independently(
 def test_per_row_generators_make_a_row_independent_of_its_neighbours(talker32):
     prompt = talker32.prompt("Seeded request.")
     other = talker32.prompt("Some neighbour with another seed.")
-    alone = talker32.generate(*talker32.batch([prompt]), max_new_frames=20,
-                              generators=[torch.Generator().manual_seed(42)])[0]
-    batched = talker32.generate(*talker32.batch([other, prompt]), max_new_frames=20,
-                                generators=[torch.Generator().manual_seed(7), torch.Generator().manual_seed(42)])[1]
+    alone = talker32.generate(
+        *talker32.batch([prompt]), max_new_frames=20, generators=[torch.Generator().manual_seed(42)]
+    )[0]
+    batched = talker32.generate(
+        *talker32.batch([other, prompt]),
+        max_new_frames=20,
+        generators=[torch.Generator().manual_seed(7), torch.Generator().manual_seed(42)],
+    )[1]
     assert torch.equal(alone, batched)
 
 
 @pytest.mark.parametrize("reference_loop", [False, True])
 def test_one_shared_generator_reproduces_the_same_batch(talker32, reference_loop):
     ids, mask = talker32.batch([talker32.prompt("a"), talker32.prompt("b")])
-    first = talker32.generate(ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3),
-                              reference_loop=reference_loop)
-    second = talker32.generate(ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3),
-                               reference_loop=reference_loop)
+    first = talker32.generate(
+        ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3), reference_loop=reference_loop
+    )
+    second = talker32.generate(
+        ids, mask, max_new_frames=15, generator=torch.Generator().manual_seed(3), reference_loop=reference_loop
+    )
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
@@ -95,7 +105,11 @@ def test_greedy_codes_match_those_the_reference_implementation_produced(talker64
     prompts = [_reference_prompt(talker64, r) for r in records]
     for prompt, r in zip(prompts, records):
         assert prompt.tolist() == r["prompt"], f"prompt for {r['text']!r} differs from the reference processor's"
-    out = talker64.generate(*talker64.batch(prompts), max_new_frames=recorded["max_new_frames"], do_sample=False,
-                            reference_loop=reference_loop)
+    out = talker64.generate(
+        *talker64.batch(prompts),
+        max_new_frames=recorded["max_new_frames"],
+        do_sample=False,
+        reference_loop=reference_loop,
+    )
     for codes, r in zip(out, records):
         assert codes.tolist() == r["codes"], f"codes for {r['text']!r} differ from the reference's"

@@ -18,8 +18,12 @@ pytestmark = pytest.mark.slow  # real processes, real signals
 @pytest.fixture(scope="module")
 def requests(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("req") / "many.jsonl"
-    path.write_text("".join(f'{{"id": "r{i:02d}", "text": "Request {i} of a long job.", "seed": {i}, '
-                            f'"max_new_frames": 20}}\n' for i in range(16)))
+    path.write_text(
+        "".join(
+            f'{{"id": "r{i:02d}", "text": "Request {i} of a long job.", "seed": {i}, "max_new_frames": 20}}\n'
+            for i in range(16)
+        )
+    )
     return path
 
 

@@ -38,8 +38,12 @@ def test_interleaved_rope_pairs_adjacent_dimensions():
 def test_rope_frequencies_fall_with_dimension():
     # base 100, head_dim 4: inverse frequencies 1 and 1/10; at position 10 the angles are 10 and 1 rad.
     cos, _ = rotate_half_angles(torch.tensor([[10]]), 4, base=100.0, dtype=torch.float64)
-    torch.testing.assert_close(cos[0, 0], torch.tensor([math.cos(10), math.cos(1), math.cos(10), math.cos(1)],
-                                                       dtype=torch.float64), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        cos[0, 0],
+        torch.tensor([math.cos(10), math.cos(1), math.cos(10), math.cos(1)], dtype=torch.float64),
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 def test_rope_at_position_zero_is_identity():

@@ -11,9 +11,11 @@ def _text(talker, rows):
 
 def test_prompt_follows_the_user_inst_template_with_none_for_empty_fields(talker32):
     rows = talker32.prompt("Hello there.", language="en", tokens=50, instruction="  ")
-    expected = ("<|im_start|>user\n<user_inst>\n- Reference(s):\nNone\n- Instruction:\nNone\n- Tokens:\n50\n"
-                "- Quality:\nNone\n- Sound Event:\nNone\n- Ambient Sound:\nNone\n- Language:\nen\n- Text:\n"
-                "Hello there.\n</user_inst><|im_end|>\n<|im_start|>assistant\n<|audio_start|>")
+    expected = (
+        "<|im_start|>user\n<user_inst>\n- Reference(s):\nNone\n- Instruction:\nNone\n- Tokens:\n50\n"
+        "- Quality:\nNone\n- Sound Event:\nNone\n- Ambient Sound:\nNone\n- Language:\nen\n- Text:\n"
+        "Hello there.\n</user_inst><|im_end|>\n<|im_start|>assistant\n<|audio_start|>"
+    )
     assert _text(talker32, rows) == expected
     cfg = talker32.config
     assert rows.shape[1] == cfg.n_vq + 1
@@ -28,7 +30,7 @@ def test_template_pieces_are_tokenised_separately(talker32):
     cfg = talker32.config
     head = [cfg.im_start_token_id] + builder.encode("user\n") + builder.encode("<user_inst>\n- Reference(s):\n")
     assert ids[: len(head)] == head
-    assert ids[len(head): len(head) + len(builder.encode("None"))] == builder.encode("None")
+    assert ids[len(head) : len(head) + len(builder.encode("None"))] == builder.encode("None")
 
 
 def test_reference_codes_become_user_slot_rows_between_audio_start_and_end(talker32):
@@ -37,10 +39,10 @@ def test_reference_codes_become_user_slot_rows_between_audio_start_and_end(talke
     rows = talker32.prompt("Clone this voice.", references=[ref])
     head = 1 + len(talker32.prompts.encode("user\n")) + len(talker32.prompts.encode("<user_inst>\n- Reference(s):\n"))
     assert rows[head, 0] == cfg.audio_start_token_id and torch.all(rows[head, 1:] == cfg.audio_pad_code)
-    assert torch.all(rows[head + 1: head + 4, 0] == cfg.audio_user_slot_token_id)
-    assert torch.equal(rows[head + 1: head + 4, 1:], ref)
+    assert torch.all(rows[head + 1 : head + 4, 0] == cfg.audio_user_slot_token_id)
+    assert torch.equal(rows[head + 1 : head + 4, 1:], ref)
     assert rows[head + 4, 0] == cfg.audio_end_token_id
-    after = _text(talker32, rows[head + 5:])
+    after = _text(talker32, rows[head + 5 :])
     assert after.startswith("\n- Instruction:\nNone") and after.endswith("<|audio_start|>")
     assert "None\n- Instruction" not in _text(talker32, rows)  # no "None" placeholder with a reference
 

@@ -26,8 +26,11 @@ def test_shipped_examples_parse():
     assert jsonl[2].seed == 0 and jsonl[0].seed is None
     assert {r.id: r.sampling for r in jsonl}["calm"] == {"temperature": 1.2, "top_k": 20}
     csv = read_requests(EXAMPLES / "requests.csv")
-    assert [(r.id, r.seed, r.max_new_frames) for r in csv] == [("csv-1", None, 30), ("csv-2", 123, 30),
-                                                               ("csv-3", None, 20)]
+    assert [(r.id, r.seed, r.max_new_frames) for r in csv] == [
+        ("csv-1", None, 30),
+        ("csv-2", 123, 30),
+        ("csv-3", None, 20),
+    ]
     assert csv[1].text == "A second line, with a comma and an explicit seed."
     txt = read_requests(EXAMPLES / "lines.txt")
     assert [r.id for r in txt] == ["lines-00001", "lines-00002", "lines-00003"]
@@ -35,8 +38,10 @@ def test_shipped_examples_parse():
 
 def test_all_problems_are_reported_together_with_line_and_field(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"text": "fine"}\n{"txt": "typo"}\n{"text": "x", "seed": true}\nnot json\n'
-                    '{"text": "y", "id": "../escape"}\n{"text": "z", "top_p": 0}\n')
+    path.write_text(
+        '{"text": "fine"}\n{"txt": "typo"}\n{"text": "x", "seed": true}\nnot json\n'
+        '{"text": "y", "id": "../escape"}\n{"text": "z", "top_p": 0}\n'
+    )
     with pytest.raises(RequestFileError) as err:
         read_requests(path)
     found = {(p.line, p.field) for p in err.value.problems}
@@ -59,12 +64,16 @@ def test_unsupported_file_type_is_an_error(tmp_path):
         read_requests(path)
 
 
-@pytest.mark.parametrize("suffix, body, first, second", [
-    (".jsonl", '{"id": "a", "text": "one"}\r\n\r\n{"id": "b", "text": "two", "seed": "x"}\r\n', 1, 3),
-    (".csv", 'id,text,seed\r\na,one,\r\n\r\nb,two,x\r\n', 2, 4),
-])
-def test_a_byte_order_mark_and_crlf_line_ends_are_accepted_and_lines_still_counted(tmp_path, suffix, body, first,
-                                                                                   second):
+@pytest.mark.parametrize(
+    "suffix, body, first, second",
+    [
+        (".jsonl", '{"id": "a", "text": "one"}\r\n\r\n{"id": "b", "text": "two", "seed": "x"}\r\n', 1, 3),
+        (".csv", "id,text,seed\r\na,one,\r\n\r\nb,two,x\r\n", 2, 4),
+    ],
+)
+def test_a_byte_order_mark_and_crlf_line_ends_are_accepted_and_lines_still_counted(
+    tmp_path, suffix, body, first, second
+):
     path = tmp_path / f"excel{suffix}"
     path.write_bytes(b"\xef\xbb\xbf" + body.encode())
     with pytest.raises(RequestFileError) as err:
@@ -77,8 +86,10 @@ def test_a_byte_order_mark_and_crlf_line_ends_are_accepted_and_lines_still_count
 def test_a_text_file_with_bom_and_crlf_gives_clean_texts(tmp_path):
     path = tmp_path / "lines.txt"
     path.write_bytes(b"\xef\xbb\xbfFirst line.\r\n\r\nThird line.\r\n")
-    assert [(r.id, r.text) for r in read_requests(path)] == [("lines-00001", "First line."),
-                                                             ("lines-00003", "Third line.")]
+    assert [(r.id, r.text) for r in read_requests(path)] == [
+        ("lines-00001", "First line."),
+        ("lines-00003", "Third line."),
+    ]
 
 
 def test_a_quoted_csv_field_over_several_lines_is_numbered_from_its_first_line(tmp_path):
@@ -132,17 +143,43 @@ def test_ids_that_differ_only_in_case_are_rejected_naming_both_lines(tmp_path):
     assert "'alpha'" in problem.message and "'Alpha'" in problem.message and "line 1" in problem.message
 
 
-@pytest.mark.parametrize("language", ["English", "english", "en", "EN", "zh", "Chinese", "yue", "Cantonese",
-                                      "Persian (Farsi)", "fa", "en-US", "zh_CN", "Auto", " French ", ""])
+@pytest.mark.parametrize(
+    "language",
+    [
+        "English",
+        "english",
+        "en",
+        "EN",
+        "zh",
+        "Chinese",
+        "yue",
+        "Cantonese",
+        "Persian (Farsi)",
+        "fa",
+        "en-US",
+        "zh_CN",
+        "Auto",
+        " French ",
+        "",
+    ],
+)
 def test_known_languages_are_accepted_and_kept_as_written(tmp_path, language):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps({"text": "x", "language": language}) + "\n")
     assert read_requests(path)[0].prompt_fields["language"] == language  # the prompt gets the value as written
 
 
-@pytest.mark.parametrize("language, hint", [("Englsh", "did you mean 'English'"), ("Frnech", "did you mean 'French'"),
-                                            ("Persian", "did you mean 'Persian (Farsi)'"), ("farsi", "Persian (Farsi)"),
-                                            ("Klingon", "Chinese (zh)"), ("xx-YY", "English (en)")])
+@pytest.mark.parametrize(
+    "language, hint",
+    [
+        ("Englsh", "did you mean 'English'"),
+        ("Frnech", "did you mean 'French'"),
+        ("Persian", "did you mean 'Persian (Farsi)'"),
+        ("farsi", "Persian (Farsi)"),
+        ("Klingon", "Chinese (zh)"),
+        ("xx-YY", "English (en)"),
+    ],
+)
 def test_unknown_languages_are_rejected_with_a_suggestion(tmp_path, language, hint):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps({"text": "x", "language": language}) + "\n")
@@ -183,7 +220,8 @@ def test_max_line_bytes_holds_for_text_and_csv_files(tmp_path, suffix, line):
     with pytest.raises(RequestFileError) as err:
         read_requests(path, max_line_bytes=1000)
     assert [(p.line, p.message.split(",")[0]) for p in err.value.problems] == [
-        (2 if suffix == ".csv" else 1, f"line is {len(line)} bytes")]
+        (2 if suffix == ".csv" else 1, f"line is {len(line)} bytes")
+    ]
 
 
 def test_iter_requests_streams_a_file_keeping_only_the_ids(tmp_path):
@@ -225,5 +263,5 @@ def test_a_file_of_nothing_but_errors_stops_after_a_bounded_number_of_problems(t
 def test_max_line_bytes_for_covers_a_prompt_that_fits(tmp_path):
     bound = max_line_bytes_for(max_model_len=100, token_bytes=4)
     # 100 tokens of at most 4 bytes each, every byte written as a 6-byte JSON escape, still fits.
-    worst = json.dumps({"id": "a" * 128, "text": "\x01" * 400, "seed": -2**63, "ref_audio": "v" * 4096})
+    worst = json.dumps({"id": "a" * 128, "text": "\x01" * 400, "seed": -(2**63), "ref_audio": "v" * 4096})
     assert len(worst.encode()) <= bound

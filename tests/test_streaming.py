@@ -16,14 +16,20 @@ from moss_cli.pipeline.streaming import StreamingDecode, chunk_schedule
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-@pytest.mark.parametrize("keys, expected", [
-    ({"initial_codec_chunk_frames": 1, "codec_chunk_frames": 15}, [1, 15]),
-    ({"codec_chunk_ramp": [4, 4, 8, 15], "codec_chunk_frames": 15}, [4, 4, 8, 15, 15]),
-    ({"codec_chunk_ramp": "4,4,8,15", "codec_chunk_frames": 15, "initial_codec_chunk_frames": 1}, [4, 4, 8, 15, 15]),
-    ({"codec_chunk_frames": 25}, [25]),
-    ({"initial_codec_chunk_frames": 40, "codec_chunk_frames": 15}, [15, 15]),  # clamped, as vllm-omni does
-    ({}, [15]),
-])
+@pytest.mark.parametrize(
+    "keys, expected",
+    [
+        ({"initial_codec_chunk_frames": 1, "codec_chunk_frames": 15}, [1, 15]),
+        ({"codec_chunk_ramp": [4, 4, 8, 15], "codec_chunk_frames": 15}, [4, 4, 8, 15, 15]),
+        (
+            {"codec_chunk_ramp": "4,4,8,15", "codec_chunk_frames": 15, "initial_codec_chunk_frames": 1},
+            [4, 4, 8, 15, 15],
+        ),
+        ({"codec_chunk_frames": 25}, [25]),
+        ({"initial_codec_chunk_frames": 40, "codec_chunk_frames": 15}, [15, 15]),  # clamped, as vllm-omni does
+        ({}, [15]),
+    ],
+)
 def test_chunk_schedule_follows_the_connector_keys(keys, expected):
     assert chunk_schedule(keys) == expected
 
@@ -33,11 +39,14 @@ def invariant_codec():
     return moss_cli.load_codec(TINY_CODEC, device="cpu", dtype="float32", numerics=INVARIANT)
 
 
-@pytest.mark.parametrize("schedule, sizes", [
-    ([1, 15], [1] + [15] * 8 + [9]),
-    ([4, 4, 8, 15, 15], [4, 4, 8] + [15] * 7 + [9]),
-    ([1000], [130]),
-])
+@pytest.mark.parametrize(
+    "schedule, sizes",
+    [
+        ([1, 15], [1] + [15] * 8 + [9]),
+        ([4, 4, 8, 15, 15], [4, 4, 8] + [15] * 7 + [9]),
+        ([1000], [130]),
+    ],
+)
 def test_streamed_pcm_is_bitwise_the_offline_pcm(invariant_codec, schedule, sizes):
     codes = torch.randint(0, 128, (130, 6))
     offline = invariant_codec.decode(codes.T.unsqueeze(1))[0]
@@ -80,8 +89,18 @@ def test_synth_stream_writes_the_same_files_and_reports_chunks_and_time_to_first
 def test_audit_voices_and_streaming_pass_at_bitwise_level(tmp_path):
     import json
 
-    result = CliRunner().invoke(app, ["audit-determinism", "--scenarios", "voices,streaming", "--level", "bitwise",
-                                      "--json", str(tmp_path / "a.json")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "audit-determinism",
+            "--scenarios",
+            "voices,streaming",
+            "--level",
+            "bitwise",
+            "--json",
+            str(tmp_path / "a.json"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "a.json").read_text())
     assert set(report["summary"]["scenarios"]) == {"voices", "streaming"}

@@ -64,8 +64,11 @@ def test_unseeded_requests_under_the_seeded_recipe_are_reproducible(tmp_path):
 
 
 def test_explicit_seeds_zero_and_one_differ_from_each_other_and_from_the_deploy_seed(synthesizer):
-    requests = [r for r in read_requests(EXAMPLES / "requests.jsonl")
-                if r.id in ("greeting", "seed-zero", "seed-one", "greeting-again")]
+    requests = [
+        r
+        for r in read_requests(EXAMPLES / "requests.jsonl")
+        if r.id in ("greeting", "seed-zero", "seed-one", "greeting-again")
+    ]
     assert len({r.text for r in requests}) == 1  # same text, different seeds
     first = _codes(synthesizer, requests, 4)
     again = _codes(synthesizer, requests, 2)
@@ -76,8 +79,9 @@ def test_explicit_seeds_zero_and_one_differ_from_each_other_and_from_the_deploy_
 
 
 def test_seedless_recipe_marks_unseeded_requests_none(tmp_path):
-    manifest = _synth(EXAMPLES / "requests.csv", "--out", tmp_path / "out",
-                      "--deploy", RECIPES / "moss_tts_local_tiny_unseeded.yaml")
+    manifest = _synth(
+        EXAMPLES / "requests.csv", "--out", tmp_path / "out", "--deploy", RECIPES / "moss_tts_local_tiny_unseeded.yaml"
+    )
     assert dict(zip(manifest["id"], manifest["seed_source"])) == {"csv-1": "none", "csv-2": "request", "csv-3": "none"}
     assert manifest.loc[manifest["id"] == "csv-1", "seed"].isna().all()
 
@@ -129,8 +133,9 @@ def test_bad_request_file_exits_2_without_traceback_and_writes_nothing(tmp_path)
 
 
 def test_config_show_prints_values_and_their_sources():
-    result = runner.invoke(app, ["config", "show", "--deploy", str(RECIPES / "moss_tts_local_v1.5_unseeded.yaml"),
-                                 "--json"])
+    result = runner.invoke(
+        app, ["config", "show", "--deploy", str(RECIPES / "moss_tts_local_v1.5_unseeded.yaml"), "--json"]
+    )
     assert result.exit_code == 0, result.output
     import json
 

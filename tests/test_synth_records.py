@@ -40,8 +40,9 @@ def _write(path: Path, lines: list[dict]) -> Path:
 
 
 def test_manifest_says_why_each_request_stopped(tmp_path, monkeypatch):
-    requests = _write(tmp_path / "r.jsonl", [{"id": "capped", "text": "Long enough to hit the cap.",
-                                              "max_new_frames": 3}])
+    requests = _write(
+        tmp_path / "r.jsonl", [{"id": "capped", "text": "Long enough to hit the cap.", "max_new_frames": 3}]
+    )
     _stop_head(monkeypatch, talker_module.CONTINUE)
     result = runner.invoke(app, ["synth", str(requests), "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
@@ -70,7 +71,9 @@ def test_legacy_global_rng_records_the_global_seed_not_the_deploy_seed(tmp_path)
     assert result.exit_code == 0, result.output
     manifest = pd.read_csv(tmp_path / "out" / "manifest.csv")
     assert set(manifest["seed_source"]) == {"global"}
-    assert set(manifest["seed"]) == {yaml.safe_load(TINY_DEPLOY.read_text())["stages"][0]["default_sampling_params"]["seed"]}
+    assert set(manifest["seed"]) == {
+        yaml.safe_load(TINY_DEPLOY.read_text())["stages"][0]["default_sampling_params"]["seed"]
+    }
 
 
 class FakeClock:
@@ -82,8 +85,9 @@ class FakeClock:
 
 
 @pytest.mark.parametrize("chunk_frames, initial, expected", [(200, 0, 200 * 0.25 + 1.0), (15, 1, 0.25 + 1.0)])
-def test_time_to_first_audio_is_first_chunk_delivery_minus_admission(tmp_path, monkeypatch, chunk_frames,
-                                                                     initial, expected):
+def test_time_to_first_audio_is_first_chunk_delivery_minus_admission(
+    tmp_path, monkeypatch, chunk_frames, initial, expected
+):
     """Each decode step costs 0.25 s and each chunk decode 1 s on a fake clock: a 200-frame request
     whose first chunk holds all 200 frames gets its first audio 51 s after admission (it was -0.1 s
     with the old arithmetic); with a 1-frame first chunk, 1.25 s."""
@@ -100,8 +104,9 @@ def test_time_to_first_audio_is_first_chunk_delivery_minus_admission(tmp_path, m
     deploy["connectors"]["shm"]["extra"].update(codec_chunk_frames=chunk_frames, initial_codec_chunk_frames=initial)
     (tmp_path / "deploy.yaml").write_text(yaml.safe_dump(deploy))
     synth = Synthesizer(SynthOptions(device="cpu", deploy=tmp_path / "deploy.yaml"), clock=clock)
-    requests = read_requests(_write(tmp_path / "r.jsonl", [{"id": "long", "text": "A long one.",
-                                                            "max_new_frames": 200}]))
+    requests = read_requests(
+        _write(tmp_path / "r.jsonl", [{"id": "long", "text": "A long one.", "max_new_frames": 200}])
+    )
     [result] = list(synth.run(synth.prepare(requests), stream=True))
     assert result.frames == 200
     assert result.time_to_first_audio == pytest.approx(expected)

@@ -14,8 +14,11 @@ def test_pad_code_contributes_zero_to_the_input_embedding(talker64):
 
     row = text_only.clone()
     row[0, 0, 1], row[0, 0, 3] = 5, 7  # codebooks 0 and 2 set, the rest pad
-    expected = (model.transformer.embed_tokens.weight[65] + model.audio_embeddings[0].weight[5]
-                + model.audio_embeddings[2].weight[7])
+    expected = (
+        model.transformer.embed_tokens.weight[65]
+        + model.audio_embeddings[0].weight[5]
+        + model.audio_embeddings[2].weight[7]
+    )
     torch.testing.assert_close(model.embed(row)[0, 0], expected)
 
 

@@ -13,8 +13,15 @@ from moss_cli.model.config import TalkerConfig
 from moss_cli.synth import Synthesizer, SynthOptions
 from moss_cli.threads import SMALL_MODEL_PARAMS, SPIN_ENV, default_threads, talker_parameters
 
-V1_5_BACKBONE = dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
-                     head_dim=128, intermediate_size=9728, vocab_size=151936)
+V1_5_BACKBONE = dict(
+    hidden_size=2560,
+    num_hidden_layers=36,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=9728,
+    vocab_size=151936,
+)
 
 
 @pytest.fixture
@@ -32,8 +39,9 @@ def test_parameter_estimate_matches_the_release_talker_and_the_tiny_one(talker32
     for key in ("qwen3_config", "language_config"):
         raw[key] = {**raw[key], **V1_5_BACKBONE}
     raw["gpt2_config"] = {**raw["gpt2_config"], "n_embd": 2560, "n_inner": 9728}
-    raw.update(n_vq=12, audio_codebook_sizes=[1024] * 12, audio_vocab_size=1024, audio_pad_code=1024,
-               audio_pad_token_id=1024)
+    raw.update(
+        n_vq=12, audio_codebook_sizes=[1024] * 12, audio_vocab_size=1024, audio_pad_code=1024, audio_pad_token_id=1024
+    )
     release = talker_parameters(TalkerConfig.from_dict(raw))
     assert 3.9e9 < release < 4.3e9  # ~4.1 B (DESIGN.md 4c)
     tiny = sum(p.numel() for p in talker32.model.parameters())
@@ -60,8 +68,9 @@ def test_user_thread_environment_is_respected(monkeypatch, restore_threads):
 
 
 def _fresh_python(code: str, env: dict) -> str:
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_the_cli_makes_idle_openmp_threads_sleep_unless_the_user_chose():

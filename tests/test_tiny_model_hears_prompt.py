@@ -18,9 +18,15 @@ from moss_cli.synth import Synthesizer, SynthOptions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 VOICE = EXAMPLES / "reference-voice.wav"
-TEXTS = ["Yes.", "No.", "Hi.", "Hello, and welcome to the reproducibility lab.",
-         "Tomorrow will be cloudy with a chance of rain in the afternoon.", "Read this calmly.",
-         "Read this slowly."]
+TEXTS = [
+    "Yes.",
+    "No.",
+    "Hi.",
+    "Hello, and welcome to the reproducibility lab.",
+    "Tomorrow will be cloudy with a chance of rain in the afternoon.",
+    "Read this calmly.",
+    "Read this slowly.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +67,14 @@ def test_different_texts_give_different_greedy_codes(talker32):
 
 def test_an_instruction_changes_the_codes(synth):
     text = "Please read this sentence."
-    codes = _codes(synth, [_request("plain", text),
-                           _request("calm", text, prompt_fields={"instruction": "Calm and slow."}),
-                           _request("low", text, prompt_fields={"instruction": "A calm, low voice."})])
+    codes = _codes(
+        synth,
+        [
+            _request("plain", text),
+            _request("calm", text, prompt_fields={"instruction": "Calm and slow."}),
+            _request("low", text, prompt_fields={"instruction": "A calm, low voice."}),
+        ],
+    )
     assert _identical_pairs(codes) == []
 
 
@@ -71,11 +82,16 @@ def test_a_reference_voice_and_a_continuation_change_the_codes(synth, tmp_path):
     other = tmp_path / "other-voice.wav"
     sf.write(str(other), synthetic_voice(2.0, 24_000, 220.0), 24_000, subtype="PCM_16")
     text = "This sentence is spoken in the voice of the reference clip."
-    codes = _codes(synth, [_request("no-voice", text),
-                           _request("clone", text, ref_audio=VOICE),
-                           _request("clone-other", text, ref_audio=other),
-                           _request("continue", text, ref_audio=VOICE, ref_text="Hello from the reference clip"),
-                           _request("no-voice-with-transcript", "Hello from the reference clip" + text)])
+    codes = _codes(
+        synth,
+        [
+            _request("no-voice", text),
+            _request("clone", text, ref_audio=VOICE),
+            _request("clone-other", text, ref_audio=other),
+            _request("continue", text, ref_audio=VOICE, ref_text="Hello from the reference clip"),
+            _request("no-voice-with-transcript", "Hello from the reference clip" + text),
+        ],
+    )
     assert _identical_pairs(codes) == []
 
 

@@ -40,8 +40,16 @@ def test_a_vocabulary_that_is_not_byte_level_counts_utf8_bytes():
     assert max_token_bytes(tokenizer) == len("héllo".encode())  # 6
 
 
-@pytest.mark.parametrize("text", ["Hello there, this is a test.", "你好，世界！" * 5, "  spaced   out  ",
-                                  "<|im_start|>user\nmixed <|audio_start|> specials", "ünïcödé ✓ 🎉" * 3])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Hello there, this is a test.",
+        "你好，世界！" * 5,
+        "  spaced   out  ",
+        "<|im_start|>user\nmixed <|audio_start|> specials",
+        "ünïcödé ✓ 🎉" * 3,
+    ],
+)
 def test_the_tiny_tokenizer_never_needs_fewer_tokens_than_the_bound(text):
     tokenizer = Tokenizer.from_file(str(TINY_TALKER / "tokenizer.json"))
     bound = max_token_bytes(tokenizer)

@@ -90,10 +90,12 @@ def test_identical_reference_files_are_encoded_once(tmp_path):
     copy = tmp_path / "copy.wav"
     copy.write_bytes((EXAMPLES / "reference-voice.wav").read_bytes())
     requests = tmp_path / "r.jsonl"
-    requests.write_text(f'{{"id": "a", "text": "one", "ref_audio": "{EXAMPLES / "reference-voice.wav"}", '
-                        f'"max_new_frames": 3}}\n{{"id": "b", "text": "two", "ref_audio": "copy.wav", '
-                        f'"max_new_frames": 3}}\n{{"id": "c", "text": "three", "ref_audio": "copy.wav", '
-                        f'"max_new_frames": 3}}\n')
+    requests.write_text(
+        f'{{"id": "a", "text": "one", "ref_audio": "{EXAMPLES / "reference-voice.wav"}", '
+        f'"max_new_frames": 3}}\n{{"id": "b", "text": "two", "ref_audio": "copy.wav", '
+        f'"max_new_frames": 3}}\n{{"id": "c", "text": "three", "ref_audio": "copy.wav", '
+        f'"max_new_frames": 3}}\n'
+    )
     synth = Synthesizer(SynthOptions(device="cpu"))
     calls = []
     encode = synth.codec.encode
@@ -102,18 +104,26 @@ def test_identical_reference_files_are_encoded_once(tmp_path):
     assert len(results) == 3 and len(calls) == 1
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda d: d / "missing.wav", "does not exist"),
-    (lambda d: (d / "junk.wav").write_bytes(b"RIFF not really audio") and d / "junk.wav", "not readable audio"),
-    (lambda d: _write(d / "empty.wav", np.zeros((0, 1)), 16000), "is empty"),
-    (lambda d: _write(d / "silent.wav", np.zeros((16000, 1)), 16000), "is silent"),
-    (lambda d: _write(d / "long.wav", 0.1 * np.sin(np.arange(48000 * 70) / 7.0)[:, None], 48000), "max_model_len"),
-    (lambda d: _write(d / "slow.wav", 0.1 * np.sin(np.arange(8000) / 3.0)[:, None], 4000), "unsupported sample rate"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: d / "missing.wav", "does not exist"),
+        (lambda d: (d / "junk.wav").write_bytes(b"RIFF not really audio") and d / "junk.wav", "not readable audio"),
+        (lambda d: _write(d / "empty.wav", np.zeros((0, 1)), 16000), "is empty"),
+        (lambda d: _write(d / "silent.wav", np.zeros((16000, 1)), 16000), "is silent"),
+        (lambda d: _write(d / "long.wav", 0.1 * np.sin(np.arange(48000 * 70) / 7.0)[:, None], 48000), "max_model_len"),
+        (
+            lambda d: _write(d / "slow.wav", 0.1 * np.sin(np.arange(8000) / 3.0)[:, None], 4000),
+            "unsupported sample rate",
+        ),
+    ],
+)
 def test_bad_references_are_rejected_at_validation_with_the_request_line(tmp_path, make, message):
     path = make(tmp_path)
     requests = tmp_path / "r.jsonl"
-    requests.write_text('{"id": "ok", "text": "fine"}\n' + f'{{"id": "bad", "text": "x", "ref_audio": "{path.name}"}}\n')
+    requests.write_text(
+        '{"id": "ok", "text": "fine"}\n' + f'{{"id": "bad", "text": "x", "ref_audio": "{path.name}"}}\n'
+    )
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["synth", str(requests), "--out", str(out)])
     assert result.exit_code == 2, result.output

@@ -35,8 +35,15 @@ from ..model.config import CodecConfig, TalkerConfig
 from ..model.talker import MossTTSLocal
 from . import ASSETS
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_end|>",
-                  "<|audio_user_slot|>", "<|audio_assistant_slot|>"]
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<|audio_user_slot|>",
+    "<|audio_assistant_slot|>",
+]
 STOP_MARGIN = 4.0  # logit(continue) - logit(stop) from the ln_f bias ...
 STOP_HEAD_STD = 0.15  # ... plus the hidden state's push (std ~1.7): P(stop) ~ 5% per frame, varying with the prompt
 ATTENTION_SHARPNESS = 6.0  # q_norm * k_norm gain: attention logits ~N(0, 6^2) instead of ~N(0, 1)
@@ -61,16 +68,39 @@ def tokenizer_json() -> dict:
     added = []
     for offset, token in enumerate(SPECIAL_TOKENS):
         vocab[token] = 256 + offset
-        added.append({"id": 256 + offset, "content": token, "single_word": False, "lstrip": False,
-                      "rstrip": False, "normalized": False, "special": True})
+        added.append(
+            {
+                "id": 256 + offset,
+                "content": token,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True}
     return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": {"type": "NFC"}, "pre_tokenizer": byte_level, "post_processor": None,
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": byte_level,
+        "post_processor": None,
         "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": []},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [],
+        },
     }
 
 
@@ -101,41 +131,95 @@ class CodecSizes:
 
 def talker_config(z: TalkerSizes = TalkerSizes()) -> dict:
     qwen = {
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 272, "hidden_size": z.hidden,
-        "intermediate_size": z.ffn, "num_hidden_layers": z.layers, "num_attention_heads": z.heads,
-        "num_key_value_heads": z.kv_heads, "head_dim": z.hidden // z.heads, "hidden_act": "silu",
-        "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0, "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": True,
-        "use_sliding_window": False, "sliding_window": None, "initializer_range": 0.02, "pad_token_id": 256,
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": 272,
+        "hidden_size": z.hidden,
+        "intermediate_size": z.ffn,
+        "num_hidden_layers": z.layers,
+        "num_attention_heads": z.heads,
+        "num_key_value_heads": z.kv_heads,
+        "head_dim": z.hidden // z.heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": True,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "initializer_range": 0.02,
+        "pad_token_id": 256,
     }
     gpt2 = {
-        "model_type": "gpt2", "vocab_size": 272, "n_embd": z.hidden, "n_layer": 1, "n_head": z.local_heads,
-        "n_inner": z.local_ffn, "n_positions": z.n_vq + 1, "n_ctx": z.n_vq + 1, "activation_function": "silu",
+        "model_type": "gpt2",
+        "vocab_size": 272,
+        "n_embd": z.hidden,
+        "n_layer": 1,
+        "n_head": z.local_heads,
+        "n_inner": z.local_ffn,
+        "n_positions": z.n_vq + 1,
+        "n_ctx": z.n_vq + 1,
+        "activation_function": "silu",
         "layer_norm_epsilon": 1e-6,
-        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "position_embedding_type": "rope",
-        "rope_base": 10000.0, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "position_embedding_type": "rope",
+        "rope_base": 10000.0,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
         "initializer_range": 0.02,
     }
     n_vq, codebook = z.n_vq, z.codebook
     return {
-        "architectures": ["MossTTSLocalModel"], "model_type": "moss_tts_local", "dtype": "float32",
+        "architectures": ["MossTTSLocalModel"],
+        "model_type": "moss_tts_local",
+        "dtype": "float32",
         "transformers_version": "4.57.1",
-        "qwen3_config": qwen, "language_config": qwen, "gpt2_config": gpt2, "n_vq": n_vq,
-        "audio_vocab_size": codebook, "audio_codebook_sizes": [codebook] * n_vq, "audio_pad_token_id": codebook,
-        "audio_pad_code": codebook, "pad_token_id": 256, "im_start_token_id": 257, "im_end_token_id": 258,
-        "audio_start_token_id": 259, "audio_end_token_id": 260, "audio_user_slot_token_id": 261,
-        "audio_assistant_slot_token_id": 262, "audio_assistant_gen_slot_token_id": 262, "sampling_rate": 48000,
-        "attn_implementation": "sdpa", "local_text_head_mode": "binary", "tie_word_embeddings": True,
+        "qwen3_config": qwen,
+        "language_config": qwen,
+        "gpt2_config": gpt2,
+        "n_vq": n_vq,
+        "audio_vocab_size": codebook,
+        "audio_codebook_sizes": [codebook] * n_vq,
+        "audio_pad_token_id": codebook,
+        "audio_pad_code": codebook,
+        "pad_token_id": 256,
+        "im_start_token_id": 257,
+        "im_end_token_id": 258,
+        "audio_start_token_id": 259,
+        "audio_end_token_id": 260,
+        "audio_user_slot_token_id": 261,
+        "audio_assistant_slot_token_id": 262,
+        "audio_assistant_gen_slot_token_id": 262,
+        "sampling_rate": 48000,
+        "attn_implementation": "sdpa",
+        "local_text_head_mode": "binary",
+        "tie_word_embeddings": True,
         "initializer_range": 0.02,
     }
 
 
 def _transformer(inp: int, out: int, context: float, z: CodecSizes) -> dict:
-    return {"module_type": "Transformer", "input_dimension": inp, "output_dimension": out, "d_model": z.d_model,
-            "num_heads": z.heads, "num_layers": z.layers, "dim_feedforward": 2 * z.d_model, "causal": True,
-            "norm": "layer_norm",
-            "positional_embedding": "rope", "max_period": 10000, "gating": "none", "layer_scale": 0.01,
-            "conv_layout": True, "context_duration": context}
+    return {
+        "module_type": "Transformer",
+        "input_dimension": inp,
+        "output_dimension": out,
+        "d_model": z.d_model,
+        "num_heads": z.heads,
+        "num_layers": z.layers,
+        "dim_feedforward": 2 * z.d_model,
+        "causal": True,
+        "norm": "layer_norm",
+        "positional_embedding": "rope",
+        "max_period": 10000,
+        "gating": "none",
+        "layer_scale": 0.01,
+        "conv_layout": True,
+        "context_duration": context,
+    }
 
 
 def codec_config(z: CodecSizes = CodecSizes()) -> dict:
@@ -143,21 +227,59 @@ def codec_config(z: CodecSizes = CodecSizes()) -> dict:
     patch2 = {"module_type": "PatchedPretransform", "patch_size": 2}
     patch240 = {"module_type": "PatchedPretransform", "patch_size": 240}
     d, half, code = z.d_model, z.d_model // 2, z.code_dim
-    encoder = [patch240, _transformer(240, half, 1.0, z), patch2, _transformer(d, half, 2.0, z), patch2,
-               _transformer(d, half, 4.0, z), patch2, _transformer(d, half, 8.0, z), patch2,
-               _transformer(d, code, 10.0, z), patch2, _transformer(2 * code, code, 10.0, z)]
-    decoder = [_transformer(code, 2 * d, 10.0, z), patch2, _transformer(d, 2 * d, 10.0, z), patch2,
-               _transformer(d, 2 * d, 8.0, z), patch2, _transformer(d, 2 * d, 4.0, z), patch2,
-               _transformer(d, 2 * d, 2.0, z), patch2, _transformer(d, 240, 1.0, z), patch240]
+    encoder = [
+        patch240,
+        _transformer(240, half, 1.0, z),
+        patch2,
+        _transformer(d, half, 2.0, z),
+        patch2,
+        _transformer(d, half, 4.0, z),
+        patch2,
+        _transformer(d, half, 8.0, z),
+        patch2,
+        _transformer(d, code, 10.0, z),
+        patch2,
+        _transformer(2 * code, code, 10.0, z),
+    ]
+    decoder = [
+        _transformer(code, 2 * d, 10.0, z),
+        patch2,
+        _transformer(d, 2 * d, 10.0, z),
+        patch2,
+        _transformer(d, 2 * d, 8.0, z),
+        patch2,
+        _transformer(d, 2 * d, 4.0, z),
+        patch2,
+        _transformer(d, 2 * d, 2.0, z),
+        patch2,
+        _transformer(d, 240, 1.0, z),
+        patch240,
+    ]
     return {
-        "architectures": ["MossAudioTokenizerModel"], "model_type": "moss-audio-tokenizer", "version": "tiny-v2",
-        "sampling_rate": 48000, "downsample_rate": 3840, "number_channels": 2, "enable_channel_interleave": True,
-        "causal_transformer_context_duration": 10.0, "code_dim": code, "attention_implementation": "sdpa",
-        "compute_dtype": "fp32", "quantizer_type": "rlfq",
-        "quantizer_kwargs": {"input_dim": code, "rvq_dim": z.rvq_dim, "output_dim": code,
-                             "num_quantizers": z.quantizers, "codebook_size": z.codebook,
-                             "codebook_dim": z.codebook_dim, "quantizer_type": "rlfq"},
-        "encoder_kwargs": encoder, "decoder_kwargs": decoder, "dtype": "float32",
+        "architectures": ["MossAudioTokenizerModel"],
+        "model_type": "moss-audio-tokenizer",
+        "version": "tiny-v2",
+        "sampling_rate": 48000,
+        "downsample_rate": 3840,
+        "number_channels": 2,
+        "enable_channel_interleave": True,
+        "causal_transformer_context_duration": 10.0,
+        "code_dim": code,
+        "attention_implementation": "sdpa",
+        "compute_dtype": "fp32",
+        "quantizer_type": "rlfq",
+        "quantizer_kwargs": {
+            "input_dim": code,
+            "rvq_dim": z.rvq_dim,
+            "output_dim": code,
+            "num_quantizers": z.quantizers,
+            "codebook_size": z.codebook,
+            "codebook_dim": z.codebook_dim,
+            "quantizer_type": "rlfq",
+        },
+        "encoder_kwargs": encoder,
+        "decoder_kwargs": decoder,
+        "dtype": "float32",
     }
 
 
@@ -179,18 +301,19 @@ def _fill(name: str, shape: tuple[int, ...]) -> torch.Tensor:
     if leaf == "original0":  # weight-norm gain
         return 1.0 + _randn(name, shape, 0.1).abs()
     fan_in = shape[1] if len(shape) > 1 else shape[0]
-    return _randn(name, shape, fan_in ** -0.5)
+    return _randn(name, shape, fan_in**-0.5)
 
 
 def talker_tensors(cfg: TalkerConfig, stop_margin: float = STOP_MARGIN) -> dict[str, torch.Tensor]:
     with torch.device("meta"):
         model = MossTTSLocal(cfg)
     tensors = {name: _fill(name, tuple(t.shape)) for name, t in model.state_dict().items()}
-    tensors["transformer.embed_tokens.weight"] = _randn("transformer.embed_tokens.weight",
-                                                        tuple(tensors["transformer.embed_tokens.weight"].shape), 1.0)
+    tensors["transformer.embed_tokens.weight"] = _randn(
+        "transformer.embed_tokens.weight", tuple(tensors["transformer.embed_tokens.weight"].shape), 1.0
+    )
     for name in tensors:
         if name.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight")):
-            tensors[name] = tensors[name] * ATTENTION_SHARPNESS ** 0.5  # the logit scales with both
+            tensors[name] = tensors[name] * ATTENTION_SHARPNESS**0.5  # the logit scales with both
         elif name.endswith("self_attn.o_proj.weight"):
             tensors[name] = tensors[name] * ATTENTION_GAIN
     head = _randn("local_text_lm_head.weight", (2, cfg.hidden_size), STOP_HEAD_STD)
@@ -211,37 +334,58 @@ def talker_tensors(cfg: TalkerConfig, stop_margin: float = STOP_MARGIN) -> dict[
 def codec_tensors(cfg: CodecConfig) -> dict[str, torch.Tensor]:
     with torch.device("meta"):
         codec = AudioCodec(cfg)
-        everything = {f"{part}.{i}.{proj}.weight" for part in ("encoder", "decoder")
-                      for i in range(12) for proj in ("input_proj", "output_proj")}
+        everything = {
+            f"{part}.{i}.{proj}.weight"
+            for part in ("encoder", "decoder")
+            for i in range(12)
+            for proj in ("input_proj", "output_proj")
+        }
         adapt_projections(codec, everything)  # v2 stores every projection, even square ones
     tensors = {name: _fill(name, tuple(t.shape)) for name, t in codec.state_dict().items()}
     for name, t in tensors.items():
         if name.endswith("codebook.weight"):
             tensors[name] = _randn(name, tuple(t.shape), 1.0)
     last = f"decoder.{len(cfg.decoder) - 2}.output_proj.weight"
-    tensors[last] = tensors[last] * 0.02 # keep the waveform well inside [-1, 1]
+    tensors[last] = tensors[last] * 0.02  # keep the waveform well inside [-1, 1]
     return tensors
 
 
 def _write(directory: Path, config: dict, tensors: dict[str, torch.Tensor], extra: dict[str, dict]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    save_file({k: v.contiguous() for k, v in sorted(tensors.items())}, str(directory / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {k: v.contiguous() for k, v in sorted(tensors.items())},
+        str(directory / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     for filename, content in extra.items():
         (directory / filename).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def build(out: Path = ASSETS, talker: TalkerSizes = TalkerSizes(), codec: CodecSizes = CodecSizes(),
-          stop_margin: float = STOP_MARGIN, names: tuple[str, str] = ("tiny-talker", "tiny-codec")) -> tuple[Path, Path]:
+def build(
+    out: Path = ASSETS,
+    talker: TalkerSizes = TalkerSizes(),
+    codec: CodecSizes = CodecSizes(),
+    stop_margin: float = STOP_MARGIN,
+    names: tuple[str, str] = ("tiny-talker", "tiny-codec"),
+) -> tuple[Path, Path]:
     """Write a talker and a codec checkpoint (the shipped tiny ones by default)."""
     talker_dir, codec_dir = out / names[0], out / names[1]
     tcfg = talker_config(talker)
-    _write(talker_dir, tcfg, talker_tensors(TalkerConfig.from_dict(tcfg), stop_margin), {
-        "tokenizer.json": tokenizer_json(),
-        "tokenizer_config.json": {"tokenizer_class": "Qwen2TokenizerFast", "model_max_length": 4096,
-                                  "pad_token": "<|endoftext|>", "eos_token": "<|im_end|>"},
-    })
+    _write(
+        talker_dir,
+        tcfg,
+        talker_tensors(TalkerConfig.from_dict(tcfg), stop_margin),
+        {
+            "tokenizer.json": tokenizer_json(),
+            "tokenizer_config.json": {
+                "tokenizer_class": "Qwen2TokenizerFast",
+                "model_max_length": 4096,
+                "pad_token": "<|endoftext|>",
+                "eos_token": "<|im_end|>",
+            },
+        },
+    )
     ccfg = codec_config(codec)
     _write(codec_dir, ccfg, codec_tensors(CodecConfig.from_dict(ccfg)), {})
     return talker_dir, codec_dir

@@ -33,8 +33,11 @@ class Attribution:
 
 def codec_numeric(cmp: Comparison) -> Attribution:
     """Identical codes, different PCM: the codec's numbers changed with the batch."""
-    return Attribution("codec-numeric", f"identical codes but different PCM (max abs diff "
-                                        f"{format_abs(cmp.max_abs_diff)}, SNR {format_db(cmp.snr_db)} dB)")
+    return Attribution(
+        "codec-numeric",
+        f"identical codes but different PCM (max abs diff "
+        f"{format_abs(cmp.max_abs_diff)}, SNR {format_db(cmp.snr_db)} dB)",
+    )
 
 
 class _Enough(Exception):
@@ -74,8 +77,9 @@ def record_logits(run_fn, key: str, last_frame: int, perturb: LogitsHook | None)
     return seen
 
 
-def attribute(run_reference, run_other, key: str, frame: int, codebook: int | str, n_vq: int,
-              perturb: LogitsHook | None = None) -> Attribution:
+def attribute(
+    run_reference, run_other, key: str, frame: int, codebook: int | str, n_vq: int, perturb: LogitsHook | None = None
+) -> Attribution:
     """Re-run both compositions (callables taking a logits hook) and classify the first divergence."""
     ref = record_logits(run_reference, key, frame, perturb)
     oth = record_logits(run_other, key, frame, perturb)
@@ -88,13 +92,29 @@ def attribute(run_reference, run_other, key: str, frame: int, codebook: int | st
     first = _first_numeric_difference(ref, oth, draw)
     if not torch.equal(state_a, state_b):
         also = "" if diff == 0 else f" (its logits also differ by up to {diff:.3g}: {first})"
-        return Attribution("rng-coupling", f"frame {frame}, head {head}: the request drew from a random stream "
-                                           f"whose state depends on the batch{also}", frame, head, diff)
+        return Attribution(
+            "rng-coupling",
+            f"frame {frame}, head {head}: the request drew from a random stream whose state depends on the batch{also}",
+            frame,
+            head,
+            diff,
+        )
     if diff > 0:
-        return Attribution("numeric", f"frame {frame}, head {head}: same random stream, logits differ by up to "
-                                      f"{diff:.3g} ({first})", frame, head, diff)
-    return Attribution("nondeterministic", f"frame {frame}, head {head}: same logits and random stream, yet a "
-                                           "different token (a nondeterministic sampling kernel?)", frame, head, 0.0)
+        return Attribution(
+            "numeric",
+            f"frame {frame}, head {head}: same random stream, logits differ by up to {diff:.3g} ({first})",
+            frame,
+            head,
+            diff,
+        )
+    return Attribution(
+        "nondeterministic",
+        f"frame {frame}, head {head}: same logits and random stream, yet a "
+        "different token (a nondeterministic sampling kernel?)",
+        frame,
+        head,
+        0.0,
+    )
 
 
 def _first_numeric_difference(ref: dict, oth: dict, until: tuple[int, int]) -> str:

@@ -22,6 +22,9 @@ def builtin_requests() -> list[Request]:
     for line, (rid, text, seed, frames) in enumerate(_TEXTS, start=1):
         fields = {"instruction": "Calm and slow."} if rid == "instructed" else {}
         sampling = {"temperature": 1.2, "top_k": 30} if rid == "medium-seeded" else {}
-        requests.append(Request(id=rid, text=text, line=line, seed=seed, max_new_frames=frames,
-                                prompt_fields=fields, sampling=sampling))
+        requests.append(
+            Request(
+                id=rid, text=text, line=line, seed=seed, max_new_frames=frames, prompt_fields=fields, sampling=sampling
+            )
+        )
     return requests

@@ -103,8 +103,16 @@ def compare(reference: Output, other: Output, sample_rate: int) -> Comparison:
 
 def output_of(result, content: dict | None = None) -> Output:
     chunks = None if result.stream is None else [c.frames for c in result.stream.chunks]
-    return Output(result.codes, result.audio, pcm_sha256(result.pcm), result.effective.seed_source, chunks,
-                  result.effective.seed, result.wall_s, content or {})
+    return Output(
+        result.codes,
+        result.audio,
+        pcm_sha256(result.pcm),
+        result.effective.seed_source,
+        chunks,
+        result.effective.seed,
+        result.wall_s,
+        content or {},
+    )
 
 
 # People read these; JSON keeps the full precision.
@@ -122,5 +130,7 @@ def format_audio(cmp: Comparison) -> str:
     """The waveform metrics of one comparison in one line."""
     if cmp.pcm_equal:
         return "PCM identical"
-    return (f"SNR {format_db(cmp.snr_db)} dB, LSD {format_db(cmp.log_spectral_distance)} dB, "
-            f"max abs {format_abs(cmp.max_abs_diff)}")
+    return (
+        f"SNR {format_db(cmp.snr_db)} dB, LSD {format_db(cmp.log_spectral_distance)} dB, "
+        f"max abs {format_abs(cmp.max_abs_diff)}"
+    )

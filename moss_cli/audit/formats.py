@@ -23,35 +23,52 @@ def _json_safe(value):
 
 
 def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
-    return _json_safe({
-        "tool": "moss audit-determinism", "version": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "summary": summary(result, golden),
-        "options": {"level": result.options.level, "min_snr_db": result.options.min_snr_db,
-                    "scenarios": list(result.options.scenarios), "strict_unseeded": result.options.strict_unseeded,
-                    "legacy_global_rng": result.options.synth.legacy_global_rng,
-                    "requests": str(result.options.requests) if result.options.requests else "built-in"},
-        "environment": result.environment,
-        "reference": {key: {"frames": int(out.codes.shape[0]), "pcm_sha256": out.pcm_sha256,
-                            "seed_source": out.seed_source} for key, out in result.reference.items()},
-        "streaming": {"schedule": result.chunk_schedule,
-                      "chunks": {f"{scenario}/{run}": {key: out.chunks for key, out in outs.items()}
-                                 for (scenario, run), outs in result.outputs.items()
-                                 if any(o.chunks is not None for o in outs.values())}},
-        "cases": [case.as_dict() for case in result.cases],
-        "warnings": [m.as_dict() for m in result.mixups],
-        "golden": None if golden is None else golden.as_dict(),
-    })
+    return _json_safe(
+        {
+            "tool": "moss audit-determinism",
+            "version": __version__,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "summary": summary(result, golden),
+            "options": {
+                "level": result.options.level,
+                "min_snr_db": result.options.min_snr_db,
+                "scenarios": list(result.options.scenarios),
+                "strict_unseeded": result.options.strict_unseeded,
+                "legacy_global_rng": result.options.synth.legacy_global_rng,
+                "requests": str(result.options.requests) if result.options.requests else "built-in",
+            },
+            "environment": result.environment,
+            "reference": {
+                key: {"frames": int(out.codes.shape[0]), "pcm_sha256": out.pcm_sha256, "seed_source": out.seed_source}
+                for key, out in result.reference.items()
+            },
+            "streaming": {
+                "schedule": result.chunk_schedule,
+                "chunks": {
+                    f"{scenario}/{run}": {key: out.chunks for key, out in outs.items()}
+                    for (scenario, run), outs in result.outputs.items()
+                    if any(o.chunks is not None for o in outs.values())
+                },
+            },
+            "cases": [case.as_dict() for case in result.cases],
+            "warnings": [m.as_dict() for m in result.mixups],
+            "golden": None if golden is None else golden.as_dict(),
+        }
+    )
 
 
 def _failure_text(case: Case) -> str:
     cmp = case.comparison
-    lines = [f"{case.request} in {case.scenario}/{case.run}: {case.attribution.cause if case.attribution else 'differs'}"]
+    lines = [
+        f"{case.request} in {case.scenario}/{case.run}: {case.attribution.cause if case.attribution else 'differs'}"
+    ]
     if case.attribution:
         lines.append(case.attribution.detail)
     if cmp is not None and not cmp.codes_equal:
-        lines.append(f"first diverging frame {cmp.first_frame}, codebook {cmp.first_codebook}; "
-                     f"frames {cmp.frames_reference} alone vs {cmp.frames_other}")
+        lines.append(
+            f"first diverging frame {cmp.first_frame}, codebook {cmp.first_codebook}; "
+            f"frames {cmp.frames_reference} alone vs {cmp.frames_other}"
+        )
     if cmp is not None:
         lines.append(f"PCM equal: {cmp.pcm_equal}; {format_audio(cmp)}")
     return "\n".join(lines)
@@ -75,16 +92,29 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
     total = failures = skipped = 0
     for scenario, cases in suites.items():
         took = result.scenario_s.get(scenario, sum(c.wall_s for c in cases))
-        suite = ET.SubElement(root, "testsuite", name=f"audit.{scenario}", tests=str(len(cases)),
-                              failures=str(sum(c.failed for c in cases)), errors="0",
-                              skipped=str(sum(c.verdict == "unseeded" for c in cases)), time=_seconds(took))
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=f"audit.{scenario}",
+            tests=str(len(cases)),
+            failures=str(sum(c.failed for c in cases)),
+            errors="0",
+            skipped=str(sum(c.verdict == "unseeded" for c in cases)),
+            time=_seconds(took),
+        )
         for case in cases:
-            tc = ET.SubElement(suite, "testcase", classname=f"audit.{scenario}.{case.run}", name=case.request,
-                               time=_seconds(case.wall_s))
+            tc = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"audit.{scenario}.{case.run}",
+                name=case.request,
+                time=_seconds(case.wall_s),
+            )
             if case.failed:
                 cause = case.attribution.cause if case.attribution else "differs"
-                failure = ET.SubElement(tc, "failure", message=f"{cause}: {case.attribution.detail if case.attribution else ''}",
-                                        type=cause)
+                failure = ET.SubElement(
+                    tc, "failure", message=f"{cause}: {case.attribution.detail if case.attribution else ''}", type=cause
+                )
                 failure.text = _failure_text(case)
             elif case.verdict == "unseeded":
                 ET.SubElement(tc, "skipped", message="unseeded request: drawn from the global RNG, expected to vary")
@@ -94,16 +124,25 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
         skipped += sum(c.verdict == "unseeded" for c in cases)
     if golden is not None:
         took = sum(out.wall_s for out in result.reference.values())
-        suite = ET.SubElement(root, "testsuite", name="audit.golden", tests=str(len(result.reference)),
-                              failures=str(len(golden.drifts)), errors="0", skipped="0", time=_seconds(took))
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name="audit.golden",
+            tests=str(len(result.reference)),
+            failures=str(len(golden.drifts)),
+            errors="0",
+            skipped="0",
+            time=_seconds(took),
+        )
         drifted = {d.request: d for d in golden.drifts}
         causes = "; ".join(golden.causes) or "unknown (same seeds and environment as recorded)"
         for key, out in result.reference.items():
             tc = ET.SubElement(suite, "testcase", classname="audit.golden", name=key, time=_seconds(out.wall_s))
             if key in drifted:
                 d = drifted[key]
-                f = ET.SubElement(tc, "failure", message=f"drift: {d.detail}" + (f" ({d.cause})" if d.cause else ""),
-                                  type="drift")
+                f = ET.SubElement(
+                    tc, "failure", message=f"drift: {d.detail}" + (f" ({d.cause})" if d.cause else ""), type="drift"
+                )
                 f.text = f"{d.detail}\nlikely cause: {causes}"
         _system_err(suite, _warnings_for(result, None))
         total += len(result.reference)
@@ -124,29 +163,46 @@ def _system_err(suite: ET.Element, warnings: list[str]) -> None:
 
 
 def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
+    env = result.environment
     s = summary(result, golden)
     icon = "✅" if s["passed"] else "❌"
-    out = [f"## {icon} moss audit-determinism: {'passed' if s['passed'] else outcome(s)}", "",
-           f"Level `{s['level']}`, {s['requests']} requests, {s['cases']} comparisons, {s['elapsed_s']:.1f} s "
-           f"on {result.environment['device']} ({result.environment['dtype']}, torch {result.environment['torch_version']}).",
-           "", "| scenario | pass | fail | unseeded |", "|---|---:|---:|---:|"]
+    out = [
+        f"## {icon} moss audit-determinism: {'passed' if s['passed'] else outcome(s)}",
+        "",
+        f"Level `{s['level']}`, {s['requests']} requests, {s['cases']} comparisons, {s['elapsed_s']:.1f} s "
+        f"on {env['device']} ({env['dtype']}, torch {env['torch_version']}).",
+        "",
+        "| scenario | pass | fail | unseeded |",
+        "|---|---:|---:|---:|",
+    ]
     for name, counts in s["scenarios"].items():
         out.append(f"| {name} | {counts.get('pass', 0)} | {counts.get('fail', 0)} | {counts.get('unseeded', 0)} |")
     worst = worst_cases(result)
     if worst:
-        out += ["", "### Violations", "", "| request | scenario/run | cause | first divergence | audio | detail |",
-                "|---|---|---|---|---|---|"]
+        out += [
+            "",
+            "### Violations",
+            "",
+            "| request | scenario/run | cause | first divergence | audio | detail |",
+            "|---|---|---|---|---|---|",
+        ]
         for case in worst[:20]:
             cmp = case.comparison
             where = "-" if cmp is None or cmp.codes_equal else f"frame {cmp.first_frame}, codebook {cmp.first_codebook}"
             audio = "-" if cmp is None else format_audio(cmp)
-            out.append(f"| {case.request} | {case.scenario}/{case.run} | {case.attribution.cause} | {where} | "
-                       f"{audio} | {case.attribution.detail} |")
+            out.append(
+                f"| {case.request} | {case.scenario}/{case.run} | {case.attribution.cause} | {where} | "
+                f"{audio} | {case.attribution.detail} |"
+            )
     if result.mixups:
         out += ["", f"### ⚠️ Warnings ({len(result.mixups)})", ""]
         out += [f"- {m.message}" for m in result.mixups]
     if golden is not None:
-        out += ["", f"### Golden baseline `{golden.path.name}`: {'no drift' if golden.passed else f'{len(golden.drifts)} drifted'}"]
+        drift = "no drift" if golden.passed else f"{len(golden.drifts)} drifted"
+        out += [
+            "",
+            f"### Golden baseline `{golden.path.name}`: {drift}",
+        ]
         if not golden.passed:
             out += ["", golden.describe(), ""]
         for d in golden.drifts:
@@ -154,6 +210,9 @@ def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
         for k, (a, b) in golden.environment_changes.items():
             out.append(f"- environment `{k}`: `{a}` → `{b}`")
     if s["unseeded"]:
-        out += ["", f"{s['unseeded']} comparison(s) of unseeded requests differed; they draw from the global RNG "
-                    "and are expected to vary (use a deploy seed, or `--strict-unseeded` to fail on them)."]
+        out += [
+            "",
+            f"{s['unseeded']} comparison(s) of unseeded requests differed; they draw from the global RNG "
+            "and are expected to vary (use a deploy seed, or `--strict-unseeded` to fail on them).",
+        ]
     return "\n".join(out) + "\n"

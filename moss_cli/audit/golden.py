@@ -22,9 +22,16 @@ def golden_document(result: AuditResult) -> dict:
         "format": FORMAT,
         "level": result.options.level,
         "environment": result.environment,
-        "requests": {key: {"codes_sha256": codes_sha256(out.codes), "pcm_sha256": out.pcm_sha256,
-                           "frames": int(out.codes.shape[0]), "seed_source": out.seed_source, "seed": out.seed}
-                     for key, out in result.reference.items()},
+        "requests": {
+            key: {
+                "codes_sha256": codes_sha256(out.codes),
+                "pcm_sha256": out.pcm_sha256,
+                "frames": int(out.codes.shape[0]),
+                "seed_source": out.seed_source,
+                "seed": out.seed,
+            }
+            for key, out in result.reference.items()
+        },
     }
 
 
@@ -43,8 +50,11 @@ class Drift:
 
 # Environment fields that are content hashes: their values mean nothing to people, so only a
 # prefix is shown.
-_HASHES = {"talker_checkpoint": "talker checkpoint", "codec_checkpoint": "codec checkpoint",
-           "deploy_sha256": "deploy file content"}
+_HASHES = {
+    "talker_checkpoint": "talker checkpoint",
+    "codec_checkpoint": "codec checkpoint",
+    "deploy_sha256": "deploy file content",
+}
 
 
 def describe_change(key: str, golden, now) -> str:
@@ -86,10 +96,15 @@ class GoldenCheck:
         return f"{len(self.drifts)} request(s) drifted from {self.path.name}: {names}{more}; {why}"
 
     def as_dict(self) -> dict:
-        return {"path": str(self.path), "passed": self.passed,
-                "drifts": [d.__dict__ for d in self.drifts], "causes": self.causes, "summary": self.describe(),
-                "environment_changes": {k: {"golden": a, "now": b} for k, (a, b) in self.environment_changes.items()},
-                "environment_unknown": self.unknown}
+        return {
+            "path": str(self.path),
+            "passed": self.passed,
+            "drifts": [d.__dict__ for d in self.drifts],
+            "causes": self.causes,
+            "summary": self.describe(),
+            "environment_changes": {k: {"golden": a, "now": b} for k, (a, b) in self.environment_changes.items()},
+            "environment_unknown": self.unknown,
+        }
 
 
 def load_golden(path: Path) -> dict:

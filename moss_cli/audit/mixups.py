@@ -27,11 +27,16 @@ def request_content(p: Prepared, seeds_used: bool = True) -> dict:
     eff = p.effective
     greedy = not eff.do_sample
     return {
-        "text": p.request.text, "prompt fields": p.request.prompt_fields, "ref_text": p.request.ref_text,
+        "text": p.request.text,
+        "prompt fields": p.request.prompt_fields,
+        "ref_text": p.request.ref_text,
         "ref_audio": p.reference.sha256 if p.reference is not None else None,
         "seed": eff.seed if seeds_used and not greedy else None,
-        "sampling": {"do_sample": eff.do_sample, "repetition_penalty": eff.audio.repetition_penalty,
-                     **({} if greedy else {"audio": eff.audio.__dict__, "stop": eff.stop.__dict__})},
+        "sampling": {
+            "do_sample": eff.do_sample,
+            "repetition_penalty": eff.audio.repetition_penalty,
+            **({} if greedy else {"audio": eff.audio.__dict__, "stop": eff.stop.__dict__}),
+        },
     }
 
 
@@ -63,13 +68,22 @@ class MixUp:
         if "reference" in self.scenarios:  # alone, nothing else was in the batch to mix up with
             why += ", unless the model ignores the difference (they match when run alone too)"
         names = ", ".join(repr(r) for r in self.requests[:-1]) + f" and {self.requests[-1]!r}"
-        return (f"requests {names} differ ({', '.join(self.differs)}) but produced identical codes "
-                f"({self.frames} frames) {where}: {why}")
+        return (
+            f"requests {names} differ ({', '.join(self.differs)}) but produced identical codes "
+            f"({self.frames} frames) {where}: {why}"
+        )
 
     def as_dict(self) -> dict:
-        return {"kind": "identical-codes", "requests": self.requests, "differs": self.differs,
-                "frames": self.frames, "runs": [f"{s}/{r}" for s, r in self.runs], "of_runs": self.of_runs,
-                "scenarios": self.scenarios, "message": self.message}
+        return {
+            "kind": "identical-codes",
+            "requests": self.requests,
+            "differs": self.differs,
+            "frames": self.frames,
+            "runs": [f"{s}/{r}" for s, r in self.runs],
+            "of_runs": self.of_runs,
+            "scenarios": self.scenarios,
+            "message": self.message,
+        }
 
 
 def find_mixups(outputs: dict[str, Output], order: dict[str, int]) -> list[MixUp]:

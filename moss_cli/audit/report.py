@@ -33,10 +33,19 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
         runs.setdefault(case.scenario, set()).add(case.run)
     for name, counts in s["scenarios"].items():
         causes = Counter(c.attribution.cause for c in result.cases if c.scenario == name and c.failed and c.attribution)
-        verdict = "[green]pass[/]" if not counts.get("fail") else "[red]fail[/] (" + ", ".join(
-            f"{k} x{v}" for k, v in causes.items()) + ")"
-        table.add_row(name, ", ".join(sorted(runs[name])), str(counts.get("pass", 0)), str(counts.get("fail", 0)),
-                      str(counts.get("unseeded", 0)), verdict)
+        verdict = (
+            "[green]pass[/]"
+            if not counts.get("fail")
+            else "[red]fail[/] (" + ", ".join(f"{k} x{v}" for k, v in causes.items()) + ")"
+        )
+        table.add_row(
+            name,
+            ", ".join(sorted(runs[name])),
+            str(counts.get("pass", 0)),
+            str(counts.get("fail", 0)),
+            str(counts.get("unseeded", 0)),
+            verdict,
+        )
     console.print(table)
     worst = worst_cases(result)[:10]
     if worst:
@@ -44,28 +53,45 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
         # prose of each divergence goes below the table, where it wraps at spaces.
         offenders = Table(title="worst offenders (earliest divergence first)")
         for column in ("#", "request", "scenario/run", "cause", "frame:cb", "SNR dB"):
-            offenders.add_column(column, no_wrap=True, overflow="ellipsis",
-                                 justify="right" if column in ("#", "frame:cb", "SNR dB") else "left")
+            offenders.add_column(
+                column,
+                no_wrap=True,
+                overflow="ellipsis",
+                justify="right" if column in ("#", "frame:cb", "SNR dB") else "left",
+            )
         for n, case in enumerate(worst, start=1):
             cmp = case.comparison
-            offenders.add_row(str(n), case.request, f"{case.scenario}/{case.run}", case.attribution.cause,
-                              f"{cmp.first_frame}:{cmp.first_codebook}", format_db(cmp.snr_db))
+            offenders.add_row(
+                str(n),
+                case.request,
+                f"{case.scenario}/{case.run}",
+                case.attribution.cause,
+                f"{cmp.first_frame}:{cmp.first_codebook}",
+                format_db(cmp.snr_db),
+            )
         console.print(offenders)
         for n, case in enumerate(worst, start=1):
-            console.print(f"{n}. {escape(case.request)}: {escape(case.attribution.detail)} "
-                          f"({escape(format_audio(case.comparison))})", highlight=False)
+            console.print(
+                f"{n}. {escape(case.request)}: {escape(case.attribution.detail)} "
+                f"({escape(format_audio(case.comparison))})",
+                highlight=False,
+            )
     for m in result.mixups:
         console.print(f"[yellow]warning:[/] {escape(m.message)}", highlight=False)  # wraps at spaces
     if golden is not None:
-        console.print(f"golden {escape(str(golden.path))}: " + ("[green]no drift[/]" if golden.passed else
-                                                                 f"[red]{escape(golden.describe())}[/]"),
-                      soft_wrap=True)
+        console.print(
+            f"golden {escape(str(golden.path))}: "
+            + ("[green]no drift[/]" if golden.passed else f"[red]{escape(golden.describe())}[/]"),
+            soft_wrap=True,
+        )
         for k, (a, b) in golden.environment_changes.items():
             console.print(f"  environment {k}: {escape(str(a))} -> {escape(str(b))}")
     status = "[bold green]PASSED[/]" if s["passed"] else f"[bold red]{outcome(s)}[/]"
     warned = f", {s['warnings']} warning(s)" if s["warnings"] else ""
-    console.print(f"{status}: {s['failures']} violation(s), {s['unseeded']} unseeded difference(s), "
-                  f"{s['cases']} comparisons in {s['elapsed_s']:.1f} s{warned}")
+    console.print(
+        f"{status}: {s['failures']} violation(s), {s['unseeded']} unseeded difference(s), "
+        f"{s['cases']} comparisons in {s['elapsed_s']:.1f} s{warned}"
+    )
 
 
 def write_text(path: Path, text: str) -> None:
@@ -73,9 +99,15 @@ def write_text(path: Path, text: str) -> None:
     write_text_atomic(path, text)
 
 
-def write_reports(result: AuditResult, golden: GoldenCheck | None, *, json_path: Path | None = None,
-                  junit_path: Path | None = None, markdown_path: Path | None = None,
-                  report_dir: Path | None = None) -> list[Path]:
+def write_reports(
+    result: AuditResult,
+    golden: GoldenCheck | None,
+    *,
+    json_path: Path | None = None,
+    junit_path: Path | None = None,
+    markdown_path: Path | None = None,
+    report_dir: Path | None = None,
+) -> list[Path]:
     """Write the requested reports; `report_dir` gets all of them plus the audio of diverging pairs."""
     from ..io.audio import to_pcm16, write_audio
 
@@ -85,8 +117,11 @@ def write_reports(result: AuditResult, golden: GoldenCheck | None, *, json_path:
         junit_path = junit_path or report_dir / "junit.xml"
         markdown_path = markdown_path or report_dir / "summary.md"
     text_md = markdown(result, golden)
-    for path, text in ((json_path, lambda: json.dumps(to_json(result, golden), indent=2) + "\n"),
-                       (junit_path, lambda: junit_xml(result, golden)), (markdown_path, lambda: text_md)):
+    for path, text in (
+        (json_path, lambda: json.dumps(to_json(result, golden), indent=2) + "\n"),
+        (junit_path, lambda: junit_xml(result, golden)),
+        (markdown_path, lambda: text_md),
+    ):
         if path is not None:
             write_text(path, text())
             written.append(path)
@@ -100,8 +135,10 @@ def write_reports(result: AuditResult, golden: GoldenCheck | None, *, json_path:
                 continue
             folder = report_dir / "diverging" / case.scenario
             folder.mkdir(parents=True, exist_ok=True)
-            pair = {"alone": result.reference[case.request],
-                    case.run: result.outputs[(case.scenario, case.run)][case.request]}
+            pair = {
+                "alone": result.reference[case.request],
+                case.run: result.outputs[(case.scenario, case.run)][case.request],
+            }
             for label, out in pair.items():
                 path = folder / f"{case.request}.{label}.wav"
                 write_audio(path, to_pcm16(out.audio), result.sample_rate, "wav")
@@ -123,6 +160,7 @@ def check_output_paths(files: dict[str, Path | None], report_dir: Path | None = 
     """Fail before any work when an output cannot be written, naming the option: a file output
     that is an existing directory, a report directory that is an existing file, or a parent that
     is a file or not writable. Missing parent directories are fine: the writers create them."""
+
     def check_parent(path: Path, option: str) -> None:
         existing = _nearest_existing(path)
         if not existing.is_dir():
@@ -139,12 +177,17 @@ def check_output_paths(files: dict[str, Path | None], report_dir: Path | None = 
         else:
             check_parent(report_dir, "--report-dir")
         # What --report-dir writes by default, unless an explicit option says where.
-        files = {**{option: report_dir / name for option, name in REPORT_DIR_FILES.items()},
-                 **{option: path for option, path in files.items() if path is not None}}
+        files = {
+            **{option: report_dir / name for option, name in REPORT_DIR_FILES.items()},
+            **{option: path for option, path in files.items() if path is not None},
+        }
         diverging = report_dir / "diverging"
         if diverging.exists() and not diverging.is_dir():
-            raise MossError("exists and is not a directory (the audio of diverging pairs goes there)",
-                            file=diverging, field="--report-dir")
+            raise MossError(
+                "exists and is not a directory (the audio of diverging pairs goes there)",
+                file=diverging,
+                field="--report-dir",
+            )
     for option, path in files.items():
         if path is None:
             continue

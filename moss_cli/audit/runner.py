@@ -51,10 +51,16 @@ class Case:
         return self.verdict == "fail"
 
     def as_dict(self) -> dict:
-        return {"scenario": self.scenario, "run": self.run, "request": self.request, "seed_source": self.seed_source,
-                "verdict": self.verdict, "comparison": self.comparison.as_dict() if self.comparison else None,
-                "attribution": self.attribution.as_dict() if self.attribution else None,
-                "wall_s": self.wall_s}
+        return {
+            "scenario": self.scenario,
+            "run": self.run,
+            "request": self.request,
+            "seed_source": self.seed_source,
+            "verdict": self.verdict,
+            "comparison": self.comparison.as_dict() if self.comparison else None,
+            "attribution": self.attribution.as_dict() if self.attribution else None,
+            "wall_s": self.wall_s,
+        }
 
 
 @dataclass
@@ -90,21 +96,26 @@ class Auditor:
             raise MossError(f"unknown level {options.level!r}; expected one of {', '.join(LEVELS)}", field="--level")
         unknown = [s for s in options.scenarios if s not in SCENARIOS]
         if unknown:
-            raise MossError(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}",
-                            field="--scenarios")
+            raise MossError(
+                f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}", field="--scenarios"
+            )
         self.options = options
         requests = read_requests(options.requests) if options.requests else builtin_requests()
         self.synth = Synthesizer(options.synth)
         self.prepared = self.synth.prepare(requests, options.requests)
         self.max_batch = options.max_batch or self.synth.max_batch
 
-    def _run(self, prepared: list[Prepared], max_batch: int, hook: LogitsHook | None = None,
-             stream: bool = False) -> dict[str, Output]:
+    def _run(
+        self, prepared: list[Prepared], max_batch: int, hook: LogitsHook | None = None, stream: bool = False
+    ) -> dict[str, Output]:
         seeds_used = not self.synth.options.legacy_global_rng  # the legacy global RNG ignores them
         content = {p.request.id: request_content(p, seeds_used) for p in prepared}
-        return {r.request.id: output_of(r, content[r.request.id])
-                for r in self.synth.run(prepared, max_batch=max_batch, logits_hook=hook or self.options.perturb,
-                                        stream=stream)}
+        return {
+            r.request.id: output_of(r, content[r.request.id])
+            for r in self.synth.run(
+                prepared, max_batch=max_batch, logits_hook=hook or self.options.perturb, stream=stream
+            )
+        }
 
     def _execute(self, run: Run, hook: LogitsHook | None = None) -> dict[str, Output]:
         if run.alone:
@@ -146,9 +157,19 @@ class Auditor:
                     cases.append(case)
             scenario_s[scenario] = time.perf_counter() - began
         env = environment(self.synth)
-        return AuditResult(self.options, cases, env, reference, outputs, time.perf_counter() - start,
-                           self.synth.codec.sample_rate, list(audited), self.synth.chunk_schedule, mixups.warnings,
-                           scenario_s)
+        return AuditResult(
+            self.options,
+            cases,
+            env,
+            reference,
+            outputs,
+            time.perf_counter() - start,
+            self.synth.codec.sample_rate,
+            list(audited),
+            self.synth.chunk_schedule,
+            mixups.warnings,
+            scenario_s,
+        )
 
     def _judge(self, scenario: str, run: Run, reference_run: Run, key: str, ref: Output, out: Output) -> Case:
         cmp = compare(ref, out, self.synth.codec.sample_rate)
@@ -157,16 +178,23 @@ class Auditor:
             return case
         if ref.seed_source == "none":
             case.verdict = "fail" if self.options.strict_unseeded else "unseeded"
-            case.attribution = Attribution("unseeded", "no request seed and no deploy seed: drawn from the global "
-                                                       "RNG, expected to vary")
+            case.attribution = Attribution(
+                "unseeded", "no request seed and no deploy seed: drawn from the global RNG, expected to vary"
+            )
             return case
         case.verdict = "fail"
         if cmp.codes_equal:
             case.attribution = codec_numeric(cmp)
         else:
-            case.attribution = attribute(self._runner(reference_run, key), self._runner(run, key), key,
-                                         cmp.first_frame, cmp.first_codebook, self.synth.talker_config.n_vq,
-                                         self.options.perturb)
+            case.attribution = attribute(
+                self._runner(reference_run, key),
+                self._runner(run, key),
+                key,
+                cmp.first_frame,
+                cmp.first_codebook,
+                self.synth.talker_config.n_vq,
+                self.options.perturb,
+            )
         return case
 
 

@@ -16,11 +16,24 @@ from ..config.requests import Request
 if TYPE_CHECKING:  # the CLI reads SCENARIOS for its help text without importing torch
     from ..pipeline import Prepared, Synthesizer
 
-SCENARIOS = ("repeat", "batched", "shuffled", "batch-sizes", "seeded-neighbours", "length-mix", "staggered",
-             "voices", "streaming")
+SCENARIOS = (
+    "repeat",
+    "batched",
+    "shuffled",
+    "batch-sizes",
+    "seeded-neighbours",
+    "length-mix",
+    "staggered",
+    "voices",
+    "streaming",
+)
 SHUFFLE_SEED = 1234
-NEIGHBOUR_TEXTS = ["A neighbour with its own explicit seed.", "Another request sharing the batch.",
-                   "Background traffic, seeded.", "One more neighbour in the queue."]
+NEIGHBOUR_TEXTS = [
+    "A neighbour with its own explicit seed.",
+    "Another request sharing the batch.",
+    "Background traffic, seeded.",
+    "One more neighbour in the queue.",
+]
 
 
 @dataclass
@@ -36,18 +49,27 @@ class Run:
         return [p.request.id for p in self.prepared]
 
 
-def _neighbours(synth: Synthesizer, count: int, prefix: str, *, seed_base: int, frames: list[int],
-                greedy: bool) -> list[Prepared]:
-    requests = [Request(id=f"{prefix}-{i}", text=NEIGHBOUR_TEXTS[i % len(NEIGHBOUR_TEXTS)], line=0,
-                        seed=seed_base + i, max_new_frames=frames[i % len(frames)],
-                        sampling={"temperature": 0.0} if greedy else {}) for i in range(count)]
+def _neighbours(
+    synth: Synthesizer, count: int, prefix: str, *, seed_base: int, frames: list[int], greedy: bool
+) -> list[Prepared]:
+    requests = [
+        Request(
+            id=f"{prefix}-{i}",
+            text=NEIGHBOUR_TEXTS[i % len(NEIGHBOUR_TEXTS)],
+            line=0,
+            seed=seed_base + i,
+            max_new_frames=frames[i % len(frames)],
+            sampling={"temperature": 0.0} if greedy else {},
+        )
+        for i in range(count)
+    ]
     return synth.prepare(requests)
 
 
 def _interleave(a: list[Prepared], b: list[Prepared]) -> list[Prepared]:
     out = []
     for i in range(max(len(a), len(b))):
-        out += a[i:i + 1] + b[i:i + 1]
+        out += a[i : i + 1] + b[i : i + 1]
     return out
 
 
@@ -66,15 +88,23 @@ def _voice_neighbours(synth: Synthesizer, count: int, workdir: Path) -> list[Pre
     requests = []
     for i in range(count):
         kind = i % 3
-        requests.append(Request(
-            id=f"neighbour-voice-{i}", text=NEIGHBOUR_TEXTS[i % len(NEIGHBOUR_TEXTS)], line=0, seed=3000 + i,
-            max_new_frames=[20, 12, 16][kind], ref_audio=clips[kind % 2] if kind < 2 else None,
-            ref_text="A neighbour's transcript" if kind == 1 else None))
+        requests.append(
+            Request(
+                id=f"neighbour-voice-{i}",
+                text=NEIGHBOUR_TEXTS[i % len(NEIGHBOUR_TEXTS)],
+                line=0,
+                seed=3000 + i,
+                max_new_frames=[20, 12, 16][kind],
+                ref_audio=clips[kind % 2] if kind < 2 else None,
+                ref_text="A neighbour's transcript" if kind == 1 else None,
+            )
+        )
     return synth.prepare(requests)
 
 
-def build_runs(name: str, synth: Synthesizer, audited: list[Prepared], max_batch: int,
-               workdir: Path | None = None) -> list[Run]:
+def build_runs(
+    name: str, synth: Synthesizer, audited: list[Prepared], max_batch: int, workdir: Path | None = None
+) -> list[Run]:
     n = len(audited)
     if name == "repeat":
         return [Run("repeat", audited, 1, alone=True)]
@@ -92,12 +122,12 @@ def build_runs(name: str, synth: Synthesizer, audited: list[Prepared], max_batch
     if name == "length-mix":
         longest = max((p.max_new_frames for p in audited), default=16)
         cap = synth.deploy.max_tokens or 4 * longest
-        neighbours = _neighbours(synth, n, "neighbour-length", seed_base=2000,
-                                 frames=[min(3 * longest, cap), 2], greedy=True)
+        neighbours = _neighbours(
+            synth, n, "neighbour-length", seed_base=2000, frames=[min(3 * longest, cap), 2], greedy=True
+        )
         return [Run("with-long-and-short-neighbours", _interleave(neighbours, audited), max_batch)]
     if name == "staggered":
-        late = [dataclasses.replace(p, arrival_step=3 * i)
-                for i, p in enumerate(audited)]
+        late = [dataclasses.replace(p, arrival_step=3 * i) for i, p in enumerate(audited)]
         return [Run("arrivals-every-3-steps", late, max_batch)]
     if name == "voices":
         neighbours = _voice_neighbours(synth, n, workdir or Path(tempfile.mkdtemp(prefix="moss-voices-")))

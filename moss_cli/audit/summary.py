@@ -14,12 +14,20 @@ def summary(result: AuditResult, golden: GoldenCheck | None) -> dict:
         by_scenario.setdefault(case.scenario, Counter())[case.verdict] += 1
     causes = Counter(case.attribution.cause for case in result.cases if case.failed and case.attribution)
     passed = result.passed and (golden is None or golden.passed)
-    return {"passed": passed, "exit_code": 0 if passed else 1, "level": result.options.level,
-            "requests": len(result.requests), "cases": len(result.cases),
-            "failures": sum(c.failed for c in result.cases), "unseeded": sum(c.verdict == "unseeded" for c in result.cases),
-            "scenarios": {name: dict(counts) for name, counts in by_scenario.items()},
-            "causes": dict(causes), "golden_drift": None if golden is None else len(golden.drifts),
-            "warnings": len(result.mixups), "elapsed_s": round(result.elapsed_s, 3)}
+    return {
+        "passed": passed,
+        "exit_code": 0 if passed else 1,
+        "level": result.options.level,
+        "requests": len(result.requests),
+        "cases": len(result.cases),
+        "failures": sum(c.failed for c in result.cases),
+        "unseeded": sum(c.verdict == "unseeded" for c in result.cases),
+        "scenarios": {name: dict(counts) for name, counts in by_scenario.items()},
+        "causes": dict(causes),
+        "golden_drift": None if golden is None else len(golden.drifts),
+        "warnings": len(result.mixups),
+        "elapsed_s": round(result.elapsed_s, 3),
+    }
 
 
 def outcome(s: dict) -> str:
@@ -32,5 +40,7 @@ def outcome(s: dict) -> str:
 
 def worst_cases(result: AuditResult) -> list[Case]:
     failed = [c for c in result.cases if c.failed]
-    return sorted(failed, key=lambda c: (c.comparison.first_frame if c.comparison and c.comparison.first_frame
-                                         is not None else 10**9))
+    return sorted(
+        failed,
+        key=lambda c: c.comparison.first_frame if c.comparison and c.comparison.first_frame is not None else 10**9,
+    )

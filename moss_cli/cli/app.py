@@ -9,8 +9,13 @@ from . import config
 from .audit import audit_determinism
 from .synth import synth
 
-app = typer.Typer(name="moss", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="Batch speech synthesis with MOSS-TTS-Local, and audits that prove it is reproducible.")
+app = typer.Typer(
+    name="moss",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Batch speech synthesis with MOSS-TTS-Local, and audits that prove it is reproducible.",
+)
 app.command("synth")(synth)
 app.command("audit-determinism")(audit_determinism)
 app.add_typer(config.app, name="config")
@@ -23,8 +28,11 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     pass
 
 

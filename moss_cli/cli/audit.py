@@ -40,11 +40,14 @@ def audit_determinism(
     threads: ThreadsOption = None,
     device: DeviceOption = Device.auto,
     dtype: DTypeOption = DType.auto,
-    report_dir: Annotated[Optional[Path], typer.Option(help="Write every report and the audio of diverging pairs.")] = None,
+    report_dir: Annotated[
+        Optional[Path], typer.Option(help="Write every report and the audio of diverging pairs.")
+    ] = None,
     junit: Annotated[Optional[Path], typer.Option(help="JUnit XML (xunit2) report.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="JSON report with every comparison.")] = None,
-    markdown: Annotated[Optional[Path], typer.Option(help="Markdown summary (also appended to "
-                                                          "$GITHUB_STEP_SUMMARY when set).")] = None,
+    markdown: Annotated[
+        Optional[Path], typer.Option(help="Markdown summary (also appended to $GITHUB_STEP_SUMMARY when set).")
+    ] = None,
     save_golden_path: Annotated[Optional[Path], typer.Option("--save-golden", help="Save a golden baseline.")] = None,
     golden: Annotated[Optional[Path], typer.Option(help="Compare against a golden baseline; drift fails.")] = None,
 ) -> None:
@@ -60,23 +63,39 @@ def audit_determinism(
         from ..pipeline import SynthOptions
 
         # Before any model loads: a bad output path must not cost a whole audit.
-        check_output_paths({"--json": json_path, "--junit": junit, "--markdown": markdown,
-                            "--save-golden": save_golden_path}, report_dir)
+        check_output_paths(
+            {"--json": json_path, "--junit": junit, "--markdown": markdown, "--save-golden": save_golden_path},
+            report_dir,
+        )
         chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip())
         if not chosen:
             raise MossError("no scenario selected", field="--scenarios")
         options = AuditOptions(
-            requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db, strict_unseeded=strict_unseeded,
+            requests=requests,
+            scenarios=chosen,
+            level=level,
+            min_snr_db=min_snr_db,
+            strict_unseeded=strict_unseeded,
             max_batch=max_batch,
-            synth=SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
-                               legacy_global_rng=legacy_global_rng, numerics=Numerics(batch_invariant=batch_invariant),
-                               allow_foreign_deploy=allow_foreign_deploy, threads=threads))
+            synth=SynthOptions(
+                deploy=deploy,
+                model=model,
+                codec=codec,
+                device=device.value,
+                dtype=dtype.value,
+                legacy_global_rng=legacy_global_rng,
+                numerics=Numerics(batch_invariant=batch_invariant),
+                allow_foreign_deploy=allow_foreign_deploy,
+                threads=threads,
+            ),
+        )
         if golden is not None and not golden.is_file():
             raise MossError("golden file does not exist", file=golden, field="--golden")
         result = run_audit(options)
         check = check_golden(golden, result) if golden is not None else None
-        write_reports(result, check, json_path=json_path, junit_path=junit, markdown_path=markdown,
-                      report_dir=report_dir)
+        write_reports(
+            result, check, json_path=json_path, junit_path=junit, markdown_path=markdown, report_dir=report_dir
+        )
         if save_golden_path is not None:
             save_golden(save_golden_path, result)
     render(stdout, result, check)
@@ -86,6 +105,9 @@ def audit_determinism(
     if check is not None and not check.passed:
         stderr.print(f"golden drift: {check.describe()}", style="red", soft_wrap=True, markup=False)
     if s["warnings"]:
-        stderr.print(f"{s['warnings']} warning(s): requests with different content produced identical codes "
-                     "(a likely mix-up; see the report)", style="yellow")
+        stderr.print(
+            f"{s['warnings']} warning(s): requests with different content produced identical codes "
+            "(a likely mix-up; see the report)",
+            style="yellow",
+        )
     raise typer.Exit(s["exit_code"])

@@ -53,8 +53,10 @@ def user_errors():
         warnings.simplefilter("always", DeployWarning)
         shown = warnings.showwarning
         warnings.showwarning = lambda message, category, *where: (
-            _show_warning(message, category, *where) if issubclass(category, DeployWarning)
-            else shown(message, category, *where))
+            _show_warning(message, category, *where)
+            if issubclass(category, DeployWarning)
+            else shown(message, category, *where)
+        )
         with _errors_to_exit_codes():
             yield
 
@@ -68,8 +70,10 @@ def _errors_to_exit_codes():
         raise typer.Exit(2) from None
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", 2)  # SIGINT unless the run says otherwise (SIGTERM: 15)
-        stderr.print(f"[bold red]interrupted[/] (signal {signum}); finished outputs are kept, run the same "
-                     "command again to resume")
+        stderr.print(
+            f"[bold red]interrupted[/] (signal {signum}); finished outputs are kept, run the same "
+            "command again to resume"
+        )
         raise typer.Exit(128 + signum) from None
     except (RuntimeError, OSError, ValueError, MemoryError) as e:
         if os.environ.get("MOSS_DEBUG"):
@@ -77,4 +81,3 @@ def _errors_to_exit_codes():
         stderr.print(f"[bold red]error:[/] {type(e).__name__}: {escape(str(e))}", highlight=False, soft_wrap=True)
         stderr.print("(set MOSS_DEBUG=1 for the traceback)", style="dim")
         raise typer.Exit(2) from None
-

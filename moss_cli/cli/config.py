@@ -22,28 +22,48 @@ SHOWN = ("temperature", "top_p", "top_k", "max_tokens", "seed", "repetition_pena
 def show(
     deploy: Annotated[Optional[Path], typer.Option(help="Deploy YAML (default: the shipped tiny recipe).")] = None,
     platform: Annotated[str, typer.Option(help=f"Platform section to apply: {', '.join(PLATFORMS)}.")] = "cpu",
-    builtin: Annotated[bool, typer.Option("--builtin", help="Show the built-in defaults (vllm-omni's "
-                                                             "MOSS-TTS-Local v1.5 deploy file).")] = False,
-    allow_foreign_deploy: Annotated[bool, typer.Option(help="Show a deploy file written for another model "
-                                                       "(a warning instead of an error).")] = False,
+    builtin: Annotated[
+        bool,
+        typer.Option("--builtin", help="Show the built-in defaults (vllm-omni's MOSS-TTS-Local v1.5 deploy file)."),
+    ] = False,
+    allow_foreign_deploy: Annotated[
+        bool, typer.Option(help="Show a deploy file written for another model (a warning instead of an error).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Print stage 0's default sampling params, max_num_seqs, max_model_len and codec streaming keys,
     each with the file and line it came from (after base_config and platform merges)."""
     with user_errors():
-        config = load_deploy(None if builtin else (deploy or TINY_DEPLOY), platform.lower(),
-                             allow_foreign=allow_foreign_deploy)
+        config = load_deploy(
+            None if builtin else (deploy or TINY_DEPLOY), platform.lower(), allow_foreign=allow_foreign_deploy
+        )
     params = config.sampling
-    rows = [(f"default_sampling_params.{key}", params.get(key),
-             config.source("stages", 0, "default_sampling_params", key)) for key in SHOWN]
-    rows += [(key, config.stage(0).get(key), config.source("stages", 0, key)) for key in ("max_num_seqs", "max_model_len")]
+    rows = [
+        (f"default_sampling_params.{key}", params.get(key), config.source("stages", 0, "default_sampling_params", key))
+        for key in SHOWN
+    ]
+    rows += [
+        (key, config.stage(0).get(key), config.source("stages", 0, key)) for key in ("max_num_seqs", "max_model_len")
+    ]
     stream = config.codec_stream
-    rows += [(f"connectors.{config.codec_connector}.extra.{key}", value,
-              config.source("connectors", config.codec_connector, "extra", key)) for key, value in stream.items()]
+    rows += [
+        (
+            f"connectors.{config.codec_connector}.extra.{key}",
+            value,
+            config.source("connectors", config.codec_connector, "extra", key),
+        )
+        for key, value in stream.items()
+    ]
     if as_json:
-        stdout.print_json(json.dumps({"deploy": str(config.path) if config.path else None, "platform": platform,
-                                      "values": {name: {"value": value, "source": str(src)}
-                                                 for name, value, src in rows}}))
+        stdout.print_json(
+            json.dumps(
+                {
+                    "deploy": str(config.path) if config.path else None,
+                    "platform": platform,
+                    "values": {name: {"value": value, "source": str(src)} for name, value, src in rows},
+                }
+            )
+        )
         return
     table = Table(title=f"stage 0 of {config.path or 'built-in defaults'} (platform {platform})")
     table.add_column("key", overflow="fold")

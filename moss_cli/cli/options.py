@@ -9,25 +9,51 @@ import typer
 
 from .common import Device, DType
 
-DeployOption = Annotated[Optional[Path], typer.Option(
-    "--deploy", help="vllm-omni deploy YAML (default: the tiny recipe, or vllm-omni's v1.5 defaults with --model).")]
-AllowForeignDeploy = Annotated[bool, typer.Option(
-    "--allow-foreign-deploy", help="Use a deploy file written for another model (a warning instead of an error).")]
-ModelOption = Annotated[Optional[Path], typer.Option(
-    "--model", help="Talker checkpoint directory (default: the shipped tiny one).")]
-CodecOption = Annotated[Optional[Path], typer.Option(
-    "--codec", help="Audio tokenizer checkpoint directory (with --model).")]
+DeployOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--deploy", help="vllm-omni deploy YAML (default: the tiny recipe, or vllm-omni's v1.5 defaults with --model)."
+    ),
+]
+AllowForeignDeploy = Annotated[
+    bool,
+    typer.Option(
+        "--allow-foreign-deploy", help="Use a deploy file written for another model (a warning instead of an error)."
+    ),
+]
+ModelOption = Annotated[
+    Optional[Path], typer.Option("--model", help="Talker checkpoint directory (default: the shipped tiny one).")
+]
+CodecOption = Annotated[
+    Optional[Path], typer.Option("--codec", help="Audio tokenizer checkpoint directory (with --model).")
+]
 DeviceOption = Annotated[Device, typer.Option("--device", help="Where to run.")]
-DTypeOption = Annotated[DType, typer.Option(
-    "--dtype", help="Model dtype (auto: float32 on CPU, bfloat16 elsewhere).")]
-MaxBatchOption = Annotated[Optional[int], typer.Option(
-    "--max-batch", min=1, help="Requests in flight at once (default: stage-0 max_num_seqs).")]
-ThreadsOption = Annotated[Optional[int], typer.Option(
-    "--threads", min=1, help="CPU threads for torch (default: 1 for small models, all cores for large ones; "
-    "OMP_NUM_THREADS is respected).")]
-LegacyGlobalRng = Annotated[bool, typer.Option(
-    "--legacy-global-rng", help="Negative control: every request draws from the one global RNG in batch order "
-    "(the pre-fix behaviour).")]
-BatchInvariant = Annotated[bool, typer.Option(
-    "--batch-invariant/--no-batch-invariant", help="Compute every request bitwise as if it ran alone (default); "
-    "off: faster kernels whose rounding depends on the batch.")]
+DTypeOption = Annotated[DType, typer.Option("--dtype", help="Model dtype (auto: float32 on CPU, bfloat16 elsewhere).")]
+MaxBatchOption = Annotated[
+    Optional[int],
+    typer.Option("--max-batch", min=1, help="Requests in flight at once (default: stage-0 max_num_seqs)."),
+]
+ThreadsOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--threads",
+        min=1,
+        help="CPU threads for torch (default: 1 for small models, all cores for large ones; "
+        "OMP_NUM_THREADS is respected).",
+    ),
+]
+LegacyGlobalRng = Annotated[
+    bool,
+    typer.Option(
+        "--legacy-global-rng",
+        help="Negative control: every request draws from the one global RNG in batch order (the pre-fix behaviour).",
+    ),
+]
+BatchInvariant = Annotated[
+    bool,
+    typer.Option(
+        "--batch-invariant/--no-batch-invariant",
+        help="Compute every request bitwise as if it ran alone (default); "
+        "off: faster kernels whose rounding depends on the batch.",
+    ),
+]

@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 
 def synth(
     requests: Annotated[Path, typer.Argument(help="Request file: .jsonl, .csv or .txt (one utterance per line).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")] = Path("out"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")] = Path(
+        "out"
+    ),
     deploy: DeployOption = None,
     allow_foreign_deploy: AllowForeignDeploy = False,
     model: ModelOption = None,
@@ -43,14 +45,24 @@ def synth(
     audio_format: Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")] = "wav",
     legacy_global_rng: LegacyGlobalRng = False,
     batch_invariant: BatchInvariant = True,
-    dry_run: Annotated[bool, typer.Option(help="Validate the requests, deploy config and checkpoint configs, "
-                                                "print what would run, and stop.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            help="Validate the requests, deploy config and checkpoint configs, print what would run, and stop."
+        ),
+    ] = False,
     force: Annotated[bool, typer.Option(help="Regenerate everything, even outputs of an earlier run.")] = False,
-    stream: Annotated[bool, typer.Option(help="Decode each request while it is generated, in the deploy's codec "
-                                              "chunks, writing its file progressively (time to first audio and "
-                                              "chunk timings go to the manifest).")] = False,
-    fail_on_empty: Annotated[bool, typer.Option(help="Exit 1 when a request produced no audio (its stop head "
-                                                     "fired at the first frame).")] = False,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            help="Decode each request while it is generated, in the deploy's codec "
+            "chunks, writing its file progressively (time to first audio and "
+            "chunk timings go to the manifest)."
+        ),
+    ] = False,
+    fail_on_empty: Annotated[
+        bool, typer.Option(help="Exit 1 when a request produced no audio (its stop head fired at the first frame).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")] = False,
 ) -> None:
     """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv.
@@ -63,10 +75,18 @@ def synth(
         from ..numerics import Numerics
         from ..pipeline import SynthOptions
 
-        options = SynthOptions(deploy=deploy, model=model, codec=codec, device=device.value, dtype=dtype.value,
-                               max_batch=max_batch, legacy_global_rng=legacy_global_rng,
-                               numerics=Numerics(batch_invariant=batch_invariant), threads=threads,
-                               allow_foreign_deploy=allow_foreign_deploy)
+        options = SynthOptions(
+            deploy=deploy,
+            model=model,
+            codec=codec,
+            device=device.value,
+            dtype=dtype.value,
+            max_batch=max_batch,
+            legacy_global_rng=legacy_global_rng,
+            numerics=Numerics(batch_invariant=batch_invariant),
+            threads=threads,
+            allow_foreign_deploy=allow_foreign_deploy,
+        )
         run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force, stream=stream)
         if interactive():
             with progress_bar() as (on_start, on_result):
@@ -78,8 +98,10 @@ def synth(
     else:
         print_summary(summary, requests)
     if fail_on_empty and summary.empty and not summary.dry_run:
-        stderr.print(f"[bold red]error:[/] {len(summary.empty)} request(s) produced no audio: {_some(summary.empty)}",
-                     soft_wrap=True)
+        stderr.print(
+            f"[bold red]error:[/] {len(summary.empty)} request(s) produced no audio: {_some(summary.empty)}",
+            soft_wrap=True,
+        )
         raise typer.Exit(1)
 
 
@@ -95,28 +117,47 @@ def progress_bar():
         TimeRemainingColumn,
     )
 
-    with Progress(TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}"), console=stderr,
-                  transient=True) as progress:
+    with Progress(
+        TextColumn("[bold]synth"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+        console=stderr,
+        transient=True,
+    ) as progress:
         task = progress.add_task("", total=None)
-        yield (lambda total, done: progress.update(task, total=total, completed=done),
-               lambda result: progress.update(task, advance=1, description=result.request.id))
+        yield (
+            lambda total, done: progress.update(task, total=total, completed=done),
+            lambda result: progress.update(task, advance=1, description=result.request.id),
+        )
 
 
 def print_summary(summary: SynthSummary, requests: Path) -> None:
     if summary.dry_run:
         table = Table(title="moss synth --dry-run: the requests are valid")
         columns = ("requests", "would skip", "frame budget", "max audio s", "seed sources")
-        values = (str(summary.requests), str(summary.resumed), str(summary.frame_budget),
-                  f"{summary.frame_budget / summary.frame_rate:.1f}",
-                  ", ".join(f"{source} {count}" for source, count in sorted(summary.seed_sources.items())))
+        values = (
+            str(summary.requests),
+            str(summary.resumed),
+            str(summary.frame_budget),
+            f"{summary.frame_budget / summary.frame_rate:.1f}",
+            ", ".join(f"{source} {count}" for source, count in sorted(summary.seed_sources.items())),
+        )
     else:
         table = Table(title="moss synth")
         reasons = summary.stop_reasons
         columns = ("requests", "resumed", "stop/max/empty", "audio s", "wall s", "RTF")
-        values = (str(summary.requests), str(summary.resumed),
-                  f"{reasons['stop']}/{reasons['max_frames']}/{reasons['empty']}", f"{summary.audio_s:.2f}",
-                  f"{summary.wall_s:.2f}", f"{summary.real_time_factor:.3f}")
+        values = (
+            str(summary.requests),
+            str(summary.resumed),
+            f"{reasons['stop']}/{reasons['max_frames']}/{reasons['empty']}",
+            f"{summary.audio_s:.2f}",
+            f"{summary.wall_s:.2f}",
+            f"{summary.real_time_factor:.3f}",
+        )
     for column in columns:
         # Short headers that never break mid-word; paths go on their own lines below, unwrapped.
         table.add_column(column, justify="right", no_wrap=True)
@@ -129,8 +170,11 @@ def print_summary(summary: SynthSummary, requests: Path) -> None:
     if summary.empty:
         stdout.print(f"[yellow]empty:[/] {len(summary.empty)} request(s) produced no audio: {_some(summary.empty)}")
     if summary.orphans:
-        stdout.print(f"[yellow]not in this manifest:[/] {len(summary.orphans)} audio file(s) from another request "
-                     f"file (kept): {_some(summary.orphans)}", highlight=False)
+        stdout.print(
+            f"[yellow]not in this manifest:[/] {len(summary.orphans)} audio file(s) from another request "
+            f"file (kept): {_some(summary.orphans)}",
+            highlight=False,
+        )
 
 
 def _some(names: list[str], shown: int = 10) -> str:

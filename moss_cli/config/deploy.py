@@ -51,8 +51,12 @@ from .deploy_merge import (
 
 __all__ = ["DeployConfig", "DeployWarning", "Source", "PLATFORMS", "load_deploy", "check_platform"]
 
-CODEC_STREAM_KEYS = ("codec_chunk_frames", "initial_codec_chunk_frames", "codec_chunk_ramp",
-                     "codec_left_context_frames")
+CODEC_STREAM_KEYS = (
+    "codec_chunk_frames",
+    "initial_codec_chunk_frames",
+    "codec_chunk_ramp",
+    "codec_left_context_frames",
+)
 VLLM_OMNI_DEPLOY = "vllm-omni vllm_omni/deploy/moss_tts_local.yaml @ 86406a44"
 BUILT_IN = f"built-in ({VLLM_OMNI_DEPLOY})"
 
@@ -60,16 +64,39 @@ BUILT_IN = f"built-in ({VLLM_OMNI_DEPLOY})"
 # in BUILT_IN), used when no deploy file is given. Only the keys moss reads are kept.
 V1_5_DEFAULTS: dict[str, Any] = {
     "stages": [
-        {"stage_id": 0, "max_num_seqs": 64, "max_model_len": 4096,
-         "default_sampling_params": {"temperature": 1.0, "top_p": 0.95, "top_k": 50, "max_tokens": 4096,
-                                     "seed": 42, "repetition_penalty": 1.1}},
-        {"stage_id": 1, "max_num_seqs": 64, "max_model_len": 65536,
-         "default_sampling_params": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_tokens": 65536,
-                                     "seed": 42, "repetition_penalty": 1.0}},
+        {
+            "stage_id": 0,
+            "max_num_seqs": 64,
+            "max_model_len": 4096,
+            "default_sampling_params": {
+                "temperature": 1.0,
+                "top_p": 0.95,
+                "top_k": 50,
+                "max_tokens": 4096,
+                "seed": 42,
+                "repetition_penalty": 1.1,
+            },
+        },
+        {
+            "stage_id": 1,
+            "max_num_seqs": 64,
+            "max_model_len": 65536,
+            "default_sampling_params": {
+                "temperature": 0.0,
+                "top_p": 1.0,
+                "top_k": -1,
+                "max_tokens": 65536,
+                "seed": 42,
+                "repetition_penalty": 1.0,
+            },
+        },
     ],
-    "connectors": {"shm": {"name": "SharedMemoryConnector",
-                           "extra": {"initial_codec_chunk_frames": 1, "codec_chunk_frames": 15,
-                                     "codec_left_context_frames": 0}}},
+    "connectors": {
+        "shm": {
+            "name": "SharedMemoryConnector",
+            "extra": {"initial_codec_chunk_frames": 1, "codec_chunk_frames": 15, "codec_left_context_frames": 0},
+        }
+    },
 }
 
 

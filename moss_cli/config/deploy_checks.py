@@ -30,8 +30,11 @@ class DeployWarning(UserWarning):
 def check_platform(platform: str) -> None:
     """Refuse a platform name vllm-omni (or moss, for cpu) does not know, suggesting the nearest."""
     if platform not in PLATFORMS:
-        raise ConfigError(f"unknown platform {platform!r}{_did_you_mean(platform, PLATFORMS)}; expected one of "
-                          f"{', '.join(PLATFORMS)}", field="platform")
+        raise ConfigError(
+            f"unknown platform {platform!r}{_did_you_mean(platform, PLATFORMS)}; expected one of "
+            f"{', '.join(PLATFORMS)}",
+            field="platform",
+        )
 
 
 def _did_you_mean(name: Any, choices) -> str:
@@ -42,8 +45,12 @@ def _did_you_mean(name: Any, choices) -> str:
 def validate(config: DeployConfig) -> None:
     def fail(message: str, *path) -> None:
         src = config.sources.get(tuple(path))
-        raise ConfigError(message, file=src.file if src else config.path, line=src.line if src else None,
-                          field=".".join(str(p) for p in path))
+        raise ConfigError(
+            message,
+            file=src.file if src else config.path,
+            line=src.line if src else None,
+            field=".".join(str(p) for p in path),
+        )
 
     stages = config.data.get("stages")
     if not isinstance(stages, dict) or 0 not in stages:
@@ -89,34 +96,50 @@ def check_platform_sections(config: DeployConfig) -> None:
     runner = config.data.get("model_runner")
     if runner is not None and runner not in MODEL_RUNNERS:
         src = config.source("model_runner")
-        raise ConfigError(f"model_runner must be 'v1' or 'v2', got {runner!r}", file=src.file, line=src.line,
-                          field="model_runner")
+        raise ConfigError(
+            f"model_runner must be 'v1' or 'v2', got {runner!r}", file=src.file, line=src.line, field="model_runner"
+        )
     sections = config.data.get("platforms")
     if sections is None:
         return
     if not isinstance(sections, dict):
         src = config.source("platforms")
-        raise ConfigError("'platforms' must be a mapping of platform name to overrides", file=src.file or config.path,
-                          line=src.line, field="platforms")
+        raise ConfigError(
+            "'platforms' must be a mapping of platform name to overrides",
+            file=src.file or config.path,
+            line=src.line,
+            field="platforms",
+        )
     for name, section in sections.items():
         if name not in PLATFORMS:
-            _warn(f"platforms.{name}: {name!r} is not a platform vllm-omni knows{_did_you_mean(name, PLATFORMS)}; "
-                  f"this section never applies (known: {', '.join(PLATFORMS)})", _first_source(config, "platforms", name))
+            _warn(
+                f"platforms.{name}: {name!r} is not a platform vllm-omni knows{_did_you_mean(name, PLATFORMS)}; "
+                f"this section never applies (known: {', '.join(PLATFORMS)})",
+                _first_source(config, "platforms", name),
+            )
         if section is not None and not isinstance(section, dict):
             src = _first_source(config, "platforms", name)
-            raise ConfigError(f"platforms.{name} must be a mapping of overrides", file=src.file if src else config.path,
-                              line=src.line if src else None, field=f"platforms.{name}")
+            raise ConfigError(
+                f"platforms.{name} must be a mapping of overrides",
+                file=src.file if src else config.path,
+                line=src.line if src else None,
+                field=f"platforms.{name}",
+            )
         runner = section.get("model_runner") if isinstance(section, dict) else None
         if runner is not None and runner not in MODEL_RUNNERS:
             src = config.source("platforms", name, "model_runner")
-            raise ConfigError(f"model_runner must be 'v1' or 'v2', got {runner!r}", file=src.file, line=src.line,
-                              field=f"platforms.{name}.model_runner")
+            raise ConfigError(
+                f"model_runner must be 'v1' or 'v2', got {runner!r}",
+                file=src.file,
+                line=src.line,
+                field=f"platforms.{name}.model_runner",
+            )
 
 
 def _first_source(config: DeployConfig, *prefix) -> Source | None:
     """The source of the first value recorded under `prefix` (for a section, not a single value)."""
     for path, src in config.sources.items():
-        if path[:len(prefix)] == prefix:
+        if path[: len(prefix)] == prefix:
             return src
     return None
 
@@ -127,10 +150,22 @@ def _first_source(config: DeployConfig, *prefix) -> Source | None:
 # MossTTSLocalModel, stages moss_tts_local (talker) and moss_tts_local_codec (MossTTSCodecDecoder)), so
 # the signs are: a name that is not MOSS-TTS-Local's where a name may appear, a stage layout other
 # than talker + codec, a processor function of another model, or settings only other models use.
-IDENTITY_KEYS = ("pipeline", "model", "model_type", "model_arch", "architectures", "model_stage",
-                 "model_class_name", "hf_config_name")
-PROCESSOR_KEYS = ("custom_process_input_func", "custom_process_next_stage_input_func",
-                  "async_chunk_process_next_stage_input_func", "sync_process_input_func")
+IDENTITY_KEYS = (
+    "pipeline",
+    "model",
+    "model_type",
+    "model_arch",
+    "architectures",
+    "model_stage",
+    "model_class_name",
+    "hf_config_name",
+)
+PROCESSOR_KEYS = (
+    "custom_process_input_func",
+    "custom_process_next_stage_input_func",
+    "async_chunk_process_next_stage_input_func",
+    "sync_process_input_func",
+)
 OTHER_MODELS_KEYS = {"subtalker_sampling_params": "the sub-talker (code predictor) of Qwen3-TTS / Qwen3-Omni"}
 MOSS_STAGES = {0: "talker", 1: "codec"}
 
@@ -147,7 +182,7 @@ def _foreign_signs(config: DeployConfig) -> list[tuple[str, tuple]]:
     def names(mapping: dict, path: tuple) -> None:
         for key in IDENTITY_KEYS:
             value = mapping.get(key)
-            for item in (value if isinstance(value, list) else [value]):
+            for item in value if isinstance(value, list) else [value]:
                 if item is not None and item != "" and not _is_moss_local_name(item):
                     signs.append((f"{key} {item!r} is not MOSS-TTS-Local", (*path, key)))
         for key in PROCESSOR_KEYS:
@@ -159,8 +194,12 @@ def _foreign_signs(config: DeployConfig) -> list[tuple[str, tuple]]:
     for stage_id, stage in (config.data.get("stages") or {}).items():
         if stage_id not in MOSS_STAGES:
             layout = ", ".join(str(s) for s in config.data["stages"])
-            signs.append((f"it has stages [{layout}], but MOSS-TTS-Local has two: 0 (talker) and 1 (codec)",
-                          ("stages", stage_id, "stage_id")))
+            signs.append(
+                (
+                    f"it has stages [{layout}], but MOSS-TTS-Local has two: 0 (talker) and 1 (codec)",
+                    ("stages", stage_id, "stage_id"),
+                )
+            )
         if not isinstance(stage, dict):
             continue
         names(stage, ("stages", stage_id))
@@ -181,9 +220,15 @@ def check_model(config: DeployConfig, allow_foreign: bool) -> None:
     src = _first_source(config, *path)
     field = ".".join(str(p) for p in path)
     if not allow_foreign:
-        raise ConfigError(f"not a MOSS-TTS-Local deploy file: {reason} (it looks written for another model; "
-                          "pass --allow-foreign-deploy to use it anyway)", file=src.file if src else config.path,
-                          line=src.line if src else None, field=field)
+        raise ConfigError(
+            f"not a MOSS-TTS-Local deploy file: {reason} (it looks written for another model; "
+            "pass --allow-foreign-deploy to use it anyway)",
+            file=src.file if src else config.path,
+            line=src.line if src else None,
+            field=field,
+        )
     for reason, path in signs:
-        _warn(f"{'.'.join(str(p) for p in path)}: {reason}; using it anyway (--allow-foreign-deploy)",
-              _first_source(config, *path))
+        _warn(
+            f"{'.'.join(str(p) for p in path)}: {reason}; using it anyway (--allow-foreign-deploy)",
+            _first_source(config, *path),
+        )

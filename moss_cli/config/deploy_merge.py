@@ -13,12 +13,28 @@ from ..errors import ConfigError
 from ..validation import is_integer
 from .yaml_lines import line_of, load_yaml
 
-MERGED_STAGE_KEYS = {"default_sampling_params", "default_pooling_params", "subtalker_sampling_params",
-                     "engine_extras", "engine_args"}
+MERGED_STAGE_KEYS = {
+    "default_sampling_params",
+    "default_pooling_params",
+    "subtalker_sampling_params",
+    "engine_extras",
+    "engine_args",
+}
 # Stage keys vllm-omni never takes from a stage's `engine_args:` mapping (_STAGE_RESERVED_KEYS).
-STAGE_RESERVED_KEYS = {"async_chunk", "stage_id", "devices", "num_replicas", "env", "output_connectors",
-                       "input_connectors", "default_sampling_params", "default_pooling_params", "engine_extras",
-                       "engine_args", "runtime"}
+STAGE_RESERVED_KEYS = {
+    "async_chunk",
+    "stage_id",
+    "devices",
+    "num_replicas",
+    "env",
+    "output_connectors",
+    "input_connectors",
+    "default_sampling_params",
+    "default_pooling_params",
+    "engine_extras",
+    "engine_args",
+    "runtime",
+}
 BUILT_IN_NOTE = "built-in"
 
 
@@ -73,11 +89,19 @@ def _wrap_stages(stages: Any, file: str | None, note: str, line: int | None) -> 
             raise ConfigError(f"stages[{index}] must be a mapping", file=file, line=line, field=f"stages[{index}]")
         stage_id = stage.get("stage_id")
         if not is_integer(stage_id):
-            raise ConfigError(f"stages[{index}] needs an integer stage_id, got {stage_id!r}", file=file,
-                              line=line_of(stage, "stage_id") or line, field=f"stages[{index}].stage_id")
+            raise ConfigError(
+                f"stages[{index}] needs an integer stage_id, got {stage_id!r}",
+                file=file,
+                line=line_of(stage, "stage_id") or line,
+                field=f"stages[{index}].stage_id",
+            )
         if stage_id in out:
-            raise ConfigError(f"stage_id {stage_id} appears twice", file=file, line=line_of(stage, "stage_id"),
-                              field=f"stages[{index}].stage_id")
+            raise ConfigError(
+                f"stage_id {stage_id} appears twice",
+                file=file,
+                line=line_of(stage, "stage_id"),
+                field=f"stages[{index}].stage_id",
+            )
         out[stage_id] = wrap(stage, file, note, line)
     return out
 
@@ -119,9 +143,15 @@ def _merge_files(base: dict, over: dict) -> dict:
             for name, section in value.items():
                 old = platforms.get(name)
                 if isinstance(old, dict) and isinstance(section, dict):
-                    section = {**old, **section,
-                               **({"stages": _merge_stages(old["stages"], section["stages"])}
-                                  if "stages" in old and "stages" in section else {})}
+                    section = {
+                        **old,
+                        **section,
+                        **(
+                            {"stages": _merge_stages(old["stages"], section["stages"])}
+                            if "stages" in old and "stages" in section
+                            else {}
+                        ),
+                    }
                 platforms[name] = section
             merged[key] = platforms
         else:
@@ -140,21 +170,30 @@ def read_chain(path: Path, chain: list[Path]) -> dict:
     if not isinstance(data, dict):
         raise ConfigError("a deploy config must be a YAML mapping", file=path)
     if "stage_args" in data:
-        raise ConfigError("'stage_args' is the removed vllm-omni schema; use 'stages:' entries", file=path,
-                          line=line_of(data, "stage_args"), field="stage_args")
+        raise ConfigError(
+            "'stage_args' is the removed vllm-omni schema; use 'stages:' entries",
+            file=path,
+            line=line_of(data, "stage_args"),
+            field="stage_args",
+        )
     own = wrap(data, str(path))
     base = data.get("base_config")
     own.pop("base_config", None)
     if base is None:
         return own
     if not isinstance(base, str) or not base:
-        raise ConfigError("base_config must be a file path", file=path, line=line_of(data, "base_config"),
-                          field="base_config")
+        raise ConfigError(
+            "base_config must be a file path", file=path, line=line_of(data, "base_config"), field="base_config"
+        )
     base_path = (path.parent / base).expanduser()
     problem = not_a_file(base_path)
     if problem:
-        raise ConfigError(f"base_config {base!r} {problem} (looked for {base_path})", file=path,
-                          line=line_of(data, "base_config"), field="base_config")
+        raise ConfigError(
+            f"base_config {base!r} {problem} (looked for {base_path})",
+            file=path,
+            line=line_of(data, "base_config"),
+            field="base_config",
+        )
     return _merge_files(read_chain(base_path, [*chain, path]), own)
 
 
@@ -233,8 +272,9 @@ def apply_platform(tree: dict, platform: str) -> dict:
         if _value(devices) is not None:
             stage["devices"] = devices
         if _value(env) is not None:
-            stage["env"] = {**stage["env"], **env} if isinstance(stage.get("env"), dict) and isinstance(env, dict) \
-                else env
+            stage["env"] = (
+                {**stage["env"], **env} if isinstance(stage.get("env"), dict) and isinstance(env, dict) else env
+            )
         for key, value in overrides.items():
             if key in MERGED_STAGE_KEYS and isinstance(value, dict) and isinstance(stage.get(key), dict):
                 stage[key] = {**stage[key], **value}  # one level deep, as vllm-omni merges platform dicts

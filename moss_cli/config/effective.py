@@ -36,10 +36,12 @@ def effective(request: Request, deploy: DeployConfig) -> Effective:
     params = {**defaults, **request.sampling}
     temperature = float(params.get("temperature", 1.0))
     top_k = int(params.get("top_k", 0) or 0)
-    audio = HeadSampling(temperature=temperature if temperature > 0 else 1.0,
-                         top_p=float(params.get("top_p", 1.0)),
-                         top_k=max(top_k, 0),
-                         repetition_penalty=float(params.get("repetition_penalty", 1.0)))
+    audio = HeadSampling(
+        temperature=temperature if temperature > 0 else 1.0,
+        top_p=float(params.get("top_p", 1.0)),
+        top_k=max(top_k, 0),
+        repetition_penalty=float(params.get("repetition_penalty", 1.0)),
+    )
     seed, source = effective_seed(request.seed, defaults.get("seed"))
     # temperature 0 means greedy, as in vLLM; the stop head then decodes greedily too.
     return Effective(seed, source, audio, STOP_HEAD_DEFAULTS, do_sample=temperature > 0)

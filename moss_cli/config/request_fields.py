@@ -16,8 +16,15 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty")
 FIELDS = ("id", "text", "seed", "max_new_frames", "ref_audio", "ref_text", *PROMPT_FIELDS, *SAMPLING_FIELDS)
 MAX_FRAMES_LIMIT = 1_000_000  # beyond this a value is a typo, not a request
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-RESERVED_IDS = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10)),
-                "manifest"}
+RESERVED_IDS = {
+    "con",
+    "prn",
+    "aux",
+    "nul",
+    *(f"com{i}" for i in range(1, 10)),
+    *(f"lpt{i}" for i in range(1, 10)),
+    "manifest",
+}
 
 # The languages MOSS-TTS(-Local) v1.5 was trained on, by name and ISO 639 code: the "Supported
 # Languages" table of OpenMOSS/MOSS-TTS README.md (commit 58b20a0d5fcc6766658d50967a90a9d890009a46),
@@ -29,12 +36,37 @@ RESERVED_IDS = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), 
 # and "Auto", which vllm-omni's speech API documents (protocol/audio.py; serving_speech.py at
 # 01bc4171df2a6ee9799a6994eb61eb10b6931641 checks its `_TTS_LANGUAGES` for Qwen3-TTS only).
 LANGUAGES = {
-    "Chinese": "zh", "Cantonese": "yue", "English": "en", "Arabic": "ar", "Czech": "cs", "Danish": "da",
-    "Dutch": "nl", "Finnish": "fi", "French": "fr", "German": "de", "Greek": "el", "Hebrew": "he",
-    "Hindi": "hi", "Hungarian": "hu", "Italian": "it", "Japanese": "ja", "Korean": "ko", "Macedonian": "mk",
-    "Malay": "ms", "Persian (Farsi)": "fa", "Polish": "pl", "Portuguese": "pt", "Romanian": "ro",
-    "Russian": "ru", "Spanish": "es", "Swahili": "sw", "Swedish": "sv", "Tagalog": "tl", "Thai": "th",
-    "Turkish": "tr", "Vietnamese": "vi",
+    "Chinese": "zh",
+    "Cantonese": "yue",
+    "English": "en",
+    "Arabic": "ar",
+    "Czech": "cs",
+    "Danish": "da",
+    "Dutch": "nl",
+    "Finnish": "fi",
+    "French": "fr",
+    "German": "de",
+    "Greek": "el",
+    "Hebrew": "he",
+    "Hindi": "hi",
+    "Hungarian": "hu",
+    "Italian": "it",
+    "Japanese": "ja",
+    "Korean": "ko",
+    "Macedonian": "mk",
+    "Malay": "ms",
+    "Persian (Farsi)": "fa",
+    "Polish": "pl",
+    "Portuguese": "pt",
+    "Romanian": "ro",
+    "Russian": "ru",
+    "Spanish": "es",
+    "Swahili": "sw",
+    "Swedish": "sv",
+    "Tagalog": "tl",
+    "Thai": "th",
+    "Turkish": "tr",
+    "Vietnamese": "vi",
 }
 _LANGUAGE_SPELLINGS = {v.lower(): v for v in (*LANGUAGES, *LANGUAGES.values(), "Auto")}
 _LANGUAGE_CODES = {code.lower() for code in LANGUAGES.values()}
@@ -60,7 +92,9 @@ class Problem:
     message: str
 
 
-def validate_record(record: dict, line: int, stem: str, problems: list[Problem], base: Path = Path(".")) -> Request | None:
+def validate_record(
+    record: dict, line: int, stem: str, problems: list[Problem], base: Path = Path(".")
+) -> Request | None:
     before = len(problems)
 
     def bad(field_name: str, message: str) -> None:
@@ -69,8 +103,11 @@ def validate_record(record: dict, line: int, stem: str, problems: list[Problem],
     for key in record:
         if key not in FIELDS:
             hint = difflib.get_close_matches(str(key), FIELDS, n=1)
-            bad(str(key), f"unknown field {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else
-                                                      f"; expected one of {', '.join(FIELDS)}"))
+            bad(
+                str(key),
+                f"unknown field {key!r}"
+                + (f"; did you mean {hint[0]!r}?" if hint else f"; expected one of {', '.join(FIELDS)}"),
+            )
     text = record.get("text")
     if not isinstance(text, str):
         bad("text", "missing 'text'" if text is None else f"'text' must be a string, got {type(text).__name__}")
@@ -83,8 +120,11 @@ def validate_record(record: dict, line: int, stem: str, problems: list[Problem],
     else:
         request_id = str(request_id)
         if not SAFE_ID.match(request_id) or request_id.lower().split(".")[0] in RESERVED_IDS:
-            bad("id", f"id {request_id!r} is not a safe file name (letters, digits, '.', '_', '-'; "
-                      "no path separators or '..'; at most 128 characters; not a reserved name)")
+            bad(
+                "id",
+                f"id {request_id!r} is not a safe file name (letters, digits, '.', '_', '-'; "
+                "no path separators or '..'; at most 128 characters; not a reserved name)",
+            )
         elif ".." in request_id:
             bad("id", f"id {request_id!r} must not contain '..'")
 
@@ -92,8 +132,9 @@ def validate_record(record: dict, line: int, stem: str, problems: list[Problem],
     if seed is not None and (not is_int64(seed)):
         bad("seed", f"'seed' must be an integer in the signed 64-bit range, got {seed!r}")
     frames = record.get("max_new_frames")
-    if frames is not None and (not is_integer(frames)
-                               or not 1 <= frames <= MAX_FRAMES_LIMIT):  # 0 frames would be an empty file
+    if frames is not None and (
+        not is_integer(frames) or not 1 <= frames <= MAX_FRAMES_LIMIT
+    ):  # 0 frames would be an empty file
         bad("max_new_frames", f"'max_new_frames' must be an integer in [1, {MAX_FRAMES_LIMIT}], got {frames!r}")
 
     sampling = {}
@@ -136,10 +177,17 @@ def validate_record(record: dict, line: int, stem: str, problems: list[Problem],
 
     if len(problems) > before:
         return None
-    return Request(id=request_id, text=text, line=line, seed=seed, max_new_frames=frames,
-                   prompt_fields=fields, sampling=sampling,
-                   ref_audio=None if ref_audio is None else base / Path(ref_audio).expanduser(),
-                   ref_text=ref_text if ref_text and ref_text.strip() else None)
+    return Request(
+        id=request_id,
+        text=text,
+        line=line,
+        seed=seed,
+        max_new_frames=frames,
+        prompt_fields=fields,
+        sampling=sampling,
+        ref_audio=None if ref_audio is None else base / Path(ref_audio).expanduser(),
+        ref_text=ref_text if ref_text and ref_text.strip() else None,
+    )
 
 
 def _language_problem(value: str) -> str | None:
@@ -152,5 +200,6 @@ def _language_problem(value: str) -> str | None:
     hint = hint or [_LANGUAGE_SPELLINGS[h] for h in difflib.get_close_matches(wanted, _LANGUAGE_SPELLINGS, n=1)]
     if hint:
         return f"unknown language {value!r}; did you mean {hint[0]!r}?"
-    return (f"unknown language {value!r}; expected a name or code the model was trained on: "
-            + ", ".join(f"{name} ({code})" for name, code in LANGUAGES.items()))
+    return f"unknown language {value!r}; expected a name or code the model was trained on: " + ", ".join(
+        f"{name} ({code})" for name, code in LANGUAGES.items()
+    )

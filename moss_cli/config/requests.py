@@ -23,8 +23,18 @@ from .request_fields import (
     validate_record,
 )
 
-__all__ = ["Request", "Problem", "RequestFileError", "read_requests", "iter_requests", "FIELDS", "PROMPT_FIELDS",
-           "SAMPLING_FIELDS", "DEFAULT_MAX_LINE_BYTES", "max_line_bytes_for"]
+__all__ = [
+    "Request",
+    "Problem",
+    "RequestFileError",
+    "read_requests",
+    "iter_requests",
+    "FIELDS",
+    "PROMPT_FIELDS",
+    "SAMPLING_FIELDS",
+    "DEFAULT_MAX_LINE_BYTES",
+    "max_line_bytes_for",
+]
 
 # A whole novel chapter is a few hundred kB; a line past this is a mistake (a file concatenated onto
 # one line, a binary file renamed). Callers that know max_model_len pass a tighter bound
@@ -39,8 +49,10 @@ class RequestFileError(MossError):
 
     def __init__(self, file: Path, problems: list[Problem]) -> None:
         self.problems = problems
-        self.report = "\n".join(f"{file}" + (f":{p.line}" if p.line else "") + (f" [{p.field}]" if p.field else "")
-                                + f": {p.message}" for p in problems)
+        self.report = "\n".join(
+            f"{file}" + (f":{p.line}" if p.line else "") + (f" [{p.field}]" if p.field else "") + f": {p.message}"
+            for p in problems
+        )
         first = problems[0]
         super().__init__(first.message, file=file, line=first.line, field=first.field)
 
@@ -70,8 +82,9 @@ def read_requests(path: str | Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BY
     return requests
 
 
-def iter_requests(path: str | Path, problems: list[Problem], *,
-                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[Request]:
+def iter_requests(
+    path: str | Path, problems: list[Problem], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[Request]:
     """Yield the valid requests of a file one at a time, reading it line by line; append every
     problem (invalid lines, duplicate ids) to `problems`. Only the ids seen are kept, so a file
     larger than memory can be checked. Raises MossError at once when the file cannot be read at all.
@@ -103,9 +116,15 @@ def _validated(records: Iterable[tuple[int, dict]], file: Path, problems: list[P
             elif rid.lower() in by_folded:
                 # Alpha.wav and alpha.wav are one file on Windows and macOS file systems.
                 other = by_folded[rid.lower()]
-                problems.append(Problem(line, "id", f"id {rid!r} differs only in case from id {other!r} on line "
-                                                    f"{seen[other]}: they name the same file on a case-insensitive "
-                                                    "file system"))
+                problems.append(
+                    Problem(
+                        line,
+                        "id",
+                        f"id {rid!r} differs only in case from id {other!r} on line "
+                        f"{seen[other]}: they name the same file on a case-insensitive "
+                        "file system",
+                    )
+                )
             else:
                 seen[rid] = line
                 by_folded[rid.lower()] = rid
@@ -131,8 +150,9 @@ def _lines(file: Path, problems: list[Problem], max_line_bytes: int) -> Iterator
                 return
             if number == 1:
                 if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-                    problems.append(Problem(1, None, "not UTF-8 text: it starts with a UTF-16 byte-order mark; "
-                                                     "save it as UTF-8"))
+                    problems.append(
+                        Problem(1, None, "not UTF-8 text: it starts with a UTF-16 byte-order mark; save it as UTF-8")
+                    )
                     return
                 raw = raw.removeprefix(BOM)
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
@@ -141,15 +161,26 @@ def _lines(file: Path, problems: list[Problem], max_line_bytes: int) -> Iterator
                     raw = handle.readline(1 << 20)
                     size += len(raw)
                 size -= len(raw) - len(raw.rstrip(b"\r\n"))
-                problems.append(Problem(number, None, f"line is {size} bytes, more than the {max_line_bytes} one "
-                                                      "request may take (max_line_bytes); split it"))
+                problems.append(
+                    Problem(
+                        number,
+                        None,
+                        f"line is {size} bytes, more than the {max_line_bytes} one "
+                        "request may take (max_line_bytes); split it",
+                    )
+                )
                 yield number, None
                 continue
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                problems.append(Problem(number, None, f"not UTF-8 text ({e.reason} at byte {e.start} of the line); "
-                                                      "save the file as UTF-8"))
+                problems.append(
+                    Problem(
+                        number,
+                        None,
+                        f"not UTF-8 text ({e.reason} at byte {e.start} of the line); save the file as UTF-8",
+                    )
+                )
                 return
             yield number, text
 
@@ -189,22 +220,25 @@ def _csv_records(file: Path, problems: list[Problem], max_line_bytes: int):
     # otherwise, which is below what a long utterance may need.
     previous_limit = csv.field_size_limit(max(max_line_bytes, csv.field_size_limit()))
     try:
-        try:
-            header = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as e:
-            problems.append(Problem(consumed, None, f"malformed CSV: {e}"))
+
+        def next_row() -> list[str] | None:
+            """The next record, or None at the end or at a malformed one (reported; reading stops)."""
+            try:
+                return next(reader)
+            except StopIteration:
+                return None
+            except csv.Error as e:
+                problems.append(Problem(consumed, None, f"malformed CSV: {e}"))
+                return None
+
+        header = next_row()
+        if header is None:
             return
         header = [h.strip() for h in header]
         while True:
             start = consumed + 1
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as e:
-                problems.append(Problem(consumed, None, f"malformed CSV: {e}"))
+            row = next_row()
+            if row is None:
                 return
             if not any(cell.strip() for cell in row):
                 continue

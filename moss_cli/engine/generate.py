@@ -20,9 +20,17 @@ from .scheduler import Engine, GenerationRequest
 
 
 @torch.inference_mode()
-def generate_padded(model: MossTTSLocal, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                    max_new_frames: int, do_sample: bool, audio: HeadSampling, stop: HeadSampling,
-                    generators: Generators = None) -> list[torch.Tensor]:
+def generate_padded(
+    model: MossTTSLocal,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    max_new_frames: int,
+    do_sample: bool,
+    audio: HeadSampling,
+    stop: HeadSampling,
+    generators: Generators = None,
+) -> list[torch.Tensor]:
     cfg = model.cfg
     batch, device = input_ids.shape[0], input_ids.device
     mask = attention_mask.to(device=device, dtype=torch.bool)
@@ -41,7 +49,7 @@ def generate_padded(model: MossTTSLocal, input_ids: torch.Tensor, attention_mask
             histories = None if history is None else [history[i, :, codebook] for i in range(batch)]
             return sample(logits, [audio] * batch, do_sample=do_sample, histories=histories, generators=generators)
 
-        positions = (mask.long().cumsum(-1) - 1).masked_fill(~mask, 0)[:, -rows.shape[1]:]
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(~mask, 0)[:, -rows.shape[1] :]
         cache.key_mask = mask
         hidden = model.backbone(model.embed(rows), positions, cache)[:, -1]
         local_hidden, past = start_frame(model, hidden)
@@ -64,9 +72,17 @@ def generate_padded(model: MossTTSLocal, input_ids: torch.Tensor, attention_mask
     return [stacked[i, : int(lengths[i])].cpu() for i in range(batch)]
 
 
-def generate_invariant(model: MossTTSLocal, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                       max_new_frames: int, do_sample: bool, audio: HeadSampling, stop: HeadSampling,
-                       generators: Generators = None) -> list[torch.Tensor]:
+def generate_invariant(
+    model: MossTTSLocal,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    max_new_frames: int,
+    do_sample: bool,
+    audio: HeadSampling,
+    stop: HeadSampling,
+    generators: Generators = None,
+) -> list[torch.Tensor]:
     """Each row decoded as if alone. A single shared generator (or the global RNG) is drawn from
     row by row in batch order; per-row generators make rows fully independent."""
     batch = input_ids.shape[0]
@@ -74,9 +90,18 @@ def generate_invariant(model: MossTTSLocal, input_ids: torch.Tensor, attention_m
     requests = []
     for i in range(batch):
         per_row = generators[i] if isinstance(generators, (list, tuple)) else generators
-        requests.append(GenerationRequest(key=str(i), prompt=input_ids[i][mask[i].to(input_ids.device)],
-                                          max_new_frames=max_new_frames, audio=audio, stop=stop, seed=None,
-                                          do_sample=do_sample, generator=per_row))
+        requests.append(
+            GenerationRequest(
+                key=str(i),
+                prompt=input_ids[i][mask[i].to(input_ids.device)],
+                max_new_frames=max_new_frames,
+                audio=audio,
+                stop=stop,
+                seed=None,
+                do_sample=do_sample,
+                generator=per_row,
+            )
+        )
     engine = Engine(model, max_batch=batch)
     results = {r.key: r.codes for r in engine.run(requests)}
     return [results[str(i)] for i in range(batch)]

@@ -35,8 +35,9 @@ class PaddedBatchCache:
 class RequestCache:
     """One request's backbone KV cache, preallocated for its whole prompt + frame budget."""
 
-    def __init__(self, num_layers: int, capacity: int, num_kv_heads: int, head_dim: int,
-                 device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self, num_layers: int, capacity: int, num_kv_heads: int, head_dim: int, device: torch.device, dtype: torch.dtype
+    ) -> None:
         shape = (num_layers, capacity, num_kv_heads, head_dim)
         self.keys = torch.empty(shape, device=device, dtype=dtype)
         self.values = torch.empty(shape, device=device, dtype=dtype)
@@ -51,8 +52,8 @@ class RequestCache:
         end = self.length + k.shape[0]
         if end > self.capacity:
             raise RuntimeError(f"KV cache overflow: {end} positions > capacity {self.capacity}")
-        self.keys[layer, self.length:end] = k
-        self.values[layer, self.length:end] = v
+        self.keys[layer, self.length : end] = k
+        self.values[layer, self.length : end] = v
         return self.keys[layer, None, :end], self.values[layer, None, :end]
 
 
@@ -71,11 +72,11 @@ class RequestBatch:
         t = q.shape[1]
         for i, cache in enumerate(self.caches):
             if cache is None:
-                outs.append(torch.zeros_like(q[i:i + 1]))
+                outs.append(torch.zeros_like(q[i : i + 1]))
                 continue
             keys, values = cache.store(layer, k[i], v[i])
             mask = causal_mask(t, keys.shape[1], q.device) if t > 1 else None
-            outs.append(attend(q[i:i + 1], keys, values, scale, mask))
+            outs.append(attend(q[i : i + 1], keys, values, scale, mask))
         return torch.cat(outs, dim=0)
 
     def advance(self, steps: int) -> None:

@@ -45,13 +45,23 @@ def filter_top_k_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.
     return scores
 
 
-def sample(logits: torch.Tensor, params: Sequence[HeadSampling], *, do_sample: bool,
-           histories: Sequence[torch.Tensor | None] | None = None, generators: Generators = None) -> torch.Tensor:
+def sample(
+    logits: torch.Tensor,
+    params: Sequence[HeadSampling],
+    *,
+    do_sample: bool,
+    histories: Sequence[torch.Tensor | None] | None = None,
+    generators: Generators = None,
+) -> torch.Tensor:
     """One token per row of logits [B, V]. `params[i]` and `histories[i]` belong to row i."""
     scores = logits.float()
     if histories is not None and any(p.repetition_penalty != 1.0 for p in params):
-        scores = torch.stack([apply_repetition_penalty(scores[i], histories[i], params[i].repetition_penalty)
-                              for i in range(scores.shape[0])])
+        scores = torch.stack(
+            [
+                apply_repetition_penalty(scores[i], histories[i], params[i].repetition_penalty)
+                for i in range(scores.shape[0])
+            ]
+        )
     if not do_sample:
         return torch.argmax(scores, dim=-1)
     for p in params:
@@ -67,6 +77,6 @@ def sample(logits: torch.Tensor, params: Sequence[HeadSampling], *, do_sample: b
     out = torch.empty(scores.shape[0], dtype=torch.long, device=scores.device)
     for i, p in enumerate(params):
         gen = generators[i] if per_row else generators
-        row = filter_top_k_top_p(scores[i:i + 1] / p.temperature, p.top_k, p.top_p)
+        row = filter_top_k_top_p(scores[i : i + 1] / p.temperature, p.top_k, p.top_p)
         out[i] = torch.multinomial(torch.softmax(row, dim=-1), 1, generator=gen)[0, 0]
     return out

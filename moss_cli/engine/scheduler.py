@@ -78,9 +78,16 @@ class _Running:
 
 
 class Engine:
-    def __init__(self, model: MossTTSLocal, *, max_batch: int = 8, numerics: Numerics = INVARIANT,
-                 legacy_global_rng: bool = False, logits_hook: LogitsHook | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        model: MossTTSLocal,
+        *,
+        max_batch: int = 8,
+        numerics: Numerics = INVARIANT,
+        legacy_global_rng: bool = False,
+        logits_hook: LogitsHook | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.model = model
@@ -102,8 +109,14 @@ class Engine:
     def _prefill(self, request: GenerationRequest) -> _Running:
         cfg = self.model.cfg.backbone
         prompt = request.prompt.to(self.device)
-        cache = RequestCache(cfg.num_layers, prompt.shape[0] + request.max_new_frames, cfg.num_kv_heads,
-                             cfg.head_dim, self.device, self.dtype)
+        cache = RequestCache(
+            cfg.num_layers,
+            prompt.shape[0] + request.max_new_frames,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            self.device,
+            self.dtype,
+        )
         generator = request.generator if request.generator is not None else self._generator(request.seed)
         running = _Running(request, cache, generator, self.clock(), self.steps)
         batch = RequestBatch([cache])
@@ -132,8 +145,16 @@ class Engine:
                 request, head = head, next(waiting, None)
                 if request.max_new_frames <= 0:
                     now = self.clock()
-                    yield GenerationResult(request.key, torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long),
-                                           False, 1, self.steps, self.steps, 0.0, now)
+                    yield GenerationResult(
+                        request.key,
+                        torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long),
+                        False,
+                        1,
+                        self.steps,
+                        self.steps,
+                        0.0,
+                        now,
+                    )
                     continue
                 running.append(self._prefill(request))
             if not running:
@@ -156,7 +177,7 @@ class Engine:
         sampling are per request in both modes.
         """
         if self.block_rows:
-            blocks = [running[i:i + self.block_rows] for i in range(0, len(running), self.block_rows)]
+            blocks = [running[i : i + self.block_rows] for i in range(0, len(running), self.block_rows)]
         else:
             blocks = [list(running)]
         finished: set[int] = set()
@@ -193,8 +214,13 @@ class Engine:
                     row = row if replaced is None else replaced
                 stop = codebook == STOP_HEAD
                 params = r.request.stop if stop else r.request.audio
-                out[i] = sample(row[None], [params], do_sample=r.request.do_sample,
-                                histories=[None if stop else history(i, codebook)], generators=[r.generator])[0]
+                out[i] = sample(
+                    row[None],
+                    [params],
+                    do_sample=r.request.do_sample,
+                    histories=[None if stop else history(i, codebook)],
+                    generators=[r.generator],
+                )[0]
             return out
 
         local_hidden, past = start_frame(model, hidden)
@@ -242,5 +268,13 @@ class Engine:
 
     def _finish(self, r: _Running, *, stopped: bool) -> GenerationResult:
         codes = torch.stack(r.frames).cpu() if r.frames else torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long)
-        return GenerationResult(r.request.key, codes, stopped, r.batch_size_seen, r.first_step, self.steps,
-                                self.clock() - r.started, r.started)
+        return GenerationResult(
+            r.request.key,
+            codes,
+            stopped,
+            r.batch_size_seen,
+            r.first_step,
+            self.steps,
+            self.clock() - r.started,
+            r.started,
+        )

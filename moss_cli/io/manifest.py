@@ -9,9 +9,31 @@ import pandas as pd
 from .atomic import atomic_path
 from .audio import codes_sha256, pcm_sha256
 
-COLUMNS = ["id", "text", "seed", "seed_source", "frames", "duration_s", "sample_rate", "channels",
-           "codes_sha256", "pcm_sha256", "batch_size_seen", "wall_s", "file", "stopped", "stop_reason", "temperature",
-           "top_p", "top_k", "repetition_penalty", "prompt_tokens", "ttfa_s", "chunks", "chunk_ms"]
+COLUMNS = [
+    "id",
+    "text",
+    "seed",
+    "seed_source",
+    "frames",
+    "duration_s",
+    "sample_rate",
+    "channels",
+    "codes_sha256",
+    "pcm_sha256",
+    "batch_size_seen",
+    "wall_s",
+    "file",
+    "stopped",
+    "stop_reason",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repetition_penalty",
+    "prompt_tokens",
+    "ttfa_s",
+    "chunks",
+    "chunk_ms",
+]
 
 
 def manifest_frame(rows: list[dict]) -> pd.DataFrame:
@@ -29,13 +51,25 @@ def manifest_row(result, sample_rate: int, channels: int, file: str) -> dict:
     """One request's row from a pipeline `SynthResult` (what was asked, what came out, how)."""
     eff = result.effective
     return {
-        "id": result.request.id, "text": result.request.text, "seed": eff.seed, "seed_source": eff.seed_source,
-        "frames": result.frames, "duration_s": round(result.pcm.shape[0] / sample_rate, 6),
-        "sample_rate": sample_rate, "channels": channels, "codes_sha256": codes_sha256(result.codes),
-        "pcm_sha256": pcm_sha256(result.pcm), "batch_size_seen": result.batch_size_seen,
-        "wall_s": round(result.wall_s, 4), "file": file, "stopped": result.stopped, "stop_reason": result.stop_reason,
-        "temperature": eff.audio.temperature if eff.do_sample else 0.0, "top_p": eff.audio.top_p,
-        "top_k": eff.audio.top_k, "repetition_penalty": eff.audio.repetition_penalty,
+        "id": result.request.id,
+        "text": result.request.text,
+        "seed": eff.seed,
+        "seed_source": eff.seed_source,
+        "frames": result.frames,
+        "duration_s": round(result.pcm.shape[0] / sample_rate, 6),
+        "sample_rate": sample_rate,
+        "channels": channels,
+        "codes_sha256": codes_sha256(result.codes),
+        "pcm_sha256": pcm_sha256(result.pcm),
+        "batch_size_seen": result.batch_size_seen,
+        "wall_s": round(result.wall_s, 4),
+        "file": file,
+        "stopped": result.stopped,
+        "stop_reason": result.stop_reason,
+        "temperature": eff.audio.temperature if eff.do_sample else 0.0,
+        "top_p": eff.audio.top_p,
+        "top_k": eff.audio.top_k,
+        "repetition_penalty": eff.audio.repetition_penalty,
         "prompt_tokens": result.prompt_tokens,
         "ttfa_s": None if result.time_to_first_audio is None else round(result.time_to_first_audio, 4),
         "chunks": None if result.stream is None else " ".join(str(c.frames) for c in result.stream.chunks),

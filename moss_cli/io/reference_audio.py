@@ -64,8 +64,9 @@ def _load(path: Path, channels: int, rate: int) -> tuple[str, torch.Tensor]:
     except (sf.LibsndfileError, RuntimeError, OSError) as e:
         raise ReferenceError(f"reference audio {path} is not readable audio ({e})") from None
     if not MIN_RATE <= source_rate <= MAX_RATE:
-        raise ReferenceError(f"reference audio {path} has an unsupported sample rate {source_rate} Hz "
-                             f"(expected {MIN_RATE}..{MAX_RATE})")
+        raise ReferenceError(
+            f"reference audio {path} has an unsupported sample rate {source_rate} Hz (expected {MIN_RATE}..{MAX_RATE})"
+        )
     if samples.shape[0] == 0:
         raise ReferenceError(f"reference audio {path} is empty ({info.frames} samples)")
     if float(np.abs(samples).max()) < SILENCE:

@@ -84,20 +84,35 @@ def request_fingerprint(p, settings: dict, audio_format: str, checkpoints: dict)
     """What made a request's output: its content, effective seed and sampling, frame budget, the
     format, the run's numeric settings and the checkpoints (`p`: a pipeline `Prepared`)."""
     eff = p.effective
-    return fingerprint({
-        "text": p.request.text, "fields": p.request.prompt_fields, "seed": eff.seed, "seed_source": eff.seed_source,
-        "audio": eff.audio.__dict__, "stop": eff.stop.__dict__, "do_sample": eff.do_sample,
-        "max_new_frames": p.max_new_frames, "format": audio_format, "checkpoints": checkpoints,
-        "ref_audio": p.reference.sha256 if p.reference else None, "ref_text": p.request.ref_text, **settings,
-    })
+    return fingerprint(
+        {
+            "text": p.request.text,
+            "fields": p.request.prompt_fields,
+            "seed": eff.seed,
+            "seed_source": eff.seed_source,
+            "audio": eff.audio.__dict__,
+            "stop": eff.stop.__dict__,
+            "do_sample": eff.do_sample,
+            "max_new_frames": p.max_new_frames,
+            "format": audio_format,
+            "checkpoints": checkpoints,
+            "ref_audio": p.reference.sha256 if p.reference else None,
+            "ref_text": p.request.ref_text,
+            **settings,
+        }
+    )
 
 
 def run_settings(options, dtype) -> dict:
     """The run-wide part of a request fingerprint (keys kept stable so older journals still match)."""
     numerics = options.numerics
-    return {"batch_invariant": numerics.batch_invariant, "row_block": numerics.engine_block,
-            "legacy_global_rng": options.legacy_global_rng, "dtype": str(dtype),
-            "codec_row_tile": numerics.codec_rows}
+    return {
+        "batch_invariant": numerics.batch_invariant,
+        "row_block": numerics.engine_block,
+        "legacy_global_rng": options.legacy_global_rng,
+        "dtype": str(dtype),
+        "codec_row_tile": numerics.codec_rows,
+    }
 
 
 def orphan_files(out: Path, names: set[str]) -> list[str]:
@@ -106,8 +121,11 @@ def orphan_files(out: Path, names: set[str]) -> list[str]:
     if not out.is_dir():
         return []
     audio = {f".{suffix}" for suffix in FORMATS}
-    return sorted(p.name for p in out.iterdir()
-                  if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in audio and p.name not in names)
+    return sorted(
+        p.name
+        for p in out.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in audio and p.name not in names
+    )
 
 
 def plan_resume(out: Path, journal: Journal, expected: dict[str, tuple[str, str]], force: bool) -> dict[str, dict]:
@@ -120,8 +138,12 @@ def plan_resume(out: Path, journal: Journal, expected: dict[str, tuple[str, str]
     for rid, (fp, name) in expected.items():
         entry = journal.entries.get(rid)
         path = out / name
-        if entry is not None and entry.fingerprint == fp and entry.row.get("file") == name \
-                and file_matches(path, entry.row["pcm_sha256"]):
+        if (
+            entry is not None
+            and entry.fingerprint == fp
+            and entry.row.get("file") == name
+            and file_matches(path, entry.row["pcm_sha256"])
+        ):
             done[rid] = entry.row
         elif entry is not None and entry.fingerprint != fp and path.exists():
             conflicts.append(f"{name}: made from different request content or settings")
@@ -129,6 +151,9 @@ def plan_resume(out: Path, journal: Journal, expected: dict[str, tuple[str, str]
             conflicts.append(f"{name}: exists but was not written by moss for this request")
     if conflicts and not force:
         shown = "; ".join(conflicts[:5]) + (f"; and {len(conflicts) - 5} more" if len(conflicts) > 5 else "")
-        raise MossError(f"output already exists for other content: {shown}. Use --force to regenerate, "
-                        "or choose another --out", file=out, field="--out")
+        raise MossError(
+            f"output already exists for other content: {shown}. Use --force to regenerate, or choose another --out",
+            file=out,
+            field="--out",
+        )
     return done

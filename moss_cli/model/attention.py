@@ -14,14 +14,14 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x[:, :, :, None, :].expand(b, t, h, groups, d).reshape(b, t, h * groups, d)
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-           mask: torch.Tensor | None) -> torch.Tensor:
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mask: torch.Tensor | None) -> torch.Tensor:
     """Attention of q [B, Tq, H, D] over k, v [B, Tk, Hkv, D]; mask is boolean, broadcastable to
     [B, H, Tq, Tk] with True = may attend. Returns [B, Tq, H, D]."""
     groups = q.shape[2] // k.shape[2]
     k, v = repeat_kv(k, groups), repeat_kv(v, groups)
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                         attn_mask=mask, scale=scale)
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
+    )
     return out.transpose(1, 2)
 
 

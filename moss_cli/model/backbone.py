@@ -33,7 +33,7 @@ class Qwen3Attention(nn.Module):
         super().__init__()
         self.layer = layer
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.scale = cfg.head_dim ** -0.5
+        self.scale = cfg.head_dim**-0.5
         bias = cfg.attention_bias
         self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=bias)
         self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
@@ -87,7 +87,9 @@ class Qwen3Backbone(nn.Module):
         self.layers = nn.ModuleList(Qwen3Layer(cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: AttentionCache | None = None) -> torch.Tensor:
+    def forward(
+        self, embeds: torch.Tensor, positions: torch.Tensor, cache: AttentionCache | None = None
+    ) -> torch.Tensor:
         """embeds [B, T, H], positions [B, T] -> final-normed hidden states [B, T, H]."""
         cache = cache if cache is not None else NoCache()
         cos, sin = rotate_half_angles(positions, self.cfg.head_dim, self.cfg.rope_theta, embeds.dtype)

@@ -73,7 +73,11 @@ def tensor_files(directory: Path) -> dict[str, Path]:
     if single.is_file():
         return {name: single for name in _keys_of(single)}
     pickled = sorted(p.name for p in directory.glob("*.bin")) + sorted(p.name for p in directory.glob("*.pt"))
-    hint = f" (found {', '.join(pickled)}: pickled weights are never loaded; convert them to safetensors)" if pickled else ""
+    hint = (
+        f" (found {', '.join(pickled)}: pickled weights are never loaded; convert them to safetensors)"
+        if pickled
+        else ""
+    )
     raise CheckpointError(f"no {SINGLE_FILE} or {INDEX_FILE}{hint}", file=directory)
 
 
@@ -85,9 +89,16 @@ def _keys_of(path: Path) -> list[str]:
         raise CheckpointError(f"not a readable safetensors file ({e})", file=path) from None
 
 
-def load_weights(model: nn.Module, directory: Path, *, device: torch.device, dtype: torch.dtype,
-                 tied: dict[str, str] | None = None, rename: Callable[[str], str] = lambda k: k,
-                 float32_params: Callable[[str], bool] = lambda k: False) -> None:
+def load_weights(
+    model: nn.Module,
+    directory: Path,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    tied: dict[str, str] | None = None,
+    rename: Callable[[str], str] = lambda k: k,
+    float32_params: Callable[[str], bool] = lambda k: False,
+) -> None:
     """Fill `model` (built on the meta device) with the checkpoint's tensors, checked by name and shape."""
     tied = tied or {}
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
@@ -101,8 +112,11 @@ def load_weights(model: nn.Module, directory: Path, *, device: torch.device, dty
         elif name not in tied:
             unexpected.append(original)
     if unexpected:
-        raise CheckpointError(f"unexpected tensor(s) not used by this model config: {_some(unexpected)}",
-                              file=directory, field=unexpected[0])
+        raise CheckpointError(
+            f"unexpected tensor(s) not used by this model config: {_some(unexpected)}",
+            file=directory,
+            field=unexpected[0],
+        )
     missing = [name for name in expected if name not in by_name]
     if missing:
         raise CheckpointError(f"missing tensor(s): {_some(missing)}", file=directory, field=missing[0])
@@ -120,7 +134,10 @@ def load_weights(model: nn.Module, directory: Path, *, device: torch.device, dty
                     if shape != expected[name]:
                         raise CheckpointError(
                             f"tensor {original!r} has shape {list(shape)}, but config.json implies "
-                            f"{list(expected[name])}", file=path, field=original)
+                            f"{list(expected[name])}",
+                            file=path,
+                            field=original,
+                        )
                     tensor = f.get_tensor(original)
                     target = torch.float32 if float32_params(name) else dtype
                     state[name] = tensor.to(device=device, dtype=target if tensor.is_floating_point() else tensor.dtype)
@@ -147,6 +164,9 @@ def load_tokenizer(directory: Path, special_ids: dict[str, int]):
         raise CheckpointError(f"cannot load tokenizer: {e}", file=path) from None
     for name, token_id in special_ids.items():
         if tokenizer.id_to_token(token_id) is None:
-            raise CheckpointError(f"config.json names token id {token_id} for {name}, but the tokenizer has no "
-                                  f"such token", file=path, field=name)
+            raise CheckpointError(
+                f"config.json names token id {token_id} for {name}, but the tokenizer has no such token",
+                file=path,
+                field=name,
+            )
     return tokenizer

@@ -68,8 +68,12 @@ class Quantizer(nn.Module):
     def __init__(self, cfg: QuantizerConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.input_proj = WeightNormConv1x1(cfg.input_dim, cfg.rvq_dim) if cfg.input_dim != cfg.rvq_dim else nn.Identity()
-        self.output_proj = WeightNormConv1x1(cfg.rvq_dim, cfg.output_dim) if cfg.rvq_dim != cfg.output_dim else nn.Identity()
+        self.input_proj = (
+            WeightNormConv1x1(cfg.input_dim, cfg.rvq_dim) if cfg.input_dim != cfg.rvq_dim else nn.Identity()
+        )
+        self.output_proj = (
+            WeightNormConv1x1(cfg.rvq_dim, cfg.output_dim) if cfg.rvq_dim != cfg.output_dim else nn.Identity()
+        )
         self.quantizers = nn.ModuleList(_Codebook(cfg) for _ in range(cfg.num_quantizers))
 
     def encode(self, latents: torch.Tensor, lengths: torch.Tensor, nq: int) -> torch.Tensor:
@@ -174,8 +178,13 @@ class CodecAttention(nn.Module):
         elif tile:
             out = _aligned_attention(q, k, v, offset, first_key, self.context)
         else:
-            out = torch.cat([self._causal_block(q, k, v, offset, first_key, start, min(start + ATTENTION_BLOCK, t))
-                             for start in range(0, t, ATTENTION_BLOCK)], dim=2)
+            out = torch.cat(
+                [
+                    self._causal_block(q, k, v, offset, first_key, start, min(start + ATTENTION_BLOCK, t))
+                    for start in range(0, t, ATTENTION_BLOCK)
+                ],
+                dim=2,
+            )
         if state is not None:
             drop = 0 if self.context is None else max(0, k.shape[2] - (self.context - 1))
             state.keys, state.values = k[:, :, drop:], v[:, :, drop:]
@@ -211,19 +220,19 @@ def _aligned_attention(q, k, v, q0: int, k0: int, context: int) -> torch.Tensor:
     for s in range(first - first % QUERY_TILE, last, QUERY_TILE):
         lo, hi = max(s, first), min(s + QUERY_TILE, last)
         tile_q = q.new_zeros(b, h, QUERY_TILE, d)
-        tile_q[:, :, lo - s:hi - s] = q[:, :, lo - q0:hi - q0]
+        tile_q[:, :, lo - s : hi - s] = q[:, :, lo - q0 : hi - q0]
         start = s - context + 1  # absolute position of the span's first key
         tile_k, tile_v = k.new_zeros(b, h, span, d), v.new_zeros(b, h, span, d)
         a, z = max(start, k0), min(start + span, k0 + k.shape[2])
-        tile_k[:, :, a - start:z - start] = k[:, :, a - k0:z - k0]
-        tile_v[:, :, a - start:z - start] = v[:, :, a - k0:z - k0]
+        tile_k[:, :, a - start : z - start] = k[:, :, a - k0 : z - k0]
+        tile_v[:, :, a - start : z - start] = v[:, :, a - k0 : z - k0]
         q_pos = torch.arange(s, s + QUERY_TILE, device=q.device)[:, None]
         k_pos = torch.arange(start, start + span, device=q.device)[None, :]
         delta = q_pos - k_pos
         mask = (delta >= 0) & (delta < context) & (k_pos >= a) & (k_pos < z)
         mask |= ~mask.any(-1, keepdim=True)  # padding query rows: any finite output, discarded below
         out = F.scaled_dot_product_attention(tile_q, tile_k, tile_v, attn_mask=mask)
-        outs.append(out[:, :, lo - s:hi - s])
+        outs.append(out[:, :, lo - s : hi - s])
     return torch.cat(outs, dim=2)
 
 
@@ -233,8 +242,11 @@ class CodecLayer(nn.Module):
         self.norm1 = nn.LayerNorm(stage.d_model, eps=1e-5)
         self.self_attn = CodecAttention(stage, context)
         self.norm2 = nn.LayerNorm(stage.d_model, eps=1e-5)
-        self.ffn = nn.Sequential(nn.Linear(stage.d_model, stage.dim_feedforward, bias=False), nn.GELU(),
-                                 nn.Linear(stage.dim_feedforward, stage.d_model, bias=False))
+        self.ffn = nn.Sequential(
+            nn.Linear(stage.d_model, stage.dim_feedforward, bias=False),
+            nn.GELU(),
+            nn.Linear(stage.dim_feedforward, stage.d_model, bias=False),
+        )
         scale = stage.layer_scale
         self.layer_scale_1 = LayerScale(stage.d_model, scale) if scale is not None else nn.Identity()
         self.layer_scale_2 = LayerScale(stage.d_model, scale) if scale is not None else nn.Identity()
@@ -253,15 +265,20 @@ class TransformerStage(nn.Module):
     def __init__(self, stage: CodecStage, context: int | None) -> None:
         super().__init__()
         self.stage = stage
-        self.input_proj = (nn.Linear(stage.input_dimension, stage.d_model, bias=False)
-                           if stage.input_dimension != stage.d_model else nn.Identity())
+        self.input_proj = (
+            nn.Linear(stage.input_dimension, stage.d_model, bias=False)
+            if stage.input_dimension != stage.d_model
+            else nn.Identity()
+        )
         self.transformer = nn.Module()
         self.transformer.layers = nn.ModuleList(CodecLayer(stage, context) for _ in range(stage.num_layers))
-        self.output_proj = (nn.Linear(stage.d_model, stage.output_dimension, bias=False)
-                            if stage.output_dimension != stage.d_model else nn.Identity())
+        self.output_proj = (
+            nn.Linear(stage.d_model, stage.output_dimension, bias=False)
+            if stage.output_dimension != stage.d_model
+            else nn.Identity()
+        )
 
-    def forward(self, x: torch.Tensor, states: list[LayerState] | None = None,
-                tile: int | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, states: list[LayerState] | None = None, tile: int | None = None) -> torch.Tensor:
         x = _project(self.input_proj, x.transpose(1, 2), tile)
         for i, layer in enumerate(self.transformer.layers):
             x = layer(x, None if states is None else states[i], tile)
@@ -337,8 +354,9 @@ class AudioCodec(nn.Module):
         return self.cfg.quantizer.num_quantizers
 
     @torch.inference_mode()
-    def encode(self, audio: torch.Tensor, num_quantizers: int | None = None,
-               lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(
+        self, audio: torch.Tensor, num_quantizers: int | None = None, lengths: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """audio [B, channels, samples] at `sample_rate` -> (codes [nq, B, T], code lengths [B]).
 
         Samples are zero-padded to a multiple of `downsample_rate`; a trailing partial frame is
@@ -407,8 +425,10 @@ class CodecStream:
     def __init__(self, codec: AudioCodec, batch: int) -> None:
         self.codec = codec
         self.batch = batch
-        self.states = [[LayerState() for _ in stage.transformer.layers] if isinstance(stage, TransformerStage)
-                       else [] for stage in codec.decoder]
+        self.states = [
+            [LayerState() for _ in stage.transformer.layers] if isinstance(stage, TransformerStage) else []
+            for stage in codec.decoder
+        ]
         self.frames = 0
 
     @torch.inference_mode()

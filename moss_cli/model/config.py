@@ -100,11 +100,16 @@ class LocalConfig:
         hidden = _int(d, "n_embd", where, 768, "hidden_size")
         position = str(d.get("position_embedding_type", "absolute")).lower()
         if position not in ("rope", "absolute"):
-            raise ConfigError(f"unsupported position_embedding_type {position!r}", file=where,
-                              field="gpt2_config.position_embedding_type")
+            raise ConfigError(
+                f"unsupported position_embedding_type {position!r}",
+                file=where,
+                field="gpt2_config.position_embedding_type",
+            )
         return cls(
             hidden_size=hidden,
-            num_layers=layers_override if layers_override is not None else _int(d, "n_layer", where, 12, "num_hidden_layers"),
+            num_layers=layers_override
+            if layers_override is not None
+            else _int(d, "n_layer", where, 12, "num_hidden_layers"),
             num_heads=_int(d, "n_head", where, 12, "num_attention_heads"),
             inner_size=_int(d, "n_inner", where, 4 * hidden),
             layer_norm_eps=_float(d, "layer_norm_epsilon", where, 1e-5),
@@ -158,52 +163,66 @@ class TalkerConfig:
     def from_dict(cls, d: dict, where: str = "config.json") -> "TalkerConfig":
         model_type = d.get("model_type")
         if model_type not in (None, "moss_tts_local"):
-            raise ConfigError(f"model_type is {model_type!r}; this tool runs 'moss_tts_local' talkers",
-                              file=where, field="model_type")
+            raise ConfigError(
+                f"model_type is {model_type!r}; this tool runs 'moss_tts_local' talkers", file=where, field="model_type"
+            )
         qwen = d.get("qwen3_config") if d.get("qwen3_config") is not None else d.get("language_config")
         if not isinstance(qwen, dict):
-            raise ConfigError("missing the nested backbone config (qwen3_config or language_config)",
-                              file=where, field="qwen3_config")
+            raise ConfigError(
+                "missing the nested backbone config (qwen3_config or language_config)", file=where, field="qwen3_config"
+            )
         backbone = BackboneConfig.from_dict(qwen, f"{where} (qwen3_config)")
         n_vq = _int(d, "n_vq", where, 12)
         if n_vq <= 0:
             raise ConfigError("n_vq must be positive", file=where, field="n_vq")
         gpt2 = d.get("gpt2_config")
         if not isinstance(gpt2, dict):
-            raise ConfigError("missing the nested local transformer config gpt2_config", file=where,
-                              field="gpt2_config")
+            raise ConfigError(
+                "missing the nested local transformer config gpt2_config", file=where, field="gpt2_config"
+            )
         layers_override = d.get("local_transformer_layers")
-        local = LocalConfig.from_dict(gpt2, f"{where} (gpt2_config)",
-                                      int(layers_override) if layers_override is not None else None,
-                                      n_vq + 1)
+        local = LocalConfig.from_dict(
+            gpt2, f"{where} (gpt2_config)", int(layers_override) if layers_override is not None else None, n_vq + 1
+        )
         if local.hidden_size != backbone.hidden_size:
             raise ConfigError(
                 f"gpt2_config.n_embd ({local.hidden_size}) must equal the backbone hidden_size "
-                f"({backbone.hidden_size}): audio embeddings and heads are shared", file=where,
-                field="gpt2_config.n_embd")
+                f"({backbone.hidden_size}): audio embeddings and heads are shared",
+                file=where,
+                field="gpt2_config.n_embd",
+            )
         if local.hidden_size % local.num_heads:
             raise ConfigError("gpt2_config.n_embd must be divisible by n_head", file=where, field="gpt2_config.n_head")
         audio_vocab = _int(d, "audio_vocab_size", where, 1024)
         sizes = d.get("audio_codebook_sizes")
         if sizes is None:
             sizes = [audio_vocab] * n_vq
-        if not isinstance(sizes, list) or len(sizes) != n_vq or any(
-                not is_integer(s) or s <= 0 for s in sizes):
-            raise ConfigError(f"audio_codebook_sizes must be a list of {n_vq} positive integers", file=where,
-                              field="audio_codebook_sizes")
+        if not isinstance(sizes, list) or len(sizes) != n_vq or any(not is_integer(s) or s <= 0 for s in sizes):
+            raise ConfigError(
+                f"audio_codebook_sizes must be a list of {n_vq} positive integers",
+                file=where,
+                field="audio_codebook_sizes",
+            )
         audio_vocab = max(audio_vocab, max(sizes))
-        pad_code = _int(d, "audio_pad_code", where, ..., "audio_pad_token_id") if (
-            d.get("audio_pad_code") is not None or d.get("audio_pad_token_id") is not None) else 1024
+        pad_code = (
+            _int(d, "audio_pad_code", where, ..., "audio_pad_token_id")
+            if (d.get("audio_pad_code") is not None or d.get("audio_pad_token_id") is not None)
+            else 1024
+        )
         if pad_code < audio_vocab:
-            raise ConfigError(f"audio_pad_code {pad_code} must lie outside the audio vocab (size {audio_vocab})",
-                              file=where, field="audio_pad_code")
+            raise ConfigError(
+                f"audio_pad_code {pad_code} must lie outside the audio vocab (size {audio_vocab})",
+                file=where,
+                field="audio_pad_code",
+            )
         # Absent means the release default ("binary"); an explicit null means full vocab, as in
         # the reference config class.
         mode = str(d.get("local_text_head_mode", "binary") or "full_vocab").strip().lower()
         mode = {"full": "full_vocab", "full-vocab": "full_vocab", "vocab": "full_vocab"}.get(mode, mode)
         if mode not in ("binary", "full_vocab"):
-            raise ConfigError("local_text_head_mode must be 'binary' or 'full_vocab'", file=where,
-                              field="local_text_head_mode")
+            raise ConfigError(
+                "local_text_head_mode must be 'binary' or 'full_vocab'", file=where, field="local_text_head_mode"
+            )
         slot = d.get("audio_assistant_gen_slot_token_id")
         if slot is None:
             slot = _int(d, "audio_assistant_slot_token_id", where, 151656)
@@ -227,8 +246,9 @@ class TalkerConfig:
         )
         for name, token_id in cfg.special_token_ids.items():
             if not 0 <= token_id < backbone.vocab_size:
-                raise ConfigError(f"{name} {token_id} is outside the text vocab (size {backbone.vocab_size})",
-                                  file=where, field=name)
+                raise ConfigError(
+                    f"{name} {token_id} is outside the text vocab (size {backbone.vocab_size})", file=where, field=name
+                )
         return cfg
 
 
@@ -262,20 +282,28 @@ class CodecStage:
                 raise ConfigError("patch_size must be positive", file=where, field="patch_size")
             return cls(kind="patch", patch_size=size)
         if module_type != "Transformer":
-            raise ConfigError(f"unknown module_type {module_type!r}; expected Transformer or PatchedPretransform",
-                              file=where, field="module_type")
+            raise ConfigError(
+                f"unknown module_type {module_type!r}; expected Transformer or PatchedPretransform",
+                file=where,
+                field="module_type",
+            )
         gating = d.get("gating", "none")
         if gating != "none":
-            raise ConfigError(f"gating {gating!r} is not supported (the released codecs use 'none')", file=where,
-                              field="gating")
+            raise ConfigError(
+                f"gating {gating!r} is not supported (the released codecs use 'none')", file=where, field="gating"
+            )
         norm = str(d.get("norm", "layer_norm"))
         if norm != "layer_norm":
-            raise ConfigError(f"norm {norm!r} is not supported (the released codecs use 'layer_norm')",
-                              file=where, field="norm")
+            raise ConfigError(
+                f"norm {norm!r} is not supported (the released codecs use 'layer_norm')", file=where, field="norm"
+            )
         positional = str(d.get("positional_embedding", "sin"))
         if positional not in ("rope", "none"):
-            raise ConfigError(f"positional_embedding {positional!r} is not supported; expected rope or none",
-                              file=where, field="positional_embedding")
+            raise ConfigError(
+                f"positional_embedding {positional!r} is not supported; expected rope or none",
+                file=where,
+                field="positional_embedding",
+            )
         stage = cls(
             kind="transformer",
             input_dimension=_int(d, "input_dimension", where),
@@ -374,6 +402,9 @@ class CodecConfig:
             upsample *= stage.patch_size if stage.kind == "patch" else 1
         expected = downsample * (channels if cfg.interleave else 1)
         if upsample != expected:
-            raise ConfigError(f"decoder patch sizes multiply to {upsample}, but downsample_rate x channels is "
-                              f"{expected}", file=where, field="decoder_kwargs")
+            raise ConfigError(
+                f"decoder patch sizes multiply to {upsample}, but downsample_rate x channels is {expected}",
+                file=where,
+                field="decoder_kwargs",
+            )
         return cfg

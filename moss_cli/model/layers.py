@@ -31,11 +31,12 @@ class RMSNorm(nn.Module):
 def inverse_frequencies(head_dim: int, base: float, device: torch.device) -> torch.Tensor:
     """Rotary inverse frequencies, computed in float32 as in the reference."""
     exponents = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
-    return 1.0 / (base ** exponents)
+    return 1.0 / (base**exponents)
 
 
-def rotate_half_angles(positions: torch.Tensor, head_dim: int, base: float,
-                       dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rotate_half_angles(
+    positions: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin [B, T, head_dim] for NeoX-style RoPE (the two halves of a head pair up)."""
     inv_freq = inverse_frequencies(head_dim, base, positions.device)
     freqs = positions.to(torch.float32)[..., None] * inv_freq
@@ -50,8 +51,9 @@ def apply_rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> 
     return x * cos.unsqueeze(-2) + rotated * sin.unsqueeze(-2)
 
 
-def interleaved_angles(positions: torch.Tensor, head_dim: int, base: float,
-                       dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def interleaved_angles(
+    positions: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin [B, T, 1, head_dim] for GPT-J-style RoPE (adjacent dims pair up)."""
     inv_freq = inverse_frequencies(head_dim, base, positions.device)
     freqs = positions.to(torch.float32)[..., None] * inv_freq
@@ -84,8 +86,9 @@ def codec_rope(q: torch.Tensor, k: torch.Tensor, offset: int, max_period: float)
     return rotate(q), rotate(k)
 
 
-def blocked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                   block: int | None = None) -> torch.Tensor:
+def blocked_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, block: int | None = None
+) -> torch.Tensor:
     """F.linear, or, with `block`, one batched product of fixed `block`-row tiles (the input padded
     with zero rows). A GEMM rounds a row differently for different row counts; with fixed tiles a
     row's result depends only on that row, however many rows come with it."""

@@ -26,7 +26,7 @@ class LocalAttention(nn.Module):
         self.c_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         scale = 1.0
         if cfg.scale_attn_weights:
-            scale /= self.head_dim ** 0.5
+            scale /= self.head_dim**0.5
         if cfg.scale_attn_by_inverse_layer_idx:
             scale /= float(layer + 1)
         self.scale = scale
@@ -87,8 +87,9 @@ class LocalTransformer(nn.Module):
         positions = torch.arange(start, start + t, device=x.device).unsqueeze(0).expand(b, t)
         cos = sin = None
         if self.cfg.position_embedding == "rope":
-            cos, sin = interleaved_angles(positions, self.cfg.hidden_size // self.cfg.num_heads,
-                                          self.cfg.rope_base, x.dtype)
+            cos, sin = interleaved_angles(
+                positions, self.cfg.hidden_size // self.cfg.num_heads, self.cfg.rope_base, x.dtype
+            )
         else:
             x = x + self.wpe(positions)
         present: LocalPast = []

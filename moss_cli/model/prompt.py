@@ -83,8 +83,14 @@ class PromptBuilder:
             self._template_lengths[key] = self.build("", **fields).shape[0]
         return self._template_lengths[key]
 
-    def build(self, text: str, *, references: Sequence[torch.Tensor] = (), continuation: torch.Tensor | None = None,
-              **fields: Any) -> torch.Tensor:
+    def build(
+        self,
+        text: str,
+        *,
+        references: Sequence[torch.Tensor] = (),
+        continuation: torch.Tensor | None = None,
+        **fields: Any,
+    ) -> torch.Tensor:
         """Rows [T, 1 + n_vq] ending with the audio_start row the talker continues from.
 
         `fields` are instruction, tokens (duration hint), quality, sound_event, ambient_sound and
@@ -103,15 +109,25 @@ class PromptBuilder:
             raise TypeError(f"unknown prompt field(s): {sorted(unknown)}")
         c = self.cfg
         head = [c.im_start_token_id] + self.encode(USER_PREFIX) + self.encode(REFERENCE_PREFIX)
-        tail = (self.encode(fields_block(fields)) + self.encode(text)
-                + self.encode(USER_SUFFIX) + [c.im_end_token_id] + self.encode(ASSISTANT_TURN)
-                + [c.im_start_token_id] + self.encode(ASSISTANT_PREFIX) + [c.audio_start_token_id])
+        tail = (
+            self.encode(fields_block(fields))
+            + self.encode(text)
+            + self.encode(USER_SUFFIX)
+            + [c.im_end_token_id]
+            + self.encode(ASSISTANT_TURN)
+            + [c.im_start_token_id]
+            + self.encode(ASSISTANT_PREFIX)
+            + [c.audio_start_token_id]
+        )
         if not references:
             return self.text_rows(head + self.encode("None") + tail)
         parts = [self.text_rows(head)]
         for codes in references:
-            parts += [self.text_rows([c.audio_start_token_id]), self.audio_rows(codes, c.audio_user_slot_token_id),
-                      self.text_rows([c.audio_end_token_id])]
+            parts += [
+                self.text_rows([c.audio_start_token_id]),
+                self.audio_rows(codes, c.audio_user_slot_token_id),
+                self.text_rows([c.audio_end_token_id]),
+            ]
         parts.append(self.text_rows(tail))
         return torch.cat(parts)
 
@@ -123,6 +139,6 @@ def left_pad(prompts: Sequence[torch.Tensor], cfg: TalkerConfig) -> tuple[torch.
     ids[:, :, 0] = cfg.pad_token_id
     mask = torch.zeros(len(prompts), length, dtype=torch.bool)
     for i, p in enumerate(prompts):
-        ids[i, length - p.shape[0]:] = p
-        mask[i, length - p.shape[0]:] = True
+        ids[i, length - p.shape[0] :] = p
+        mask[i, length - p.shape[0] :] = True
     return ids, mask

@@ -28,8 +28,7 @@ class MossTTSLocal(nn.Module):
         self.cfg = cfg
         self.transformer = Qwen3Backbone(cfg.backbone)
         self.local_transformer = LocalTransformer(cfg.local)
-        self.audio_embeddings = nn.ModuleList(
-            nn.Embedding(size, cfg.hidden_size) for size in cfg.audio_codebook_sizes)
+        self.audio_embeddings = nn.ModuleList(nn.Embedding(size, cfg.hidden_size) for size in cfg.audio_codebook_sizes)
         if cfg.local_text_head_mode == "binary":
             self.local_text_lm_head = nn.Linear(cfg.hidden_size, 2, bias=False)
 
@@ -51,7 +50,9 @@ class MossTTSLocal(nn.Module):
             x = x + table(codes.masked_fill(~valid, 0)) * valid.unsqueeze(-1)
         return x
 
-    def backbone(self, embeds: torch.Tensor, positions: torch.Tensor, cache: AttentionCache | None = None) -> torch.Tensor:
+    def backbone(
+        self, embeds: torch.Tensor, positions: torch.Tensor, cache: AttentionCache | None = None
+    ) -> torch.Tensor:
         return self.transformer(embeds, positions, cache)
 
     def local(self, x: torch.Tensor, start: int, past: LocalPast | None = None) -> tuple[torch.Tensor, LocalPast]:
@@ -61,8 +62,9 @@ class MossTTSLocal(nn.Module):
         """[B, H] -> [B, 2] logits for (continue, stop)."""
         if self.cfg.local_text_head_mode == "binary":
             return self.local_text_lm_head(local_hidden)
-        candidates = torch.tensor([self.cfg.audio_assistant_slot_token_id, self.cfg.audio_end_token_id],
-                                  device=local_hidden.device)
+        candidates = torch.tensor(
+            [self.cfg.audio_assistant_slot_token_id, self.cfg.audio_end_token_id], device=local_hidden.device
+        )
         return F.linear(local_hidden, self.transformer.embed_tokens.weight).index_select(-1, candidates)
 
     def audio_logits(self, codebook: int, local_hidden: torch.Tensor) -> torch.Tensor:

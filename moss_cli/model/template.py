@@ -12,8 +12,14 @@ USER_SUFFIX = "\n</user_inst>"
 ASSISTANT_TURN = "\n"
 ASSISTANT_PREFIX = "assistant\n"
 PROMPT_FIELDS = ("instruction", "tokens", "quality", "sound_event", "ambient_sound", "language")
-FIELD_TITLES = {"instruction": "Instruction", "tokens": "Tokens", "quality": "Quality",
-                "sound_event": "Sound Event", "ambient_sound": "Ambient Sound", "language": "Language"}
+FIELD_TITLES = {
+    "instruction": "Instruction",
+    "tokens": "Tokens",
+    "quality": "Quality",
+    "sound_event": "Sound Event",
+    "ambient_sound": "Ambient Sound",
+    "language": "Language",
+}
 
 
 def field_text(value: Any) -> str:

@@ -36,14 +36,25 @@ def check_pairing(talker: TalkerConfig, codec: CodecConfig, codec_path: Path) ->
     """A talker and a codec that cannot work together are a configuration error, found before loading."""
     quantizer = codec.quantizer
     if quantizer.num_quantizers < talker.n_vq:
-        raise MossError(f"the codec has {quantizer.num_quantizers} quantizers but the talker generates "
-                        f"{talker.n_vq} codebooks per frame", file=codec_path, field="quantizer_kwargs")
+        raise MossError(
+            f"the codec has {quantizer.num_quantizers} quantizers but the talker generates "
+            f"{talker.n_vq} codebooks per frame",
+            file=codec_path,
+            field="quantizer_kwargs",
+        )
     if max(talker.audio_codebook_sizes) > quantizer.codebook_size:
-        raise MossError(f"the talker's audio vocab ({max(talker.audio_codebook_sizes)}) exceeds the codec's "
-                        f"codebook size ({quantizer.codebook_size})", file=codec_path, field="quantizer_kwargs")
+        raise MossError(
+            f"the talker's audio vocab ({max(talker.audio_codebook_sizes)}) exceeds the codec's "
+            f"codebook size ({quantizer.codebook_size})",
+            file=codec_path,
+            field="quantizer_kwargs",
+        )
     if talker.sampling_rate != codec.sampling_rate:
-        raise MossError(f"the talker expects {talker.sampling_rate} Hz audio but the codec produces "
-                        f"{codec.sampling_rate} Hz", file=codec_path, field="sampling_rate")
+        raise MossError(
+            f"the talker expects {talker.sampling_rate} Hz audio but the codec produces {codec.sampling_rate} Hz",
+            file=codec_path,
+            field="sampling_rate",
+        )
 
 
 class Models:
@@ -54,8 +65,9 @@ class Models:
         self.device = resolve_device(options.device)
         self.dtype = resolve_dtype(options.dtype, self.device)
         deploy_path = options.deploy if options.deploy is not None else (TINY_DEPLOY if options.model is None else None)
-        self.deploy: DeployConfig = load_deploy(deploy_path, platform_name(self.device),
-                                                allow_foreign=options.allow_foreign_deploy)
+        self.deploy: DeployConfig = load_deploy(
+            deploy_path, platform_name(self.device), allow_foreign=options.allow_foreign_deploy
+        )
         self.talker_path = Path(options.model or TINY_TALKER)
         self.codec_path = Path(options.codec or TINY_CODEC)
         self.talker_config = read_talker_config(self.talker_path)

@@ -86,4 +86,3 @@ class StreamingDecode:
             self.sink(audio)
         # A chunk counts as delivered once the sink has it (the file holds it), not when decoded.
         self.chunks.append(Chunk(count, (decoded - start) * 1000.0, self.clock()))
-

@@ -145,21 +145,31 @@ class Synthesizer(Models):
                     problems.append(Problem(request.line, "ref_audio", str(e)))
                     continue
             if limit is not None and (least := self.min_prompt_tokens(request)) >= limit:
-                problems.append(Problem(request.line, "text", f"the text needs at least {least} tokens, but "
-                                        f"max_model_len is {limit}: shorten it"))
+                problems.append(
+                    Problem(
+                        request.line,
+                        "text",
+                        f"the text needs at least {least} tokens, but max_model_len is {limit}: shorten it",
+                    )
+                )
                 continue  # far too long: not worth tokenizing
             length = self.voices.prompt_length(request, reference)
             if limit is not None and length >= limit:
                 what = "text and reference audio" if reference is not None else "text"
-                problems.append(Problem(request.line, "ref_audio" if reference is not None else "text",
-                                        f"the prompt is {length} tokens, but max_model_len is {limit}: shorten the "
-                                        f"{what}"))
+                problems.append(
+                    Problem(
+                        request.line,
+                        "ref_audio" if reference is not None else "text",
+                        f"the prompt is {length} tokens, but max_model_len is {limit}: shorten the {what}",
+                    )
+                )
                 continue
             eff = effective(request, self.deploy)
             if self.options.legacy_global_rng:  # record what really drives the draws: the run's global stream
                 eff = dataclasses.replace(eff, seed=self.legacy_seed, seed_source="global")
-            prepared.append(Prepared(request, eff, length, frame_budget(request, self.deploy, length),
-                                     reference=reference))
+            prepared.append(
+                Prepared(request, eff, length, frame_budget(request, self.deploy, length), reference=reference)
+            )
         if problems:
             raise RequestFileError(file or "<requests>", problems)
         return prepared
@@ -169,17 +179,36 @@ class Synthesizer(Models):
 
     def generation(self, p: Prepared) -> GenerationRequest:
         eff = p.effective
-        return GenerationRequest(key=p.request.id, prompt=self.prompt(p), max_new_frames=p.max_new_frames,
-                                 audio=eff.audio, stop=eff.stop, seed=eff.seed, do_sample=eff.do_sample,
-                                 arrival_step=p.arrival_step)
+        return GenerationRequest(
+            key=p.request.id,
+            prompt=self.prompt(p),
+            max_new_frames=p.max_new_frames,
+            audio=eff.audio,
+            stop=eff.stop,
+            seed=eff.seed,
+            do_sample=eff.do_sample,
+            arrival_step=p.arrival_step,
+        )
 
     def engine(self, max_batch: int | None = None, logits_hook: LogitsHook | None = None) -> Engine:
-        return Engine(self.talker.model, max_batch=max_batch or self.max_batch, numerics=self.options.numerics,
-                      legacy_global_rng=self.options.legacy_global_rng, logits_hook=logits_hook, clock=self.clock)
+        return Engine(
+            self.talker.model,
+            max_batch=max_batch or self.max_batch,
+            numerics=self.options.numerics,
+            legacy_global_rng=self.options.legacy_global_rng,
+            logits_hook=logits_hook,
+            clock=self.clock,
+        )
 
-    def run(self, prepared: Iterable[Prepared], *, max_batch: int | None = None,
-            logits_hook: LogitsHook | None = None, stream: bool = False, sinks: Sinks | None = None
-            ) -> Iterator[SynthResult]:
+    def run(
+        self,
+        prepared: Iterable[Prepared],
+        *,
+        max_batch: int | None = None,
+        logits_hook: LogitsHook | None = None,
+        stream: bool = False,
+        sinks: Sinks | None = None,
+    ) -> Iterator[SynthResult]:
         """Synthesise in the given order; yield each request as soon as its audio is decoded.
 
         `stream` decodes each request chunk by chunk while it is generated (the deploy's chunk
@@ -205,23 +234,37 @@ class Synthesizer(Models):
             for result, audio in zip(group, self.decode_many([r.codes for r in group])):
                 yield self._result(by_key.pop(result.key), result, audio, None)
 
-    def _streamed(self, events: Iterator, sinks: Sinks | None
-                  ) -> Iterator[tuple[GenerationResult, StreamingDecode | None]]:
+    def _streamed(
+        self, events: Iterator, sinks: Sinks | None
+    ) -> Iterator[tuple[GenerationResult, StreamingDecode | None]]:
         """Decode each request's frames as the engine produces them, in the deploy's chunks."""
         decoders: dict[str, StreamingDecode] = {}
         for event in events:
             if isinstance(event, FrameEvent):
                 if event.key not in decoders:
-                    decoders[event.key] = StreamingDecode(self.codec, self.chunk_schedule,
-                                                          sinks(event.key) if sinks else None, self.clock)
+                    decoders[event.key] = StreamingDecode(
+                        self.codec, self.chunk_schedule, sinks(event.key) if sinks else None, self.clock
+                    )
                 decoders[event.key].push(event.codes)
             else:
                 yield event, decoders.pop(event.key, None)
 
-    def _result(self, p: Prepared, result: GenerationResult, audio: torch.Tensor,
-                decoder: StreamingDecode | None) -> SynthResult:
-        return SynthResult(p.request, p.effective, result.codes, audio, to_pcm16(audio), result.stopped,
-                           result.batch_size_seen, result.wall_s, p.prompt_length, result.admitted_at, decoder)
+    def _result(
+        self, p: Prepared, result: GenerationResult, audio: torch.Tensor, decoder: StreamingDecode | None
+    ) -> SynthResult:
+        return SynthResult(
+            p.request,
+            p.effective,
+            result.codes,
+            audio,
+            to_pcm16(audio),
+            result.stopped,
+            result.batch_size_seen,
+            result.wall_s,
+            p.prompt_length,
+            result.admitted_at,
+            decoder,
+        )
 
     @staticmethod
     def _decode_groups(results: Iterator[GenerationResult]) -> Iterator[list[GenerationResult]]:

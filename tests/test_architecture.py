@@ -1,0 +1,80 @@
+"""The package's layers only import downwards, so each stage of the data flow can change alone:
+cli -> job/audit -> pipeline -> engine/io/config (and the api facade) -> model -> plain values."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "moss_cli"
+LAYERS = {
+    "cli": 6,
+    "job": 5,
+    "audit": 5,
+    "synth": 5,  # synth: a compatibility re-export of pipeline + job
+    "pipeline": 4,
+    "api": 3,
+    "engine": 3,
+    "io": 3,
+    "config": 3,
+    "model": 2,
+    "assets": 2,
+    "errors": 1,
+    "validation": 1,
+    "numerics": 1,
+    "sampling_params": 1,
+    "threads": 1,
+    "device": 1,
+    "interrupts": 1,
+}
+MAX_LINES = 300  # model files may be longer: one architecture per file reads best whole
+LONG_ALLOWED = {"model/codec.py", "model/config.py"}
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] == "assets" or relative.name == "__main__.py":
+            continue
+        yield relative, ast.parse(path.read_text(), str(path))
+
+
+def _top(relative: Path) -> str:
+    return relative.parts[0].removesuffix(".py")
+
+
+def _imported_tops(relative: Path, tree: ast.AST):
+    """Top-level moss_cli names a module imports (relative imports resolved)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = list(relative.parts[:-1])[: len(relative.parts) - node.level]
+            parts = base + (node.module.split(".") if node.module else [])
+            names = [parts[0]] if parts else [alias.name for alias in node.names]
+            yield from (n for n in names if n != "__version__")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("moss_cli."):
+            yield node.module.split(".")[1]
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = []
+    for relative, tree in _modules():
+        if relative.name == "__init__.py" and len(relative.parts) == 1:
+            continue  # the package's lazy facade
+        mine = LAYERS[_top(relative)]
+        for top in _imported_tops(relative, tree):
+            if top in LAYERS and LAYERS[top] > mine:
+                upward.append(f"{relative} imports {top}")
+    assert not upward
+
+
+def test_the_engine_knows_nothing_of_files_or_codec_streaming():
+    for relative, tree in _modules():
+        if relative.parts[0] == "engine":
+            assert not {"io", "pipeline", "job", "audit", "cli"} & set(_imported_tops(relative, tree)), relative
+
+
+def test_no_module_grows_into_a_grab_bag():
+    long = [
+        f"{r} ({len((PACKAGE / r).read_text().splitlines())} lines)"
+        for r, _ in _modules()
+        if str(r) not in LONG_ALLOWED and len((PACKAGE / r).read_text().splitlines()) > MAX_LINES
+    ]
+    assert not long
