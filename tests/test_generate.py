@@ -113,3 +113,11 @@ def test_greedy_codes_match_those_the_reference_implementation_produced(talker64
     )
     for codes, r in zip(out, records):
         assert codes.tolist() == r["codes"], f"codes for {r['text']!r} differ from the reference's"
+
+
+def test_the_old_batch_invariant_keyword_still_selects_the_reference_loop_with_a_warning(talker64):
+    ids, mask = talker64.batch([talker64.prompt("Hello."), talker64.prompt("A longer second request.")])
+    with pytest.warns(DeprecationWarning, match="reference_loop"):
+        old = talker64.generate(ids, mask, max_new_frames=5, do_sample=False, batch_invariant=False)
+    new = talker64.generate(ids, mask, max_new_frames=5, do_sample=False, reference_loop=True)
+    assert all(torch.equal(a, b) for a, b in zip(old, new))
