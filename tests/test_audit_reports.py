@@ -353,3 +353,16 @@ def test_terminal_tables_do_not_break_words_at_80_columns():
     for case in failed:  # every id, run and cause appears whole on one line
         for word in (case.request, f"{case.scenario}/{case.run}", case.attribution.cause):
             assert any(word in line for line in lines), word
+
+
+def test_a_golden_from_the_old_sampler_is_refused_with_a_clear_message(tmp_path):
+    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 42, "max_new_frames": 4}])
+    golden = tmp_path / "golden.json"
+    assert _audit(requests, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
+    old = json.loads(golden.read_text())
+    assert old["format"] == "moss-golden/2"
+    golden.write_text(json.dumps({**old, "format": "moss-golden/1"}))
+    result = _audit(requests, "--scenarios", "repeat", "--golden", golden)
+    assert result.exit_code == 2
+    out = _flat(result.output)
+    assert "moss-golden/1" in out and "--save-golden" in out and "Traceback" not in out

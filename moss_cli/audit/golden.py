@@ -14,7 +14,10 @@ from ..io.atomic import write_text_atomic
 from ..io.audio import codes_sha256
 from .runner import AuditResult
 
-FORMAT = "moss-golden/1"
+# Version 2: the engine's sampler draws each row's uniforms per frame (inverse CDF on the block),
+# so a given seed samples other codes than under version 1; greedy codes are unchanged.
+FORMAT = "moss-golden/2"
+OLDER_FORMATS = {"moss-golden/1": "moss 0.1.0, whose sampler drew other codes from the same seed"}
 
 
 def golden_document(result: AuditResult) -> dict:
@@ -114,6 +117,14 @@ def load_golden(path: Path) -> dict:
         raise MossError("golden file does not exist", file=path, field="--golden") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise MossError(f"not a golden file: {e}", file=path, field="--golden") from None
+    older = OLDER_FORMATS.get(data.get("format")) if isinstance(data, dict) else None
+    if older:
+        raise MossError(
+            f"this golden file is format {data['format']!r}, saved by {older}; its sampled codes cannot match. "
+            "Save a new baseline with --save-golden",
+            file=path,
+            field="--golden",
+        )
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("requests"), dict):
         raise MossError(f"not a golden file (expected format {FORMAT!r})", file=path, field="--golden")
     return data

@@ -7,6 +7,7 @@ at once, as the reference does), or one generator per row (reproducible whatever
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -80,3 +81,81 @@ def sample(
         row = filter_top_k_top_p(scores[i : i + 1] / p.temperature, p.top_k, p.top_p)
         out[i] = torch.multinomial(torch.softmax(row, dim=-1), 1, generator=gen)[0, 0]
     return out
+
+
+# --- The engine's sampler: a whole block of rows at once, each row from its own random stream. ---
+#
+# `sample` above mirrors the reference (torch.multinomial per call). The engine instead draws, at
+# the start of every frame, all the uniforms a row needs (one per head) from that row's own
+# generator, and turns each head's filtered distribution into a token by inverse CDF. Filtering
+# and the draw then run on the block's fixed [rows, V] shape with per-row parameters, and a row's
+# token depends only on its logits and its own uniforms.
+
+
+@dataclass(frozen=True)
+class RowParams:
+    """Per-row sampling parameters of one head as [rows] tensors."""
+
+    temperature: torch.Tensor  # float32
+    top_k: torch.Tensor  # int64; 0 (or >= V) disables it
+    top_p: torch.Tensor  # float32; 1 disables it
+    repetition_penalty: torch.Tensor  # float32; 1 disables it
+    greedy: torch.Tensor  # bool: argmax instead of a draw
+
+    @classmethod
+    def of(cls, heads: Sequence[HeadSampling], greedy: Sequence[bool], device: torch.device) -> RowParams:
+        def column(values, dtype):
+            return torch.tensor(values, dtype=dtype, device=device)
+
+        return cls(
+            column([h.temperature for h in heads], torch.float32),
+            column([h.top_k for h in heads], torch.long),
+            column([h.top_p for h in heads], torch.float32),
+            column([h.repetition_penalty for h in heads], torch.float32),
+            column(list(greedy), torch.bool),
+        )
+
+
+def sample_rows(
+    logits: torch.Tensor, params: RowParams, uniforms: torch.Tensor, seen: torch.Tensor | None = None
+) -> torch.Tensor:
+    """One token per row of logits [B, V]: repetition penalty (tokens marked in `seen` [B, V]) ->
+    temperature -> top-k -> top-p -> inverse-CDF draw with `uniforms` [B] in [0, 1). Greedy rows
+    take the argmax of the penalised scores, as the reference does."""
+    scores = logits.float()
+    if seen is not None:
+        penalty = params.repetition_penalty[:, None]
+        penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
+        scores = torch.where(seen & (penalty != 1.0), penalised, scores)
+    greedy = torch.argmax(scores, dim=-1)
+    if bool(params.greedy.all()):
+        return greedy
+    vocab = scores.shape[-1]
+    scores = scores / torch.where(params.temperature > 0, params.temperature, 1.0)[:, None]
+    ordered, order = torch.sort(scores, dim=-1, descending=True, stable=True)
+    # top-k: keep scores >= the k-th largest (ties kept, as torch.topk + `<` does in `sample`)
+    k = params.top_k.clamp(min=0)
+    limited = (k > 0) & (k < vocab)
+    kth = ordered.gather(-1, (k.clamp(1, vocab) - 1)[:, None])
+    kth = torch.where(limited[:, None], kth, torch.full_like(kth, -torch.inf))
+    ordered = ordered.masked_fill(ordered < kth, -torch.inf)
+    # top-p over what top-k kept: drop tokens after the one that crosses top_p
+    cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
+    nucleus = ((params.top_p > 0) & (params.top_p < 1))[:, None]
+    drop = torch.zeros_like(cumulative, dtype=torch.bool)
+    drop[:, 1:] = cumulative[:, :-1] > params.top_p[:, None]
+    ordered = ordered.masked_fill(drop & nucleus, -torch.inf)
+    probs = torch.softmax(ordered, dim=-1)
+    cdf = probs.cumsum(dim=-1)
+    target = uniforms.to(cdf.dtype)[:, None] * cdf[:, -1:]
+    pick = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    last = (probs > 0).sum(dim=-1) - 1  # sorted descending: the kept tokens come first
+    pick = torch.minimum(pick, last)
+    drawn = order.gather(-1, pick[:, None]).squeeze(-1)
+    return torch.where(params.greedy, greedy, drawn)
+
+
+def draw_uniforms(generators: Sequence[torch.Generator | None], heads: int, device: torch.device) -> torch.Tensor:
+    """[rows, heads] uniforms for one frame, drawn row by row, each from its row's generator (None:
+    the global RNG, shared, so its draws depend on the rows before it)."""
+    return torch.stack([torch.rand(heads, generator=g, device=device) for g in generators])

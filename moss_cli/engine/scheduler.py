@@ -15,10 +15,10 @@ import torch
 
 from ..model.talker import MossTTSLocal
 from ..numerics import INVARIANT, Numerics
-from ..sampling_params import HeadSampling
+from ..sampling_params import STOP_HEAD_DEFAULTS, HeadSampling
 from .frame import STOP_HEAD, choose_codes, choose_stop, start_frame
 from .kv_cache import RequestBatch, RequestCache
-from .sampling import sample
+from .sampling import RowParams, draw_uniforms, sample_rows
 
 # Called right before each draw with (request key, frame index, codebook, logits [V], rows in the
 # batch, the row's generator or None for the global RNG); codebook -1 is the stop head. It may
@@ -74,6 +74,7 @@ class _Running:
     first_step: int
     hidden: torch.Tensor | None = None  # backbone output for the next frame [H]
     frames: list[torch.Tensor] = field(default_factory=list)
+    seen: torch.Tensor | None = None  # [n_vq, V] codes generated so far (for the repetition penalty)
     batch_size_seen: int = 1
 
 
@@ -119,6 +120,10 @@ class Engine:
         )
         generator = request.generator if request.generator is not None else self._generator(request.seed)
         running = _Running(request, cache, generator, self.clock(), self.steps)
+        if request.audio.repetition_penalty != 1.0:
+            running.seen = torch.zeros(
+                self.model.cfg.n_vq, self.model.cfg.audio_vocab_size, dtype=torch.bool, device=self.device
+            )
         batch = RequestBatch([cache])
         positions = torch.arange(prompt.shape[0], device=self.device)[None]
         hidden = self.model.backbone(self.model.embed(prompt[None]), positions, batch)
@@ -192,36 +197,17 @@ class Engine:
         if size > n:  # idle rows: zeros in, ignored out
             hidden = torch.cat([hidden, hidden.new_zeros(size - n, hidden.shape[1])])
         active = [True] * n  # rows still drawing in this frame
-        histories: dict[int, torch.Tensor] = {}  # generated codes so far, stacked once per step
-
-        def history(i: int, codebook: int) -> torch.Tensor | None:
-            r = rows[i]
-            if not r.frames or r.request.audio.repetition_penalty == 1.0:
-                return None
-            if i not in histories:
-                histories[i] = torch.stack(r.frames)
-            return histories[i][:, codebook]
+        draw = self._frame_draws(rows, size)
 
         def choose(codebook: int, logits: torch.Tensor) -> torch.Tensor:
-            # Rows draw one after another, each from its own generator (or the global RNG).
-            out = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
-            for i, r in enumerate(rows):
-                if not active[i]:
-                    continue
-                row = logits[i]
-                if self.logits_hook is not None:  # called right before this row's draw
-                    replaced = self.logits_hook(r.request.key, len(r.frames), codebook, row, n, r.generator)
-                    row = row if replaced is None else replaced
-                stop = codebook == STOP_HEAD
-                params = r.request.stop if stop else r.request.audio
-                out[i] = sample(
-                    row[None],
-                    [params],
-                    do_sample=r.request.do_sample,
-                    histories=[None if stop else history(i, codebook)],
-                    generators=[r.generator],
-                )[0]
-            return out
+            if self.logits_hook is not None:  # called right before each row's draw (the audit records it)
+                logits = logits.clone()
+                for i, r in enumerate(rows):
+                    if active[i]:
+                        replaced = self.logits_hook(r.request.key, len(r.frames), codebook, logits[i], n, r.generator)
+                        if replaced is not None:
+                            logits[i] = replaced
+            return draw(codebook, logits)
 
         local_hidden, past = start_frame(model, hidden)
         stops = choose_stop(model, local_hidden, choose)[:n].tolist()
@@ -240,6 +226,8 @@ class Engine:
             if not active[i]:
                 continue
             r.frames.append(codes[i])
+            if r.seen is not None:
+                r.seen[torch.arange(cfg.n_vq), codes[i]] = True
             if frames:
                 yield FrameEvent(r.request.key, codes[i])
             if len(r.frames) >= r.request.max_new_frames:
@@ -265,6 +253,34 @@ class Engine:
         batch.advance(1)
         for slot, (i, r) in enumerate(feed):
             r.hidden = out[i if self.block_rows else slot, -1]
+
+    def _frame_draws(self, rows: list[_Running], size: int):
+        """The frame's sampler for a block: every sampling row draws all its uniforms (stop head +
+        codebooks) from its own stream now, so a row's tokens depend only on its logits and its
+        stream; then each head is filtered and drawn for the whole block at once."""
+        n_vq, device = self.model.cfg.n_vq, self.device
+        idle = [True] * (size - len(rows))
+        greedy = [not r.request.do_sample for r in rows] + idle
+        uniforms = torch.zeros(size, 1 + n_vq, device=device)
+        sampling = [i for i, r in enumerate(rows) if r.request.do_sample]
+        if sampling:
+            uniforms[sampling] = draw_uniforms([rows[i].generator for i in sampling], 1 + n_vq, device)
+        stop = RowParams.of([r.request.stop for r in rows] + [STOP_HEAD_DEFAULTS] * len(idle), greedy, device)
+        audio = RowParams.of([r.request.audio for r in rows] + [STOP_HEAD_DEFAULTS] * len(idle), greedy, device)
+        penalised = any(r.seen is not None for r in rows)
+        seen = None
+        if penalised:
+            vocab = self.model.cfg.audio_vocab_size
+            blank = torch.zeros(n_vq, vocab, dtype=torch.bool, device=device)
+            seen = torch.stack([r.seen if r.seen is not None else blank for r in rows] + [blank] * len(idle))
+
+        def draw(codebook: int, logits: torch.Tensor) -> torch.Tensor:
+            if codebook == STOP_HEAD:
+                return sample_rows(logits, stop, uniforms[:, 0])
+            marks = None if seen is None else seen[:, codebook, : logits.shape[-1]]
+            return sample_rows(logits, audio, uniforms[:, 1 + codebook], marks)
+
+        return draw
 
     def _finish(self, r: _Running, *, stopped: bool) -> GenerationResult:
         codes = torch.stack(r.frames).cpu() if r.frames else torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long)

@@ -1,0 +1,106 @@
+"""The engine's block sampler equals a plain per-row loop: same filtering as the reference
+(`filter_top_k_top_p`, `apply_repetition_penalty`), an inverse-CDF draw from the row's own
+uniform, and a row's token never depends on the other rows of the block."""
+
+import random
+
+import pytest
+import torch
+
+from moss_cli.engine.sampling import (
+    RowParams,
+    apply_repetition_penalty,
+    draw_uniforms,
+    filter_top_k_top_p,
+    sample,
+    sample_rows,
+)
+from moss_cli.sampling_params import HeadSampling
+
+
+def _reference_row(logits, head: HeadSampling, greedy: bool, u: float, seen) -> int:
+    """One row, written plainly: penalty -> temperature -> top-k -> top-p -> inverse CDF over the
+    kept tokens in descending order of probability."""
+    history = None if seen is None else seen.nonzero().flatten()
+    scores = apply_repetition_penalty(logits.float(), history, head.repetition_penalty)
+    if greedy:
+        return int(torch.argmax(scores))
+    filtered = filter_top_k_top_p(scores[None] / head.temperature, head.top_k, head.top_p)[0]
+    ordered, order = torch.sort(filtered, descending=True, stable=True)
+    probs = torch.softmax(ordered, dim=-1)
+    cdf = probs.cumsum(-1)
+    pick = int(torch.searchsorted(cdf, torch.tensor([u], dtype=cdf.dtype) * cdf[-1:], right=True))
+    pick = min(pick, int((probs > 0).sum()) - 1)
+    return int(order[pick])
+
+
+def _random_case(rng: random.Random):
+    rows, vocab = rng.randint(1, 9), rng.choice([2, 7, 50, 129, 1024])
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rng.randrange(2**31))) * rng.choice(
+        [0.5, 3.0, 20.0]
+    )
+    heads = [
+        HeadSampling(
+            temperature=rng.choice([0.3, 1.0, 1.7]),
+            top_p=rng.choice([0.05, 0.5, 0.8, 0.95, 1.0]),
+            top_k=rng.choice([0, 1, 5, 25, vocab, vocab + 3]),
+            repetition_penalty=rng.choice([1.0, 1.1, 1.7]),
+        )
+        for _ in range(rows)
+    ]
+    greedy = [rng.random() < 0.2 for _ in range(rows)]
+    seen = torch.rand(rows, vocab, generator=torch.Generator().manual_seed(rng.randrange(2**31))) < 0.1
+    return logits, heads, greedy, seen
+
+
+@pytest.mark.parametrize("case", range(60))
+def test_block_sampler_equals_a_per_row_loop_over_the_same_generators(case):
+    rng = random.Random(case)
+    logits, heads, greedy, seen = _random_case(rng)
+    generators = [torch.Generator().manual_seed(rng.randrange(2**31)) for _ in heads]
+    states = [g.get_state() for g in generators]
+    uniforms = draw_uniforms(generators, 1, torch.device("cpu"))[:, 0]
+    block = sample_rows(logits, RowParams.of(heads, greedy, logits.device), uniforms, seen)
+    for g, state in zip(generators, states):  # the loop draws the same uniforms from the same streams
+        g.set_state(state)
+    loop = [
+        _reference_row(logits[i], heads[i], greedy[i], float(torch.rand(1, generator=generators[i])), seen[i])
+        for i in range(len(heads))
+    ]
+    assert block.tolist() == loop
+
+
+@pytest.mark.parametrize("case", range(20))
+def test_a_rows_token_does_not_depend_on_the_other_rows(case):
+    rng = random.Random(1000 + case)
+    logits, heads, greedy, seen = _random_case(rng)
+    uniforms = torch.rand(len(heads), generator=torch.Generator().manual_seed(case))
+    block = sample_rows(logits, RowParams.of(heads, greedy, logits.device), uniforms, seen)
+    for i in range(len(heads)):
+        alone = sample_rows(
+            logits[i : i + 1],
+            RowParams.of(heads[i : i + 1], greedy[i : i + 1], logits.device),
+            uniforms[i : i + 1],
+            seen[i : i + 1],
+        )
+        assert int(alone) == int(block[i])
+
+
+def test_greedy_rows_take_the_reference_argmax():
+    logits = torch.randn(5, 64, generator=torch.Generator().manual_seed(0))
+    heads = [HeadSampling(temperature=1.7, top_p=0.8, top_k=25)] * 5
+    chosen = sample_rows(logits, RowParams.of(heads, [True] * 5, logits.device), torch.rand(5))
+    assert torch.equal(chosen, sample(logits, heads, do_sample=False))
+
+
+def test_draws_follow_the_filtered_distribution():
+    """Over many uniforms the tokens fall inside top-k and with the filtered probabilities."""
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
+    head = HeadSampling(temperature=1.0, top_k=3, top_p=1.0)
+    uniforms = (torch.arange(10_000) + 0.5) / 10_000
+    params = RowParams.of([head] * len(uniforms), [False] * len(uniforms), logits.device)
+    tokens = sample_rows(logits.expand(len(uniforms), -1), params, uniforms)
+    counts = torch.bincount(tokens, minlength=6).float() / len(uniforms)
+    expected = torch.softmax(torch.tensor([2.0, 1.0, 0.5]), dim=-1)
+    assert counts[3:].sum() == 0
+    assert torch.allclose(counts[:3], expected, atol=1e-3)
