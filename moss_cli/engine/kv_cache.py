@@ -32,54 +32,123 @@ class PaddedBatchCache:
         return attend(q, k, v, scale, mask | own[None, None])
 
 
-class RequestCache:
-    """One request's backbone KV cache, preallocated for its whole prompt + frame budget."""
-
-    def __init__(
-        self, num_layers: int, capacity: int, num_kv_heads: int, head_dim: int, device: torch.device, dtype: torch.dtype
-    ) -> None:
-        shape = (num_layers, capacity, num_kv_heads, head_dim)
-        self.keys = torch.empty(shape, device=device, dtype=dtype)
-        self.values = torch.empty(shape, device=device, dtype=dtype)
-        self.length = 0  # positions stored in every layer after a completed forward
-
-    @property
-    def capacity(self) -> int:
-        return self.keys.shape[1]
-
-    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v [T, Hkv, D] after the cached positions; return all keys/values [1, L, Hkv, D]."""
-        end = self.length + k.shape[0]
-        if end > self.capacity:
-            raise RuntimeError(f"KV cache overflow: {end} positions > capacity {self.capacity}")
-        self.keys[layer, self.length : end] = k
-        self.values[layer, self.length : end] = v
-        return self.keys[layer, None, :end], self.values[layer, None, :end]
+# Keys per block of the decode attention. Any fixed size keeps a row's numbers independent of its
+# neighbours (see BlockedDecode); 256 keeps the Python loop over blocks short for typical lengths.
+KEY_BLOCK = 256
 
 
-class RequestBatch:
-    """Attention for a batch of requests, each over its own cache (no padding, no shared softmax).
+SCRATCH = 0  # the pool slot idle rows write to
 
-    Rows never see each other's keys, and a row's attention is computed exactly as it would be
-    alone, whatever the batch: its neighbours' lengths cannot change its reduction.
+
+class KVPool:
+    """Every running request's keys and values in one tensor per layer, one slot per request,
+    so a decode step attends for all rows with a few batched ops instead of a loop per request.
+
+    Slot 0 is scratch: idle rows of a fixed-size block write there and their outputs are ignored.
+    The pool grows (slots and positions, in whole key blocks) as requests arrive; positions past a
+    request's length may hold an earlier occupant's values, which the masks never let through.
     """
 
-    def __init__(self, caches: list[RequestCache | None]) -> None:
-        self.caches = caches  # None: an idle row (padding), whose attention output is zero
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, device: torch.device, dtype: torch.dtype):
+        self.shape = (num_layers, num_kv_heads, head_dim)
+        self.device, self.dtype = device, dtype
+        self.keys = torch.zeros(num_layers, 1, 0, num_kv_heads, head_dim, device=device, dtype=dtype)
+        self.values = torch.zeros_like(self.keys)
+        self.lengths: list[int] = [0]  # positions stored per slot
+        self.free: list[int] = []
+
+    def allocate(self, capacity: int) -> int:
+        """A slot for a request that will store up to `capacity` positions."""
+        slot = self.free.pop() if self.free else len(self.lengths)
+        if slot == len(self.lengths):
+            self.lengths.append(0)
+        self._grow(len(self.lengths), -(-capacity // KEY_BLOCK) * KEY_BLOCK)
+        self.lengths[slot] = 0
+        return slot
+
+    def release(self, slot: int) -> None:
+        self.lengths[slot] = 0
+        self.free.append(slot)
+
+    def _grow(self, slots: int, capacity: int) -> None:
+        have_slots, have_capacity = self.keys.shape[1], self.keys.shape[2]
+        if slots <= have_slots and capacity <= have_capacity:
+            return
+        layers, heads, dim = self.shape
+        size = (layers, max(slots, have_slots), max(capacity, have_capacity), heads, dim)
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = torch.zeros(size, device=self.device, dtype=self.dtype)
+            new[:, :have_slots, :have_capacity] = old
+            setattr(self, name, new)
+
+
+class SlotPrefill:
+    """A request's prompt, alone: stores its keys/values in its slot and attends causally over
+    them, exactly as a single-request cache does."""
+
+    def __init__(self, pool: KVPool, slot: int) -> None:
+        self.pool, self.slot = pool, slot
 
     def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
-        outs = []
-        t = q.shape[1]
-        for i, cache in enumerate(self.caches):
-            if cache is None:
-                outs.append(torch.zeros_like(q[i : i + 1]))
-                continue
-            keys, values = cache.store(layer, k[i], v[i])
-            mask = causal_mask(t, keys.shape[1], q.device) if t > 1 else None
-            outs.append(attend(q[i : i + 1], keys, values, scale, mask))
-        return torch.cat(outs, dim=0)
+        start = self.pool.lengths[self.slot]
+        end = start + k.shape[1]
+        self.pool.keys[layer, self.slot, start:end] = k[0]
+        self.pool.values[layer, self.slot, start:end] = v[0]
+        keys = self.pool.keys[layer, self.slot, None, :end]
+        values = self.pool.values[layer, self.slot, None, :end]
+        mask = causal_mask(q.shape[1], end, q.device) if q.shape[1] > 1 else None
+        return attend(q, keys, values, scale, mask)
 
     def advance(self, steps: int) -> None:
-        for cache in self.caches:
-            if cache is not None:
-                cache.length += steps
+        self.pool.lengths[self.slot] += steps
+
+
+class BlockedDecode:
+    """One decode step (one new position per row) for rows living in pool slots.
+
+    Each row attends over its own keys only, in fixed blocks of KEY_BLOCK keys combined with an
+    online softmax. A block a row has no keys in (a longer neighbour's) leaves the row's running
+    max, sum and output exactly as they were, so a row's numbers are the same whatever the lengths
+    of the rows it shares the step with; within a block every product has one shape."""
+
+    def __init__(self, pool: KVPool, slots: list[int]) -> None:
+        self.pool = pool
+        self.slots = slots
+        device = pool.device
+        self.index = torch.tensor(slots, device=device)
+        self.positions = torch.tensor([pool.lengths[s] for s in slots], device=device)  # where the new key goes
+        self.span = max(pool.lengths[s] for s in slots) + 1
+
+    def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
+        keys, values = self.pool.keys[layer], self.pool.values[layer]
+        keys[self.index, self.positions] = k[:, 0]
+        values[self.index, self.positions] = v[:, 0]
+        n, _, heads, dim = q.shape
+        kv_heads = k.shape[2]
+        exact = torch.float64 if q.dtype == torch.float64 else torch.float32  # softmax never below fp32
+        query = q[:, 0].reshape(n, kv_heads, heads // kv_heads, dim).to(exact)  # head h reads KV head h // groups
+        best = torch.full(query.shape[:3], -torch.inf, device=q.device, dtype=exact)
+        total = torch.zeros(query.shape[:3], device=q.device, dtype=exact)
+        out = torch.zeros(query.shape, device=q.device, dtype=exact)
+        lengths = self.positions + 1
+        for start in range(0, self.span, KEY_BLOCK):
+            block_k = keys[self.index, start : start + KEY_BLOCK].to(exact)  # [n, B, Hkv, D]
+            block_v = values[self.index, start : start + KEY_BLOCK].to(exact)
+            valid = torch.arange(start, start + block_k.shape[1], device=q.device)[None] < lengths[:, None]
+            scores = torch.einsum("nkgd,nbkd->nkgb", query, block_k) * scale
+            scores = scores.masked_fill(~valid[:, None, None, :], -torch.inf)
+            new_best = torch.maximum(best, scores.amax(dim=-1))
+            weights = torch.exp(scores - new_best[..., None])
+            keep = torch.exp(best - new_best)
+            part = torch.einsum("nkgb,nbkd->nkgd", weights, block_v)
+            touched = valid.any(dim=-1)[:, None, None]  # rows with keys in this block
+            total = torch.where(touched, total * keep + weights.sum(dim=-1), total)
+            out = torch.where(touched[..., None], out * keep[..., None] + part, out)
+            best = torch.where(touched, new_best, best)
+        return (out / total[..., None]).to(q.dtype).reshape(n, 1, heads, dim)
+
+    def advance(self, steps: int) -> None:
+        for slot in self.slots:
+            if slot != SCRATCH:
+                self.pool.lengths[slot] += steps

@@ -17,7 +17,7 @@ from ..model.talker import MossTTSLocal
 from ..numerics import INVARIANT, Numerics
 from ..sampling_params import STOP_HEAD_DEFAULTS, HeadSampling
 from .frame import STOP_HEAD, choose_codes, choose_stop, start_frame
-from .kv_cache import RequestBatch, RequestCache
+from .kv_cache import SCRATCH, BlockedDecode, KVPool, SlotPrefill
 from .sampling import RowParams, draw_uniforms, sample_rows
 
 # Called right before each draw with (request key, frame index, codebook, logits [V], rows in the
@@ -68,7 +68,7 @@ Event = GenerationResult | FrameEvent
 @dataclass
 class _Running:
     request: GenerationRequest
-    cache: RequestCache
+    slot: int  # where its keys and values live in the engine's KVPool
     generator: torch.Generator | None
     started: float
     first_step: int
@@ -100,6 +100,8 @@ class Engine:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.steps = 0
+        backbone = model.cfg.backbone
+        self.pool = KVPool(backbone.num_layers, backbone.num_kv_heads, backbone.head_dim, self.device, self.dtype)
 
     def _generator(self, seed: int | None) -> torch.Generator | None:
         if self.legacy_global_rng or seed is None:
@@ -108,26 +110,18 @@ class Engine:
 
     @torch.inference_mode()
     def _prefill(self, request: GenerationRequest) -> _Running:
-        cfg = self.model.cfg.backbone
         prompt = request.prompt.to(self.device)
-        cache = RequestCache(
-            cfg.num_layers,
-            prompt.shape[0] + request.max_new_frames,
-            cfg.num_kv_heads,
-            cfg.head_dim,
-            self.device,
-            self.dtype,
-        )
+        slot = self.pool.allocate(prompt.shape[0] + request.max_new_frames)
         generator = request.generator if request.generator is not None else self._generator(request.seed)
-        running = _Running(request, cache, generator, self.clock(), self.steps)
+        running = _Running(request, slot, generator, self.clock(), self.steps)
         if request.audio.repetition_penalty != 1.0:
             running.seen = torch.zeros(
                 self.model.cfg.n_vq, self.model.cfg.audio_vocab_size, dtype=torch.bool, device=self.device
             )
-        batch = RequestBatch([cache])
+        cache = SlotPrefill(self.pool, slot)  # every request is prefilled alone
         positions = torch.arange(prompt.shape[0], device=self.device)[None]
-        hidden = self.model.backbone(self.model.embed(prompt[None]), positions, batch)
-        batch.advance(prompt.shape[0])
+        hidden = self.model.backbone(self.model.embed(prompt[None]), positions, cache)
+        cache.advance(prompt.shape[0])
         running.hidden = hidden[0, -1]
         return running
 
@@ -240,19 +234,18 @@ class Engine:
         width = size if self.block_rows else len(feed)
         next_rows = torch.full((width, 1, cfg.n_vq + 1), cfg.audio_pad_code, dtype=torch.long, device=self.device)
         next_rows[:, 0, 0] = cfg.pad_token_id
-        caches: list[RequestCache | None] = [None] * width
-        positions = torch.zeros(width, 1, dtype=torch.long, device=self.device)
-        for slot, (i, r) in enumerate(feed):
-            at = i if self.block_rows else slot  # invariant mode keeps each row in its place
+        slots = [SCRATCH] * width  # stopped and idle rows write to the scratch slot; their outputs are ignored
+        for row, (i, r) in enumerate(feed):
+            at = i if self.block_rows else row  # invariant mode keeps each row in its place
             next_rows[at, 0, 0] = cfg.audio_assistant_slot_token_id
             next_rows[at, 0, 1:] = codes[i]
-            caches[at] = r.cache
-            positions[at, 0] = r.cache.length
-        batch = RequestBatch(caches)
-        out = model.backbone(model.embed(next_rows), positions, batch)
-        batch.advance(1)
-        for slot, (i, r) in enumerate(feed):
-            r.hidden = out[i if self.block_rows else slot, -1]
+            slots[at] = r.slot
+        attention = BlockedDecode(self.pool, slots)
+        positions = attention.positions[:, None]
+        out = model.backbone(model.embed(next_rows), positions, attention)
+        attention.advance(1)
+        for row, (i, r) in enumerate(feed):
+            r.hidden = out[i if self.block_rows else row, -1]
 
     def _frame_draws(self, rows: list[_Running], size: int):
         """The frame's sampler for a block: every sampling row draws all its uniforms (stop head +
@@ -283,6 +276,7 @@ class Engine:
         return draw
 
     def _finish(self, r: _Running, *, stopped: bool) -> GenerationResult:
+        self.pool.release(r.slot)
         codes = torch.stack(r.frames).cpu() if r.frames else torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long)
         return GenerationResult(
             r.request.key,
