@@ -7,6 +7,7 @@ import typer
 from .. import __version__
 from . import config
 from .audit import audit_determinism
+from .bench import bench
 from .synth import synth
 
 app = typer.Typer(
@@ -18,6 +19,7 @@ app = typer.Typer(
 )
 app.command("synth")(synth)
 app.command("audit-determinism")(audit_determinism)
+app.command("bench")(bench)
 app.add_typer(config.app, name="config")
 
 

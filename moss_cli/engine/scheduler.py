@@ -40,6 +40,7 @@ class GenerationRequest:
     do_sample: bool = True
     arrival_step: int = 0  # the engine step from which it may be admitted (to model late arrivals)
     generator: torch.Generator | None = None  # an explicit random stream (then `seed` is not used)
+    ignore_stop: bool = False  # run the stop head but never stop before max_new_frames (benchmarks)
 
 
 @dataclass
@@ -206,7 +207,7 @@ class Engine:
         local_hidden, past = start_frame(model, hidden)
         stops = choose_stop(model, local_hidden, choose)[:n].tolist()
         for i, stop in enumerate(stops):
-            if stop:
+            if stop and not rows[i].request.ignore_stop:
                 active[i] = False
                 finished.add(id(rows[i]))
                 yield self._finish(rows[i], stopped=True)

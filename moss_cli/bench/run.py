@@ -1,0 +1,224 @@
+"""`moss bench`: how fast the engine and the codec run here, per numerics mode and batch size.
+
+For each mode (batch-invariant, fast) and batch size it runs the talker for a fixed number of
+frames (the stop head runs but never ends a request), decodes the codes with the codec, streams one
+request to time its first audio, and measures the floor: the same weight-shaped matrix products
+with nothing between them (no attention, no sampling, no Python loop). Efficiency is floor time /
+engine step time: how close the engine is to what the hardware allows for these weights.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..device import resolve_device, resolve_dtype
+from ..engine.scheduler import Engine, FrameEvent, GenerationRequest
+from ..errors import MossError
+from ..model.codec import AudioCodec
+from ..model.prompt import PromptBuilder
+from ..model.talker import MossTTSLocal
+from ..numerics import Numerics
+from ..pipeline.streaming import StreamingDecode
+from ..sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
+from ..threads import apply_threads
+from .models import MODES, PROMPT, load_models
+
+
+@dataclass
+class BenchOptions:
+    model: Path | None = None
+    codec: Path | None = None
+    random_weights: str | None = None  # "tiny" | "35m" | "v1.5"
+    batches: tuple[int, ...] = (1, 8)
+    frames: int = 32
+    modes: tuple[str, ...] = ("invariant", "fast")
+    device: str = "cpu"
+    dtype: str = "float32"
+    repeats: int = 3
+    threads: int | None = None  # None: chosen from the model's size (moss_cli.threads)
+
+
+@dataclass
+class BenchRow:
+    mode: str
+    batch: int
+    frames: int
+    decode_step_ms: float
+    talker_frames_per_s: float
+    prefill_tokens_per_s: float
+    codec_rtf: float  # codec seconds per audio second
+    audio_s_per_s: float  # audio seconds per wall second, talker + codec
+    ttfa_s: float  # streaming: admission to the first audio chunk, first request of the batch
+    floor_step_ms: float
+    efficiency: float  # floor / engine step
+    peak_memory_mb: float
+
+
+@dataclass
+class BenchReport:
+    setup: dict
+    rows: list[BenchRow] = field(default_factory=list)
+
+    @property
+    def ratios(self) -> dict[str, float]:
+        """invariant / fast decode step time per batch size."""
+        steps = {(r.mode, r.batch): r.decode_step_ms for r in self.rows}
+        return {
+            str(b): round(steps[("invariant", b)] / steps[("fast", b)], 4)
+            for m, b in steps
+            if m == "invariant" and ("fast", b) in steps
+        }
+
+    def as_dict(self) -> dict:
+        return {"setup": self.setup, "results": [asdict(r) for r in self.rows], "invariant_over_fast": self.ratios}
+
+
+def _requests(prompts: PromptBuilder, batch: int, frames: int):
+    prompt = prompts.build(PROMPT)
+    return [
+        GenerationRequest(
+            key=str(i),
+            prompt=prompt,
+            max_new_frames=frames,
+            audio=AUDIO_DEFAULTS,
+            stop=STOP_HEAD_DEFAULTS,
+            seed=i,
+            ignore_stop=True,
+        )
+        for i in range(batch)
+    ]
+
+
+def _talker_run(model, numerics: Numerics, prompts, batch: int, frames: int) -> tuple[float, float, int]:
+    """(decode step seconds, prefill seconds, prompt tokens) of one run of `batch` requests."""
+    requests = _requests(prompts, batch, frames)
+    engine = Engine(model, max_batch=batch, numerics=numerics)
+    start = time.perf_counter()
+    marks = []
+    for event in engine.events(requests):
+        if isinstance(event, FrameEvent) and event.key == "0":
+            marks.append(time.perf_counter())
+    step = (marks[-1] - marks[0]) / max(len(marks) - 1, 1)
+    prefill = max(marks[0] - start - step, 1e-9)  # every request is admitted before the first step
+    return step, prefill, sum(int(r.prompt.shape[0]) for r in requests)
+
+
+def _ttfa(model, codec: AudioCodec, numerics: Numerics, prompts, batch: int, frames: int) -> float:
+    """Seconds from the start of a streamed batch to the first request's first audio chunk."""
+    engine = Engine(model, max_batch=batch, numerics=numerics)
+    start = time.perf_counter()
+    first = StreamingDecode(codec, [1, 15])
+    for event in engine.events(_requests(prompts, batch, min(frames, 16))):
+        if isinstance(event, FrameEvent) and event.key == "0":
+            first.push(event.codes)
+            if first.chunks:
+                return first.chunks[0].at_s - start
+    return float("nan")
+
+
+def _codec_seconds(codec: AudioCodec, n_vq: int, batch: int, frames: int, device) -> float:
+    codes = torch.randint(0, codec.cfg.quantizer.codebook_size, (n_vq, batch, frames), device=device)
+    start = time.perf_counter()
+    codec.decode(codes)
+    return time.perf_counter() - start
+
+
+@torch.inference_mode()
+def _floor_step(model: MossTTSLocal, rows: int) -> float:
+    """One decode step's weight-shaped matrix products alone: every backbone projection once, the
+    local layer once per position (1 + n_vq), every head once."""
+    cfg = model.cfg
+    x = torch.randn(
+        rows, cfg.backbone.hidden_size, device=next(model.parameters()).device, dtype=next(model.parameters()).dtype
+    )
+    weights = []
+    for layer in model.transformer.layers:
+        weights += [m.weight for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    local = [m.weight for m in model.local_transformer.modules() if isinstance(m, torch.nn.Linear)]
+    weights += local * (1 + cfg.n_vq)
+    weights += [e.weight for e in model.audio_embeddings]
+    weights += [m.weight for m in (getattr(model, "local_text_lm_head", None),) if m is not None]
+    inputs = {width: x[:, :1].expand(rows, width).contiguous() for width in {w.shape[1] for w in weights}}
+    start = time.perf_counter()
+    for w in weights:
+        F.linear(inputs[w.shape[1]], w)
+    return time.perf_counter() - start
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def run_bench(options: BenchOptions, progress=None) -> BenchReport:
+    device = resolve_device(options.device)
+    dtype = resolve_dtype(options.dtype, device)
+    model, codec_for, prompts, what = load_models(options, device, dtype)
+    apply_threads(options.threads, model.cfg)
+    unknown = [m for m in options.modes if m not in MODES]
+    if unknown:
+        raise MossError(f"unknown mode {unknown[0]!r}; expected invariant or fast", field="--modes")
+    cfg = model.cfg
+    report = BenchReport(
+        {
+            "model": what,
+            "device": str(device),
+            "dtype": str(dtype).removeprefix("torch."),
+            "threads": torch.get_num_threads(),
+            "frames": options.frames,
+            "repeats": options.repeats,
+            "torch": torch.__version__,
+            "cpus": os.cpu_count(),
+        }
+    )
+    codecs = {mode: codec_for(MODES[mode]) for mode in options.modes}
+    frame_rate = codecs[options.modes[0]].cfg.frame_rate
+    with torch.inference_mode():
+        _talker_run(model, MODES[options.modes[0]], prompts, 1, 2)  # warm-up
+    for batch in options.batches:
+        for mode in options.modes:
+            numerics, codec = MODES[mode], codecs[mode]
+            with torch.inference_mode():
+                runs = [_talker_run(model, numerics, prompts, batch, options.frames) for _ in range(options.repeats)]
+                step = statistics.median(r[0] for r in runs)
+                prefill = statistics.median(r[1] for r in runs)
+                tokens = runs[0][2]
+                codec_s = statistics.median(
+                    _codec_seconds(codec, cfg.n_vq, batch, options.frames, device) for _ in range(options.repeats)
+                )
+                ttfa = _ttfa(model, codec, numerics, prompts, batch, options.frames)
+                rows = (
+                    numerics.engine_block * math.ceil(batch / numerics.engine_block) if numerics.engine_rows else batch
+                )
+                floor = statistics.median(_floor_step(model, rows) for _ in range(max(options.repeats, 3)))
+            audio_s = batch * options.frames / frame_rate
+            talker_s = prefill + step * options.frames
+            report.rows.append(
+                BenchRow(
+                    mode=mode,
+                    batch=batch,
+                    frames=options.frames,
+                    decode_step_ms=round(step * 1e3, 3),
+                    talker_frames_per_s=round(batch / step, 2),
+                    prefill_tokens_per_s=round(tokens / prefill, 1),
+                    codec_rtf=round(codec_s / audio_s, 4),
+                    audio_s_per_s=round(audio_s / (talker_s + codec_s), 3),
+                    ttfa_s=round(ttfa, 4),
+                    floor_step_ms=round(floor * 1e3, 3),
+                    efficiency=round(floor / step, 3),
+                    peak_memory_mb=round(_peak_memory_mb(device), 1),
+                )
+            )
+            if progress:
+                progress(report.rows[-1])
+    return report

@@ -1,0 +1,50 @@
+"""`moss bench` runs on the tiny model and reports every figure it promises."""
+
+import json
+
+from typer.testing import CliRunner
+
+from moss_cli.bench import BenchRow
+from moss_cli.cli.app import app
+
+FIELDS = set(BenchRow.__dataclass_fields__)
+
+
+def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--random-weights", "tiny", "--batch", "1,2", "--frames", "4", "--repeats", "1", "--json", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    rows = report["results"]
+    assert {(r["mode"], r["batch"]) for r in rows} == {(m, b) for m in ("invariant", "fast") for b in (1, 2)}
+    assert FIELDS == {
+        "mode",
+        "batch",
+        "frames",
+        "decode_step_ms",
+        "talker_frames_per_s",
+        "prefill_tokens_per_s",
+        "codec_rtf",
+        "audio_s_per_s",
+        "ttfa_s",
+        "floor_step_ms",
+        "efficiency",
+        "peak_memory_mb",
+    }
+    for row in rows:
+        assert set(row) == FIELDS
+        assert row["frames"] == 4 and row["talker_frames_per_s"] > 0 and row["decode_step_ms"] > 0
+        assert row["floor_step_ms"] > 0 and 0 < row["efficiency"] and row["ttfa_s"] > 0 and row["codec_rtf"] > 0
+    assert set(report["invariant_over_fast"]) == {"1", "2"}
+    assert report["setup"]["model"] == "tiny (shipped)" and report["setup"]["threads"] == 1
+
+
+def test_bench_rejects_bad_options_with_exit_2():
+    runner = CliRunner()
+    for args in (["--batch", "0"], ["--batch", "x"], ["--random-weights", "huge"], ["--modes", "turbo"]):
+        result = runner.invoke(app, ["bench", "--frames", "2", "--repeats", "1", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output
