@@ -20,8 +20,8 @@ def _pool(lengths, dtype=torch.float32, seed=0):
     pool.keys.normal_(generator=gen).mul_(1e6)  # garbage everywhere first
     pool.values.normal_(generator=gen).mul_(1e6)
     for slot, length in zip(slots, lengths):
-        pool.keys[0, slot, :length] = torch.randn(length, KV_HEADS, DIM, generator=gen, dtype=dtype)
-        pool.values[0, slot, :length] = torch.randn(length, KV_HEADS, DIM, generator=gen, dtype=dtype)
+        pool.keys[0, slot, :, :length] = torch.randn(KV_HEADS, length, DIM, generator=gen, dtype=dtype)
+        pool.values[0, slot, :, :length] = torch.randn(KV_HEADS, length, DIM, generator=gen, dtype=dtype)
         pool.lengths[slot] = length
     return pool, slots
 
@@ -62,8 +62,8 @@ def test_it_computes_attention_over_the_rows_own_keys():
     v = torch.randn(n, 1, KV_HEADS, DIM, generator=gen, dtype=torch.float64)
     out = _step(pool, slots, q, k, v)
     for i, (slot, length) in enumerate(zip(slots, LENGTHS)):
-        keys = torch.cat([pool.keys[0, slot, :length], k[i]])[None]
-        values = torch.cat([pool.values[0, slot, :length], v[i]])[None]
+        keys = torch.cat([pool.keys[0, slot, :, :length].transpose(0, 1), k[i]])[None]
+        values = torch.cat([pool.values[0, slot, :, :length].transpose(0, 1), v[i]])[None]
         expected = attend(q[i : i + 1], keys, values, DIM**-0.5, None)
         torch.testing.assert_close(out[i : i + 1], expected, rtol=1e-10, atol=1e-10)
 
@@ -71,8 +71,8 @@ def test_it_computes_attention_over_the_rows_own_keys():
 def test_freed_slots_are_reused_and_the_pool_grows_in_whole_key_blocks():
     pool = KVPool(2, KV_HEADS, DIM, torch.device("cpu"), torch.float32)
     first = pool.allocate(10)
-    assert pool.keys.shape[2] == KEY_BLOCK
+    assert pool.keys.shape[3] == KEY_BLOCK
     second = pool.allocate(KEY_BLOCK + 1)
-    assert pool.keys.shape[2] == 2 * KEY_BLOCK and first != second
+    assert pool.keys.shape[3] == 2 * KEY_BLOCK and first != second
     pool.release(first)
     assert pool.allocate(5) == first

@@ -57,6 +57,7 @@ PRESETS = {
 PROMPT = "A benchmark sentence of ordinary length, read at an even pace."
 
 
+@torch.no_grad()
 def _random(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     """Fill every parameter with small random values (speed does not depend on them)."""
     gen = torch.Generator().manual_seed(seed)

@@ -52,7 +52,9 @@ class KVPool:
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, device: torch.device, dtype: torch.dtype):
         self.shape = (num_layers, num_kv_heads, head_dim)
         self.device, self.dtype = device, dtype
-        self.keys = torch.zeros(num_layers, 1, 0, num_kv_heads, head_dim, device=device, dtype=dtype)
+        # [layers, slots, kv heads, positions, head dim]: a row's keys for one head are contiguous, so
+        # the attention's products read them without reordering.
+        self.keys = torch.zeros(num_layers, 1, num_kv_heads, 0, head_dim, device=device, dtype=dtype)
         self.values = torch.zeros_like(self.keys)
         self.lengths: list[int] = [0]  # positions stored per slot
         self.free: list[int] = []
@@ -71,15 +73,16 @@ class KVPool:
         self.free.append(slot)
 
     def _grow(self, slots: int, capacity: int) -> None:
-        have_slots, have_capacity = self.keys.shape[1], self.keys.shape[2]
+        have_slots, have_capacity = self.keys.shape[1], self.keys.shape[3]
         if slots <= have_slots and capacity <= have_capacity:
             return
         layers, heads, dim = self.shape
-        size = (layers, max(slots, have_slots), max(capacity, have_capacity), heads, dim)
+        slots = max(slots, 2 * have_slots) if slots > have_slots else have_slots  # grow rarely
+        size = (layers, slots, heads, max(capacity, have_capacity), dim)
         for name in ("keys", "values"):
             old = getattr(self, name)
             new = torch.zeros(size, device=self.device, dtype=self.dtype)
-            new[:, :have_slots, :have_capacity] = old
+            new[:, :have_slots, :, :have_capacity] = old
             setattr(self, name, new)
 
 
@@ -93,10 +96,10 @@ class SlotPrefill:
     def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
         start = self.pool.lengths[self.slot]
         end = start + k.shape[1]
-        self.pool.keys[layer, self.slot, start:end] = k[0]
-        self.pool.values[layer, self.slot, start:end] = v[0]
-        keys = self.pool.keys[layer, self.slot, None, :end]
-        values = self.pool.values[layer, self.slot, None, :end]
+        self.pool.keys[layer, self.slot, :, start:end] = k[0].transpose(0, 1)
+        self.pool.values[layer, self.slot, :, start:end] = v[0].transpose(0, 1)
+        keys = self.pool.keys[layer, self.slot, :, :end].transpose(0, 1)[None]  # [1, T, Hkv, D]
+        values = self.pool.values[layer, self.slot, :, :end].transpose(0, 1)[None]
         mask = causal_mask(q.shape[1], end, q.device) if q.shape[1] > 1 else None
         return attend(q, keys, values, scale, mask)
 
@@ -122,30 +125,32 @@ class BlockedDecode:
 
     def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
         keys, values = self.pool.keys[layer], self.pool.values[layer]
-        keys[self.index, self.positions] = k[:, 0]
-        values[self.index, self.positions] = v[:, 0]
+        keys[self.index, :, self.positions] = k[:, 0]
+        values[self.index, :, self.positions] = v[:, 0]
         n, _, heads, dim = q.shape
         kv_heads = k.shape[2]
         exact = torch.float64 if q.dtype == torch.float64 else torch.float32  # softmax never below fp32
         query = q[:, 0].reshape(n, kv_heads, heads // kv_heads, dim).to(exact)  # head h reads KV head h // groups
-        best = torch.full(query.shape[:3], -torch.inf, device=q.device, dtype=exact)
-        total = torch.zeros(query.shape[:3], device=q.device, dtype=exact)
-        out = torch.zeros(query.shape, device=q.device, dtype=exact)
-        lengths = self.positions + 1
-        for start in range(0, self.span, KEY_BLOCK):
-            block_k = keys[self.index, start : start + KEY_BLOCK].to(exact)  # [n, B, Hkv, D]
-            block_v = values[self.index, start : start + KEY_BLOCK].to(exact)
-            valid = torch.arange(start, start + block_k.shape[1], device=q.device)[None] < lengths[:, None]
-            scores = torch.einsum("nkgd,nbkd->nkgb", query, block_k) * scale
-            scores = scores.masked_fill(~valid[:, None, None, :], -torch.inf)
-            new_best = torch.maximum(best, scores.amax(dim=-1))
-            weights = torch.exp(scores - new_best[..., None])
-            keep = torch.exp(best - new_best)
-            part = torch.einsum("nkgb,nbkd->nkgd", weights, block_v)
-            touched = valid.any(dim=-1)[:, None, None]  # rows with keys in this block
-            total = torch.where(touched, total * keep + weights.sum(dim=-1), total)
-            out = torch.where(touched[..., None], out * keep[..., None] + part, out)
-            best = torch.where(touched, new_best, best)
+        blocks = -(-self.span // KEY_BLOCK)
+        width = blocks * KEY_BLOCK
+        row_keys = keys.narrow(2, 0, width).index_select(0, self.index).to(exact)  # [n, Hkv, width, D]
+        row_values = values.narrow(2, 0, width).index_select(0, self.index).to(exact)
+        # Each score is one dot product over D: its bits do not depend on how many keys there are.
+        scores = torch.matmul(query, row_keys.transpose(-1, -2)) * scale  # [n, Hkv, g, width]
+        valid = torch.arange(width, device=q.device)[None] <= self.positions[:, None]  # [n, width]
+        scores = scores.masked_fill(~valid[:, None, None, :], -torch.inf)
+        best = scores.amax(dim=-1, keepdim=True)  # exact whatever the width
+        weights = torch.exp(scores - best).unflatten(-1, (blocks, KEY_BLOCK))  # [n, Hkv, g, blocks, B]
+        # Sums run over fixed KEY_BLOCK-wide blocks, then across blocks in order: a block a row has no
+        # keys in adds nothing (skipped), so a longer neighbour changes no bit of this row.
+        sums = weights.sum(dim=-1)  # [n, Hkv, g, blocks]
+        parts = torch.matmul(weights.transpose(2, 3), row_values.unflatten(2, (blocks, KEY_BLOCK)))  # [n,Hkv,j,g,D]
+        touched = valid.unflatten(-1, (blocks, KEY_BLOCK)).any(dim=-1)  # [n, blocks]
+        total, out = sums[..., 0], parts[:, :, 0]
+        for j in range(1, blocks):
+            used = touched[:, j, None, None]
+            total = torch.where(used, total + sums[..., j], total)
+            out = torch.where(used[..., None], out + parts[:, :, j], out)
         return (out / total[..., None]).to(q.dtype).reshape(n, 1, heads, dim)
 
     def advance(self, steps: int) -> None:
