@@ -1,11 +1,18 @@
 """The shipped tiny checkpoints: reproducible provenance, small, fast."""
 
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import torch
 
 from moss_cli.assets import ASSETS, TINY_CODEC, TINY_TALKER
 from moss_cli.assets.build import build
+from moss_cli.audit.builtin import builtin_requests
+from moss_cli.config.requests import Request, read_requests
+from moss_cli.synth import Synthesizer, SynthOptions
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def test_regenerating_the_tiny_checkpoints_gives_byte_identical_files(tmp_path):
@@ -53,3 +60,25 @@ def test_tiny_talker_stops_after_about_20_frames_on_average_with_varied_lengths(
         lengths += [codes.shape[0] for codes in out]
     assert 12 <= sum(lengths) / len(lengths) <= 40, lengths
     assert len(set(lengths)) > len(lengths) // 2 and max(lengths) < 200
+
+
+def test_tiny_talker_almost_never_stops_before_its_first_frame():
+    # A trained model speaks before it ends the utterance; with a per-frame stop margin alone the
+    # tiny one stopped at frame 0 up to 27% of the time for long texts, and seeds gave empty audio.
+    requests = [
+        *read_requests(EXAMPLES / "requests.jsonl"),
+        *read_requests(EXAMPLES / "voices.jsonl"),
+        *builtin_requests(),
+        *(Request(id=f"text-{i}", text=t, line=1) for i, t in enumerate(["Hi.", "No.", "Read this slowly."])),
+    ]
+    requests = [replace(r, id=f"{i}-{r.id}", max_new_frames=1) for i, r in enumerate(requests)]  # frame 0 only
+    p_stop = {}
+
+    def hook(key, frame, codebook, logits, rows, generator):
+        if codebook == -1 and frame == 0:  # the stop head samples at temperature 1, no filtering
+            p_stop[key] = float(torch.softmax(logits.double(), -1)[1])
+
+    synth = Synthesizer(SynthOptions(device="cpu"))
+    list(synth.run(synth.prepare(requests), logits_hook=hook))
+    assert len(p_stop) == len(requests)
+    assert max(p_stop.values()) < 0.01, {k: p for k, p in p_stop.items() if p >= 0.01}

@@ -17,6 +17,15 @@ attention is sharpened and amplified (ATTENTION_SHARPNESS, ATTENTION_GAIN): each
 rows, chosen by content and relative position, and what it reads dominates the residual. And the
 stop margin, an ln_f bias, is kept out of the (tied) audio heads: it used to add one fixed offset to
 every frame's audio logits, so the same codes won whatever the hidden state.
+
+A trained model never ends an utterance before saying anything, but the stop margin alone does:
+at frame 0 the hidden state's push against it reached P(stop) ~27% for long texts, so a seed could
+give empty audio. Frame 0 is the only frame whose backbone input is the `<|audio_start|>` row
+(later frames continue from `<|audio_assistant_slot|>` rows), so that token's embedding carries an
+extra component along the stop head's "continue" direction (START_CONTINUE): it survives the
+backbone's residual stream to the stop head and raises frame 0's margin alone, to P(stop) < 1%.
+The audio heads are orthogonal to that direction, so it does not pick frame 0's codes: the prompt
+still does.
 """
 
 from __future__ import annotations
@@ -44,10 +53,13 @@ SPECIAL_TOKENS = [
     "<|audio_user_slot|>",
     "<|audio_assistant_slot|>",
 ]
-STOP_MARGIN = 4.0  # logit(continue) - logit(stop) from the ln_f bias ...
+STOP_MARGIN = 3.7  # logit(continue) - logit(stop) from the ln_f bias ...
 STOP_HEAD_STD = 0.15  # ... plus the hidden state's push (std ~1.7): P(stop) ~ 5% per frame, varying with the prompt
 ATTENTION_SHARPNESS = 6.0  # q_norm * k_norm gain: attention logits ~N(0, 6^2) instead of ~N(0, 1)
 ATTENTION_GAIN = 4.0  # o_proj scale: what a row reads outweighs its own embedding
+# Norm of the "continue" component added to the <|audio_start|> embedding (the other rows have norm
+# ~8): frame 0's margin rises from ~3 to ~8 logits on average, at least ~6, so P(stop) < 0.5% there.
+START_CONTINUE = 24.0
 
 
 def byte_alphabet() -> list[str]:
@@ -328,6 +340,12 @@ def talker_tensors(cfg: TalkerConfig, stop_margin: float = STOP_MARGIN) -> dict[
         key = f"audio_embeddings.{k}.weight"
         table = _randn(key, tuple(tensors[key].shape), 0.5)
         tensors[key] = table - torch.outer(table @ unit, unit)
+    # Frame 0 continues from the <|audio_start|> row: give its embedding the direction that, through
+    # the backbone's final RMSNorm and ln_f (which drops the mean), reads as "continue" to the head.
+    continue_dir = direction * tensors["local_transformer.ln_f.weight"]
+    continue_dir = (continue_dir - continue_dir.mean()) / tensors["transformer.norm.weight"]
+    embed = tensors["transformer.embed_tokens.weight"]
+    embed[cfg.audio_start_token_id] += START_CONTINUE * continue_dir / continue_dir.norm()
     return tensors
 
 
