@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 import torch
 
 from ..model.attention import attend, causal_mask
@@ -32,9 +34,10 @@ class PaddedBatchCache:
         return attend(q, k, v, scale, mask | own[None, None])
 
 
-# Keys per block of the decode attention. Any fixed size keeps a row's numbers independent of its
-# neighbours (see BlockedDecode); 256 keeps the Python loop over blocks short for typical lengths.
-KEY_BLOCK = 256
+# Keys per block of the decode attention's sums. Any fixed size keeps a row's numbers independent
+# of its neighbours (see BlockedDecode); 64 keeps the keys gathered per step close to the real
+# lengths, and the loop that adds up the blocks' sums is cheap.
+KEY_BLOCK = 64
 
 
 SCRATCH = 0  # the pool slot idle rows write to
@@ -61,7 +64,7 @@ class KVPool:
 
     def allocate(self, capacity: int) -> int:
         """A slot for a request that will store up to `capacity` positions."""
-        slot = self.free.pop() if self.free else len(self.lengths)
+        slot = heapq.heappop(self.free) if self.free else len(self.lengths)  # lowest first: rows stay together
         if slot == len(self.lengths):
             self.lengths.append(0)
         self._grow(len(self.lengths), -(-capacity // KEY_BLOCK) * KEY_BLOCK)
@@ -70,7 +73,7 @@ class KVPool:
 
     def release(self, slot: int) -> None:
         self.lengths[slot] = 0
-        self.free.append(slot)
+        heapq.heappush(self.free, slot)
 
     def _grow(self, slots: int, capacity: int) -> None:
         have_slots, have_capacity = self.keys.shape[1], self.keys.shape[3]
@@ -120,6 +123,9 @@ class BlockedDecode:
         self.slots = slots
         device = pool.device
         self.index = torch.tensor(slots, device=device)
+        first = slots[0]
+        # Consecutive slots (a batch admitted together) are read as a view; others are gathered.
+        self.range = slice(first, first + len(slots)) if slots == list(range(first, first + len(slots))) else None
         self.positions = torch.tensor([pool.lengths[s] for s in slots], device=device)  # where the new key goes
         self.span = max(pool.lengths[s] for s in slots) + 1
 
@@ -133,8 +139,7 @@ class BlockedDecode:
         query = q[:, 0].reshape(n, kv_heads, heads // kv_heads, dim).to(exact)  # head h reads KV head h // groups
         blocks = -(-self.span // KEY_BLOCK)
         width = blocks * KEY_BLOCK
-        row_keys = keys.narrow(2, 0, width).index_select(0, self.index).to(exact)  # [n, Hkv, width, D]
-        row_values = values.narrow(2, 0, width).index_select(0, self.index).to(exact)
+        row_keys, row_values = (self._rows(pool.narrow(2, 0, width)).to(exact) for pool in (keys, values))
         # Each score is one dot product over D: its bits do not depend on how many keys there are.
         scores = torch.matmul(query, row_keys.transpose(-1, -2)) * scale  # [n, Hkv, g, width]
         valid = torch.arange(width, device=q.device)[None] <= self.positions[:, None]  # [n, width]
@@ -152,6 +157,10 @@ class BlockedDecode:
             total = torch.where(used, total + sums[..., j], total)
             out = torch.where(used[..., None], out + parts[:, :, j], out)
         return (out / total[..., None]).to(q.dtype).reshape(n, 1, heads, dim)
+
+    def _rows(self, pool: torch.Tensor) -> torch.Tensor:
+        """The rows' part of one layer's pool: [n, Hkv, width, D]."""
+        return pool[self.range] if self.range is not None else pool.index_select(0, self.index)
 
     def advance(self, steps: int) -> None:
         for slot in self.slots:
