@@ -48,3 +48,18 @@ def test_bench_rejects_bad_options_with_exit_2():
         result = runner.invoke(app, ["bench", "--frames", "2", "--repeats", "1", *args])
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output
+
+
+def test_random_preset_codec_decodes_in_bfloat16():
+    import torch
+
+    from moss_cli.bench.models import load_models
+    from moss_cli.bench.run import BenchOptions
+    from moss_cli.numerics import INVARIANT
+
+    model, codec_for, _, what = load_models(BenchOptions(random_weights="35m"), torch.device("cpu"), torch.bfloat16)
+    codec = codec_for(INVARIANT)
+    assert next(model.parameters()).dtype == torch.bfloat16 and "35 M" in what or "random 35m" in what
+    assert all(p.dtype == torch.float32 for p in codec.quantizer.parameters())  # as load_codec keeps it
+    audio = codec.decode(torch.randint(0, 1024, (12, 1, 2)))
+    assert audio.shape[0] == 1 and torch.isfinite(audio).all()

@@ -119,7 +119,9 @@ def load_models(options: BenchOptions, device: torch.device, dtype: torch.dtype)
         def codec_for(numerics: Numerics) -> AudioCodec:
             with torch.device("meta"):
                 codec = AudioCodec(codec_cfg, tile=numerics.codec_rows)
-            return _random(codec.to_empty(device=device).to(dtype), 1).eval()
+            codec = _random(codec.to_empty(device=device).to(dtype), 1).eval()
+            codec.quantizer.float()  # as load_codec: the quantizer always stays float32
+            return codec
 
         what = f"random {options.random_weights} ({talker_parameters(cfg) / 1e6:.0f} M talker parameters)"
     prompts = PromptBuilder(load_tokenizer(Path(tokenizer_dir), model.cfg.special_token_ids), model.cfg)
