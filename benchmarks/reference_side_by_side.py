@@ -1,0 +1,137 @@
+"""moss's engine next to the OpenMOSS reference `generate()`, in one process, on the same weights.
+
+    PYTHON_WITH_TRANSFORMERS benchmarks/reference_side_by_side.py --reference-path DIR \
+        [--reference-module moss_ref] [--preset 35m|tiny] [--batch 1,8] [--frames 40] [--repeats 3] [--json F]
+
+Run it with an interpreter that has `transformers` and the reference code (OpenMOSS/MOSS-TTS,
+folder moss_tts_local_v1.5, importable from `--reference-path` as `--reference-module`); the
+reference is never part of this repository. moss is imported from this checkout. A random
+checkpoint of the preset's shapes is written to a temporary folder with a stop head that never
+fires, loaded by both, and every variant decodes the same prompts for the same number of frames
+at the published sampling defaults (1.7 / 0.8 / 25). Variants alternate within each repeat;
+figures are medians, in frames per second of wall time including prefill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from moss_cli.api import load_talker  # noqa: E402
+from moss_cli.assets.build import CodecSizes, TalkerSizes, build  # noqa: E402
+from moss_cli.engine.scheduler import Engine, GenerationRequest  # noqa: E402
+from moss_cli.numerics import FAST, INVARIANT  # noqa: E402
+from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS  # noqa: E402
+
+PRESETS = {
+    "tiny": TalkerSizes(),
+    "35m": TalkerSizes(
+        hidden=512, layers=8, heads=8, kv_heads=4, ffn=1536, local_heads=8, local_ffn=1536, n_vq=12, codebook=1024
+    ),
+}
+TEXTS = ["A benchmark sentence of ordinary length, read at an even pace.", "Short one.", "Another request here."]
+
+
+def reference_run(model, prompts, frames: int) -> None:
+    rows = [p for p in prompts]
+    width = max(p.shape[0] for p in rows)
+    pad = model.config.audio_pad_code if hasattr(model.config, "audio_pad_code") else model.config.audio_pad_token_id
+    ids = torch.full((len(rows), width, rows[0].shape[1]), pad, dtype=torch.long)
+    ids[:, :, 0] = model.config.pad_token_id
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, p in enumerate(rows):  # left padding, as the reference processor does
+        ids[i, width - p.shape[0] :] = p
+        mask[i, width - p.shape[0] :] = True
+    model.generate(
+        ids,
+        mask,
+        max_new_frames=frames,
+        do_sample=True,
+        audio_temperature=1.7,
+        audio_top_p=0.8,
+        audio_top_k=25,
+        audio_repetition_penalty=1.0,
+    )
+
+
+def moss_run(model, numerics, prompts, frames: int) -> None:
+    requests = [
+        GenerationRequest(str(i), p, frames, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=i) for i, p in enumerate(prompts)
+    ]
+    list(Engine(model, max_batch=len(prompts), numerics=numerics).run(requests))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference-path", type=Path, required=True)
+    parser.add_argument("--reference-module", default="moss_ref")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="35m")
+    parser.add_argument("--batch", default="1,8")
+    parser.add_argument("--frames", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    sys.path.insert(0, str(args.reference_path))
+    ref = importlib.import_module(args.reference_module)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        talker_dir, _ = build(Path(tmp), PRESETS[args.preset], CodecSizes(), stop_margin=50.0)
+        config = ref.MossTTSLocalConfig.from_pretrained(talker_dir, attn_implementation="sdpa")
+        reference = ref.MossTTSLocalModel.from_pretrained(talker_dir, config=config, dtype=torch.float32).eval()
+        talker = load_talker(talker_dir, device="cpu", dtype="float32")
+        variants = {
+            "reference generate()": lambda p: reference_run(reference, p, args.frames),
+            "moss invariant": lambda p: moss_run(talker.model, INVARIANT, p, args.frames),
+            "moss fast": lambda p: moss_run(talker.model, FAST, p, args.frames),
+        }
+        results = {}
+        with torch.inference_mode():
+            for batch in (int(b) for b in args.batch.split(",")):
+                prompts = [talker.prompt(TEXTS[i % len(TEXTS)]) for i in range(batch)]
+                for run in variants.values():
+                    run(prompts[:1])  # warm-up
+                times = {name: [] for name in variants}
+                for _ in range(args.repeats):
+                    for name, run in variants.items():
+                        start = time.perf_counter()
+                        run(prompts)
+                        times[name].append(time.perf_counter() - start)
+                for name, values in times.items():
+                    fps = batch * args.frames / statistics.median(values)
+                    spread = (batch * args.frames / max(values), batch * args.frames / min(values))
+                    results.setdefault(str(batch), {})[name] = {
+                        "frames_per_s": round(fps, 2),
+                        "range": [round(x, 2) for x in spread],
+                    }
+                    print(f"B={batch:<3} {name:<22} {fps:8.1f} frames/s  [{spread[0]:.1f}-{spread[1]:.1f}]")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "preset": args.preset,
+                    "frames": args.frames,
+                    "repeats": args.repeats,
+                    "threads": args.threads,
+                    "results": results,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+
+
+if __name__ == "__main__":
+    main()
