@@ -2,7 +2,9 @@
 
 import math
 
+import pytest
 import torch
+import torch.nn.functional as F
 
 from moss_cli.model.attention import causal_mask
 from moss_cli.model.layers import (
@@ -82,3 +84,20 @@ def test_rms_norm_computes_statistics_in_float32_for_half_inputs():
 def test_causal_mask_for_queries_at_the_end_of_the_keys():
     mask = causal_mask(2, 4, torch.device("cpu"))
     assert mask.tolist() == [[True, True, True, False], [True, True, True, True]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_blocked_linear_gives_a_row_the_same_bits_whatever_rows_come_with_it(dtype):
+    """The codec's fixed tiles: a time step's projection does not depend on the sequence or chunk
+    length it is computed in, and it matches F.linear closely."""
+    from moss_cli.model.layers import blocked_linear
+
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(96, 48, generator=gen).to(dtype)
+    bias = torch.randn(96, generator=gen).to(dtype)
+    x = torch.randn(300, 48, generator=gen).to(dtype)
+    whole = blocked_linear(x, weight, bias, 64)
+    for start, length in ((0, 1), (5, 3), (64, 64), (100, 137), (299, 1)):
+        part = blocked_linear(x[start : start + length], weight, bias, 64)
+        assert torch.equal(part, whole[start : start + length]), (start, length)
+    torch.testing.assert_close(whole.float(), F.linear(x, weight, bias).float(), rtol=2e-2, atol=2e-2)
