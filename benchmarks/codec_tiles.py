@@ -1,27 +1,31 @@
 """What the codec's fixed tiles cost: plain vs tiled decode, with the batched-product tiles of 0.1.0
-("old-bmm") and the per-tile products used now ("new-loop"), in float32 and bfloat16.
+("bmm", a product over a broadcast weight) and the per-tile products used now ("per-tile"), in
+float32 and bfloat16.
 
-    python benchmarks/codec_tiles.py
+    python benchmarks/codec_tiles.py [--d-model 768] [--layers 2] [--frames 50] [--repeats 3]
 
-A random codec in the v2 layout with every stage at d=768 (2 layers each) decodes 4 s of codes
-(50 frames); each figure is the median of 3 decodes in one process, 1 thread.
+A random codec in the v2 layout with every stage at `--d-model` decodes `--frames` frames (50 =
+4 s); each figure is the median of the repeats, all variants in one process, 1 thread.
 """
 
+from __future__ import annotations
+
+import argparse
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
-torch.set_num_threads(1)
-import moss_cli.model.codec as C
-import moss_cli.model.layers as L
+import moss_cli.model.codec as codec_module
 from moss_cli.assets.build import CodecSizes, codec_config
 from moss_cli.model.codec import AudioCodec
 from moss_cli.model.config import CodecConfig
+from moss_cli.model.layers import blocked_linear
 
 
-def old_blocked(x, weight, bias=None, block=None):
+def bmm_tiles(x, weight, bias=None, block=None):
+    """0.1.0's fixed tiles: one batched product over the weight broadcast to every tile."""
     if not block:
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])
@@ -34,45 +38,59 @@ def old_blocked(x, weight, bias=None, block=None):
     return out[:rows].reshape(*x.shape[:-1], weight.shape[0])
 
 
-new_blocked = L.blocked_linear
-cfg = CodecConfig.from_dict(
-    codec_config(
-        CodecSizes(
-            d_model=768, heads=12, layers=2, code_dim=128, rvq_dim=64, quantizers=16, codebook=1024, codebook_dim=8
-        )
-    ),
-    "x",
-)
-for dtype in (torch.float32, torch.bfloat16):
-    codecs = {}
-    for name, tile in (("plain", None), ("tiled", 64)):
-        with torch.device("meta"):
-            c = AudioCodec(cfg, tile=tile)
-        c = c.to_empty(device="cpu").to(dtype)
-        with torch.no_grad():
-            for p in c.parameters():
-                p.normal_(0, 0.02)
-        c.quantizer.float()
-        codecs[name] = c.eval()
-    codes = torch.randint(0, 1024, (12, 1, 50))
-    res = {}
-    for impl_name, impl in (("old-bmm", old_blocked), ("new-loop", new_blocked)):
-        L.blocked_linear = impl
-        C.blocked_linear = impl
-        for name, c in codecs.items():
-            with torch.inference_mode():
-                c.decode(codes)
-                ts = []
-                for _ in range(3):
-                    t = time.perf_counter()
-                    c.decode(codes)
-                    ts.append(time.perf_counter() - t)
-            res[(impl_name, name)] = statistics.median(ts)
-    print(
-        dtype,
-        {f"{a}/{b}": round(v, 3) for (a, b), v in res.items()},
-        "tiled/plain old",
-        round(res[("old-bmm", "tiled")] / res[("old-bmm", "plain")], 2),
-        "new",
-        round(res[("new-loop", "tiled")] / res[("new-loop", "plain")], 2),
+def random_codec(cfg: CodecConfig, tile: int | None, dtype: torch.dtype) -> AudioCodec:
+    with torch.device("meta"):
+        codec = AudioCodec(cfg, tile=tile)
+    codec = codec.to_empty(device="cpu").to(dtype)
+    with torch.no_grad():
+        for p in codec.parameters():
+            p.normal_(0, 0.02)
+    codec.quantizer.float()
+    return codec.eval()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--d-model", type=int, default=768)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--frames", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    sizes = CodecSizes(
+        d_model=args.d_model,
+        heads=args.d_model // 64,
+        layers=args.layers,
+        code_dim=128,
+        rvq_dim=64,
+        quantizers=16,
+        codebook=1024,
+        codebook_dim=8,
     )
+    cfg = CodecConfig.from_dict(codec_config(sizes), "random codec")
+    codes = torch.randint(0, 1024, (12, 1, args.frames))
+    for dtype in (torch.float32, torch.bfloat16):
+        codecs = {"plain": random_codec(cfg, None, dtype), "tiled": random_codec(cfg, 64, dtype)}
+        seconds = {}
+        for impl_name, impl in (("bmm", bmm_tiles), ("per-tile", blocked_linear)):
+            codec_module.blocked_linear = impl
+            for name, codec in codecs.items():
+                with torch.inference_mode():
+                    codec.decode(codes)
+                    runs = []
+                    for _ in range(args.repeats):
+                        start = time.perf_counter()
+                        codec.decode(codes)
+                        runs.append(time.perf_counter() - start)
+                seconds[(impl_name, name)] = statistics.median(runs)
+        codec_module.blocked_linear = blocked_linear
+        for impl_name in ("bmm", "per-tile"):
+            plain, tiled = seconds[(impl_name, "plain")], seconds[(impl_name, "tiled")]
+            print(
+                f"{str(dtype):>15} {impl_name:>8}: plain {plain:.3f} s, tiled {tiled:.3f} s, tiled/plain "
+                f"{tiled / plain:.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
