@@ -1,8 +1,9 @@
 """Continuous batching: up to `max_batch` requests in flight, new ones join as others finish.
 
 Each request is prefilled on its own, then decoded one frame per step together with whatever
-else is in flight. Every request carries its own KV cache and its own random generator, so what
-it produces does not depend on the order of the input or on its neighbours' random draws.
+else is in flight. Every request has its own slot in the engine's KV pool and its own random
+generator, so what it produces does not depend on the order of the input or on its neighbours'
+random draws.
 """
 
 from __future__ import annotations
@@ -170,11 +171,12 @@ class Engine:
     def _step(self, running: list[_Running], frames: bool) -> Iterator[Event]:
         """Decode one frame for every running request, then feed the continuing ones to the backbone.
 
-        Batch-invariant mode computes the step in blocks of exactly `row_block` rows, padding the
+        Batch-invariant mode computes the step in blocks of exactly `block_rows` rows, padding the
         last block with idle rows. Every matrix product then has the same shape whatever the batch,
         so a row's numbers never depend on how many neighbours it has (CPU GEMMs round a row
-        differently for different row counts; cuBLAS picks different kernels). Attention and
-        sampling are per request in both modes.
+        differently for different row counts; cuBLAS picks different kernels). In both modes each
+        row attends over its own keys only (BlockedDecode) and draws from its own random stream
+        (`_frame_draws`); the fast mode just does not pad.
         """
         if self.block_rows:
             blocks = [running[i : i + self.block_rows] for i in range(0, len(running), self.block_rows)]
