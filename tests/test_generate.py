@@ -121,3 +121,15 @@ def test_the_old_batch_invariant_keyword_still_selects_the_reference_loop_with_a
         old = talker64.generate(ids, mask, max_new_frames=5, do_sample=False, batch_invariant=False)
     new = talker64.generate(ids, mask, max_new_frames=5, do_sample=False, reference_loop=True)
     assert all(torch.equal(a, b) for a, b in zip(old, new))
+
+
+def test_repetition_penalty_in_the_engine_matches_the_reference_loop(talker64):
+    """Greedy with a repetition penalty: the engine's per-row `seen` marks give the codes the
+    reference loop gets from each channel's history."""
+    ids, mask = talker64.batch([talker64.prompt("Hello."), talker64.prompt("A longer second request here.")])
+    kwargs = dict(max_new_frames=12, do_sample=False, repetition_penalty=1.3)
+    engine = talker64.generate(ids, mask, **kwargs)
+    reference = talker64.generate(ids, mask, reference_loop=True, **kwargs)
+    plain = talker64.generate(ids, mask, max_new_frames=12, do_sample=False)
+    assert all(torch.equal(a, b) for a, b in zip(engine, reference))
+    assert any(not torch.equal(a, b) for a, b in zip(engine, plain))  # the penalty did change something
