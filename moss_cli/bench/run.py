@@ -127,9 +127,17 @@ def _ttfa(model, codec: AudioCodec, numerics: Numerics, prompts, batch: int, fra
 
 def _codec_seconds(codec: AudioCodec, n_vq: int, batch: int, frames: int, device) -> float:
     codes = torch.randint(0, codec.cfg.quantizer.codebook_size, (n_vq, batch, frames), device=device)
+    _sync(device)
     start = time.perf_counter()
     codec.decode(codes)
+    _sync(device)
     return time.perf_counter() - start
+
+
+def _sync(device: torch.device) -> None:
+    """Wait for queued accelerator work, so wall-clock readings cover it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 @torch.inference_mode()
@@ -148,9 +156,11 @@ def _floor_step(model: MossTTSLocal, rows: int) -> float:
     weights += [e.weight for e in model.audio_embeddings]
     weights += [m.weight for m in (getattr(model, "local_text_lm_head", None),) if m is not None]
     inputs = {width: x[:, :1].expand(rows, width).contiguous() for width in {w.shape[1] for w in weights}}
+    _sync(x.device)
     start = time.perf_counter()
     for w in weights:
         F.linear(inputs[w.shape[1]], w)
+    _sync(x.device)
     return time.perf_counter() - start
 
 
