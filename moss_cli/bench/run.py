@@ -41,8 +41,8 @@ class BenchOptions:
     batches: tuple[int, ...] = (1, 8)
     frames: int = 32
     modes: tuple[str, ...] = ("invariant", "fast")
-    device: str = "cpu"
-    dtype: str = "float32"
+    device: str = "auto"
+    dtype: str = "auto"  # float32 on CPU, bfloat16 on accelerators
     repeats: int = 3
     threads: int | None = None  # None: chosen from the model's size (moss_cli.threads)
 

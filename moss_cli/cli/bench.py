@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import MossError
 from .common import Device, DType, stderr, stdout, user_errors
-from .options import CodecOption, DeviceOption, ModelOption, ThreadsOption
+from .options import CodecOption, DeviceOption, DTypeOption, ModelOption, ThreadsOption
 
 COLUMNS = (  # the terminal's short headers; the JSON has every figure with its full name
     ("mode", "mode"),
@@ -50,8 +50,8 @@ def bench(
     frames: Annotated[int, typer.Option(min=2, help="Frames per request.")] = 32,
     modes: Annotated[str, typer.Option(help="Numerics modes: invariant,fast.")] = "invariant,fast",
     repeats: Annotated[int, typer.Option(min=1, help="Runs per figure (the median is reported).")] = 3,
-    device: DeviceOption = Device.cpu,
-    dtype: Annotated[DType, typer.Option(help="Model dtype.")] = DType.float32,
+    device: DeviceOption = Device.auto,
+    dtype: DTypeOption = DType.auto,
     threads: ThreadsOption = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the figures as JSON.")] = None,
 ) -> None:
