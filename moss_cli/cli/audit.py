@@ -21,6 +21,7 @@ from .options import (
     MaxBatchOption,
     ModelOption,
     ThreadsOption,
+    synth_options,
 )
 
 
@@ -59,8 +60,6 @@ def audit_determinism(
         from ..audit.golden import check_golden, save_golden
         from ..audit.report import check_output_paths, render, summary, write_reports
         from ..audit.runner import AuditOptions, run_audit
-        from ..numerics import Numerics
-        from ..pipeline import SynthOptions
 
         # Before any model loads: a bad output path must not cost a whole audit.
         check_output_paths(
@@ -77,16 +76,16 @@ def audit_determinism(
             min_snr_db=min_snr_db,
             strict_unseeded=strict_unseeded,
             max_batch=max_batch,
-            synth=SynthOptions(
+            synth=synth_options(
                 deploy=deploy,
                 model=model,
                 codec=codec,
-                device=device.value,
-                dtype=dtype.value,
+                device=device,
+                dtype=dtype,
                 legacy_global_rng=legacy_global_rng,
-                numerics=Numerics(batch_invariant=batch_invariant),
-                allow_foreign_deploy=allow_foreign_deploy,
+                batch_invariant=batch_invariant,
                 threads=threads,
+                allow_foreign_deploy=allow_foreign_deploy,
             ),
         )
         if golden is not None and not golden.is_file():

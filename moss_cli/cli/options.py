@@ -57,3 +57,34 @@ BatchInvariant = Annotated[
         "off: faster kernels whose rounding depends on the batch.",
     ),
 ]
+
+
+def synth_options(
+    *,
+    deploy,
+    model,
+    codec,
+    device: Device,
+    dtype: DType,
+    legacy_global_rng: bool,
+    batch_invariant: bool,
+    threads: int | None,
+    allow_foreign_deploy: bool,
+    max_batch: int | None = None,
+):
+    """The pipeline's `SynthOptions` from the options above (imports torch: call it inside a command)."""
+    from ..numerics import Numerics
+    from ..pipeline import SynthOptions
+
+    return SynthOptions(
+        deploy=deploy,
+        model=model,
+        codec=codec,
+        device=device.value,
+        dtype=dtype.value,
+        max_batch=max_batch,
+        legacy_global_rng=legacy_global_rng,
+        numerics=Numerics(batch_invariant=batch_invariant),
+        threads=threads,
+        allow_foreign_deploy=allow_foreign_deploy,
+    )

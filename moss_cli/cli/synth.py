@@ -23,6 +23,7 @@ from .options import (
     MaxBatchOption,
     ModelOption,
     ThreadsOption,
+    synth_options,
 )
 
 if TYPE_CHECKING:
@@ -72,18 +73,16 @@ def synth(
     runtime error, 130/143 interrupted (SIGINT/SIGTERM)."""
     with user_errors():
         from ..job import synthesize  # torch loads here, not for --help
-        from ..numerics import Numerics
-        from ..pipeline import SynthOptions
 
-        options = SynthOptions(
+        options = synth_options(
             deploy=deploy,
             model=model,
             codec=codec,
-            device=device.value,
-            dtype=dtype.value,
+            device=device,
+            dtype=dtype,
             max_batch=max_batch,
             legacy_global_rng=legacy_global_rng,
-            numerics=Numerics(batch_invariant=batch_invariant),
+            batch_invariant=batch_invariant,
             threads=threads,
             allow_foreign_deploy=allow_foreign_deploy,
         )
