@@ -39,7 +39,6 @@ def golden_document(result: AuditResult) -> dict:
 
 
 def save_golden(path: Path, result: AuditResult) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(golden_document(result), indent=2, sort_keys=True) + "\n")
 
 

@@ -94,11 +94,6 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
     )
 
 
-def write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, text)
-
-
 def write_reports(
     result: AuditResult,
     golden: GoldenCheck | None,
@@ -123,7 +118,7 @@ def write_reports(
         (markdown_path, lambda: text_md),
     ):
         if path is not None:
-            write_text(path, text())
+            write_text_atomic(path, text())
             written.append(path)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:

@@ -84,7 +84,6 @@ def bench(
         if json_path is not None:
             from ..io.atomic import write_text_atomic
 
-            json_path.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(json_path, json.dumps(report.as_dict(), indent=2) + "\n")
     setup = report.setup
     table = Table(

@@ -219,12 +219,13 @@ class Engine:
         codes = choose_codes(model, local_hidden, past, choose)
 
         feed = []  # rows that go on: (block index, request)
+        codebooks = torch.arange(cfg.n_vq, device=self.device)
         for i, r in enumerate(rows):
             if not active[i]:
                 continue
             r.frames.append(codes[i])
             if r.seen is not None:
-                r.seen[torch.arange(cfg.n_vq), codes[i]] = True
+                r.seen[codebooks, codes[i]] = True
             if frames:
                 yield FrameEvent(r.request.key, codes[i])
             if len(r.frames) >= r.request.max_new_frames:

@@ -28,5 +28,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """A report or baseline: its folder is created if missing (reports go where the user points)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
