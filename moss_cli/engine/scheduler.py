@@ -25,6 +25,8 @@ from .sampling import RowParams, draw_uniforms, sample_rows
 # batch, the row's generator or None for the global RNG); codebook -1 is the stop head. It may
 # return replacement logits (a test hook for perturbations) or None. The audit records logits and
 # random-stream states through it.
+_END = object()  # the request source is exhausted
+
 LogitsHook = Callable[[str, int, int, torch.Tensor, int, "torch.Generator | None"], "torch.Tensor | None"]
 
 
@@ -127,23 +129,40 @@ class Engine:
         running.hidden = hidden[0, -1]
         return running
 
-    def run(self, requests: Iterable[GenerationRequest]) -> Iterator[GenerationResult]:
+    def run(
+        self, requests: Iterable[GenerationRequest | None], *, wait: Callable[[], None] | None = None
+    ) -> Iterator[GenerationResult]:
         """Yield each request's result as soon as it finishes."""
-        return (event for event in self.events(requests, frames=False) if isinstance(event, GenerationResult))
+        events = self.events(requests, frames=False, wait=wait)
+        return (event for event in events if isinstance(event, GenerationResult))
 
-    def events(self, requests: Iterable[GenerationRequest], *, frames: bool = True) -> Iterator[Event]:
+    def events(
+        self,
+        requests: Iterable[GenerationRequest | None],
+        *,
+        frames: bool = True,
+        wait: Callable[[], None] | None = None,
+    ) -> Iterator[Event]:
         """Like `run`, with a `FrameEvent` for every frame as it is produced (streaming consumers
-        decode or send it; the engine itself knows nothing of codecs or files)."""
+        decode or send it; the engine itself knows nothing of codecs or files).
+
+        A source of live arrivals (a server's `Arrivals`) yields None when nothing has arrived
+        yet: the engine goes on decoding what it has and looks again after the step. When it has
+        nothing to decode it calls `wait` (which blocks until the source may have more) first."""
         waiting = iter(requests)
-        head = next(waiting, None)  # the next request to admit, in input order
+        head = next(waiting, _END)  # the next request to admit, in input order
         running: list[_Running] = []
         while True:
-            while head is not None and len(running) < self.max_batch:
+            if head is None:  # nothing had arrived at the last look
+                if not running and wait is not None:
+                    wait()
+                head = next(waiting, _END)
+            while head is not None and head is not _END and len(running) < self.max_batch:
                 if head.arrival_step > self.steps:
                     if running:
                         break  # not arrived yet: admitted at a later step
                     self.steps = head.arrival_step  # idle until it arrives
-                request, head = head, next(waiting, None)
+                request, head = head, next(waiting, _END)
                 if request.max_new_frames <= 0:
                     now = self.clock()
                     yield GenerationResult(
@@ -159,7 +178,7 @@ class Engine:
                     continue
                 running.append(self._prefill(request))
             if not running:
-                if head is None:
+                if head is _END:
                     return
                 continue
             for r in running:

@@ -202,7 +202,7 @@ class Synthesizer(Models):
 
     def run(
         self,
-        prepared: Iterable[Prepared],
+        prepared: Iterable[Prepared | None],
         *,
         max_batch: int | None = None,
         logits_hook: LogitsHook | None = None,
@@ -221,16 +221,21 @@ class Synthesizer(Models):
 
         def generations():
             for p in prepared:
+                if p is None:  # a live source (engine.arrivals.Arrivals) with nothing waiting yet
+                    yield None
+                    continue
                 by_key[p.request.id] = p
                 yield self.generation(p)
 
+        wait = getattr(prepared, "wait", None)  # live sources block the idle engine until an arrival
+
         engine = self.engine(max_batch, logits_hook)
         if stream:
-            for result, decoder in self._streamed(engine.events(generations()), sinks):
+            for result, decoder in self._streamed(engine.events(generations(), wait=wait), sinks):
                 audio = decoder.finish() if decoder else torch.zeros(self.codec.channels, 0)  # no frames at all
                 yield self._result(by_key.pop(result.key), result, audio, decoder)
             return
-        for group in self._decode_groups(engine.run(generations())):
+        for group in self._decode_groups(engine.run(generations(), wait=wait)):
             for result, audio in zip(group, self.decode_many([r.codes for r in group])):
                 yield self._result(by_key.pop(result.key), result, audio, None)
 
