@@ -12,6 +12,7 @@ LAYERS = {
     "bench": 5,
     "synth": 5,  # synth: a compatibility re-export of pipeline + job
     "pipeline": 4,
+    "speech_api": 4,
     "api": 3,
     "engine": 3,
     "io": 3,

@@ -1,0 +1,116 @@
+"""The OpenAI-compatible speech API that vllm-omni serves (`POST /v1/audio/speech`), as moss
+speaks it: which request-file field travels in which JSON field, and the response headers by
+which `moss serve` tells an auditor what it did. `moss serve` reads bodies with `record_from_body`;
+the HTTP clients (`audit-determinism --server`, `synth --server`) write them with `body_from_request`.
+
+The field names follow vllm-omni's protocol (`vllm_omni/entrypoints/openai/protocol/audio.py`,
+`docs/serving/speech_api.md`): `max_new_tokens` counts codec frames for MOSS-TTS, `seed` is the
+request seed that becomes the residual sampler's `tts_local_seed`, and `extra_params` carries
+model-specific prompt fields that have no field of their own.
+"""
+
+from __future__ import annotations
+
+import base64
+import mimetypes
+from pathlib import Path
+from typing import Any
+
+from .config.request_fields import SAMPLING_FIELDS, Request
+
+SPEECH_PATH = "/v1/audio/speech"
+MODELS_PATH = "/v1/models"
+HEALTH_PATH = "/health"
+RESPONSE_FORMATS = ("wav", "pcm", "flac")  # what moss serve answers; vllm-omni also has mp3/aac/opus
+MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac"}
+
+# Request-file field -> body field, where they differ only by name.
+RENAMED = {"text": "input", "instruction": "instructions", "max_new_frames": "max_new_tokens"}
+TOP_LEVEL = ("seed", "language", "ref_text", *SAMPLING_FIELDS)  # same name in both
+EXTRA_PARAMS = ("tokens", "quality", "sound_event", "ambient_sound")  # MOSS prompt fields, in `extra_params`
+
+# Response headers of `moss serve` (a vllm-omni server sends none of them; an auditor then
+# relies on the audio alone). Lower case, as HTTP/2 and httpx give them back.
+HEADER_SEED = "x-moss-seed"  # the effective seed, or "none"
+HEADER_SEED_SOURCE = "x-moss-seed-source"  # request | deploy | none
+HEADER_FRAMES = "x-moss-frames"
+HEADER_CODES_SHA256 = "x-moss-codes-sha256"
+HEADER_MAX_IN_FLIGHT = "x-moss-max-in-flight"  # most requests in the engine's batch while it ran
+HEADER_STOP_REASON = "x-moss-stop-reason"  # stop | max_frames | empty
+HEADER_SAMPLE_RATE = "x-moss-sample-rate"
+
+
+def data_uri(path: Path) -> str:
+    """A reference audio file as a base64 `data:` URI (how vllm-omni accepts inline audio)."""
+    known = {".wav": "audio/wav", ".flac": "audio/flac", ".mp3": "audio/mpeg", ".ogg": "audio/ogg"}
+    media = known.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return f"data:{media};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
+
+
+def body_from_request(
+    request: Request,
+    *,
+    model: str | None = None,
+    response_format: str = "wav",
+    seed: int | None = None,
+    with_seed: bool = True,
+) -> dict[str, Any]:
+    """The JSON body that asks a server for one request of a requests file. `seed` replaces the
+    request's own seed (the audit's probes); `with_seed=False` sends none at all."""
+    body: dict[str, Any] = {"input": request.text, "response_format": response_format}
+    if model is not None:
+        body["model"] = model
+    if request.max_new_frames is not None:
+        body["max_new_tokens"] = request.max_new_frames
+    chosen = seed if seed is not None else request.seed
+    if with_seed and chosen is not None:
+        body["seed"] = chosen
+    fields = request.prompt_fields
+    if fields.get("instruction") is not None:
+        body["instructions"] = fields["instruction"]
+    if fields.get("language") is not None:
+        body["language"] = fields["language"]
+    extra = {key: fields[key] for key in EXTRA_PARAMS if fields.get(key) is not None}
+    if extra:
+        body["extra_params"] = extra
+    body.update(request.sampling)
+    if request.ref_audio is not None:
+        body["ref_audio"] = data_uri(request.ref_audio)
+    if request.ref_text is not None:
+        body["ref_text"] = request.ref_text
+    return body
+
+
+# Body fields a server accepts and moss has no use for (OpenAI / vllm-omni options).
+IGNORED = ("voice", "speed", "task_type", "stream_format", "sample_rate", "x_vector_only_mode", "non_streaming_mode")
+SERVER_FIELDS = ("model", "response_format", "stream", "ref_audio", "extra_params", *IGNORED)
+
+
+def record_from_body(body: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """A request body as a requests-file record (for `validate_record`), plus problems with the
+    body's own field names. `ref_audio`, `model`, `response_format` and `stream` are left to the
+    server; unknown fields are problems (a typo must not pass silently)."""
+    problems: list[tuple[str, str]] = []
+    record: dict[str, Any] = {}
+    renamed_back = {v: k for k, v in RENAMED.items()}
+    for key, value in body.items():
+        if key in renamed_back:
+            record[renamed_back[key]] = value
+        elif key in TOP_LEVEL:
+            record[key] = value
+        elif key == "extra_params":
+            if not isinstance(value, dict):
+                problems.append((key, f"'extra_params' must be an object, got {type(value).__name__}"))
+                continue
+            for name, extra in value.items():
+                if name in EXTRA_PARAMS:
+                    record[name] = extra
+                else:
+                    problems.append(
+                        (f"extra_params.{name}", f"unknown field; expected one of {', '.join(EXTRA_PARAMS)}")
+                    )
+        elif key not in SERVER_FIELDS:
+            problems.append((key, "unknown field"))
+    if "input" not in body:
+        problems.append(("input", "missing 'input'"))
+    return record, problems

@@ -1,0 +1,55 @@
+"""The speech API's field mapping: a request sent by a client reads back as the same request."""
+
+from pathlib import Path
+
+from moss_cli.config.request_fields import Problem, validate_record
+from moss_cli.config.requests import Request
+from moss_cli.speech_api import body_from_request, record_from_body
+
+
+def _read_back(body):
+    record, problems = record_from_body(body)
+    assert problems == []
+    found: list[Problem] = []
+    request = validate_record({**record, "id": "x"}, 1, "body", found)
+    assert found == []
+    return request
+
+
+def test_a_request_survives_the_trip_through_a_body():
+    request = Request(
+        id="x",
+        text="Hello there.",
+        line=1,
+        seed=0,  # an explicit seed 0 is a seed
+        max_new_frames=30,
+        prompt_fields={"instruction": "calm", "language": "English", "quality": "high", "tokens": 40},
+        sampling={"temperature": 1.2, "top_k": 10},
+    )
+    body = body_from_request(request)
+    assert body["input"] == "Hello there." and body["max_new_tokens"] == 30 and body["seed"] == 0
+    assert body["instructions"] == "calm" and body["extra_params"] == {"quality": "high", "tokens": 40}
+    back = _read_back(body)
+    assert (back.text, back.seed, back.max_new_frames) == (request.text, 0, 30)
+    assert back.prompt_fields == request.prompt_fields
+    assert back.sampling == request.sampling
+
+
+def test_probes_replace_or_drop_the_seed():
+    request = Request(id="x", text="t", line=1, seed=5)
+    assert body_from_request(request, seed=6)["seed"] == 6
+    assert "seed" not in body_from_request(request, with_seed=False)
+
+
+def test_reference_audio_travels_as_a_data_uri(tmp_path: Path):
+    wav = tmp_path / "voice.wav"
+    wav.write_bytes(b"RIFF0000WAVE")
+    body = body_from_request(Request(id="x", text="t", line=1, ref_audio=wav))
+    assert body["ref_audio"] == "data:audio/wav;base64,UklGRjAwMDBXQVZF"
+
+
+def test_unknown_and_missing_fields_are_named():
+    _, problems = record_from_body({"inptu": "typo", "extra_params": {"colour": 1}})
+    assert ("inptu", "unknown field") in problems
+    assert any(field == "extra_params.colour" for field, _ in problems)
+    assert any(field == "input" for field, _ in problems)
