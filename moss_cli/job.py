@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from .config.requests import read_requests
+from .engine.compiled import compile_seconds
 from .errors import MossError
 from .interrupts import interrupts_as_exceptions
 from .io.audio import FORMATS, ProgressiveAudio, write_audio
@@ -43,6 +44,7 @@ class SynthSummary:
     frame_rate: float = 12.5
     orphans: list[str] = field(default_factory=list)  # audio files in --out that no request of this run owns
     threads: int = 1
+    compile_s: float | None = None  # --compile: seconds spent compiling the frame step
 
     @property
     def empty(self) -> list[str]:
@@ -78,6 +80,7 @@ class SynthSummary:
             "empty": self.empty,
             "orphans": self.orphans,
             "threads": self.threads,
+            "compile_s": None if self.compile_s is None else round(self.compile_s, 2),
             "out": str(self.out),
             "manifest": str(self.manifest) if self.manifest else None,
         }
@@ -197,4 +200,5 @@ def synthesize(
         frame_rate=synth.codec_config.frame_rate,
         orphans=orphans,
         threads=synth.threads,
+        compile_s=compile_seconds() if options.compile else None,
     )

@@ -33,11 +33,13 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
         "floor_step_ms",
         "efficiency",
         "peak_memory_mb",
+        "compile_s",
     }
     for row in rows:
         assert set(row) == FIELDS
         assert row["frames"] == 4 and row["talker_frames_per_s"] > 0 and row["decode_step_ms"] > 0
         assert row["floor_step_ms"] > 0 and 0 < row["efficiency"] and row["ttfa_s"] > 0 and row["codec_rtf"] > 0
+        assert row["compile_s"] is None  # not compiled
     assert set(report["invariant_over_fast"]) == {"1", "2"}
     assert report["setup"]["model"] == "tiny (shipped)" and report["setup"]["threads"] == 1
 

@@ -51,4 +51,5 @@ def environment(synth) -> dict:
         "deploy_sha256": deploy_sha256(deploy) if deploy else "built-in",
         "legacy_global_rng": synth.options.legacy_global_rng,
         "batch_invariant": synth.options.batch_invariant,
+        "compile": synth.options.compile,
     }

@@ -88,9 +88,10 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
             console.print(f"  environment {k}: {escape(str(a))} -> {escape(str(b))}")
     status = "[bold green]PASSED[/]" if s["passed"] else f"[bold red]{outcome(s)}[/]"
     warned = f", {s['warnings']} warning(s)" if s["warnings"] else ""
+    compiled = f" ({s['compile_s']:.1f} s compiling)" if s["compile_s"] is not None else ""
     console.print(
         f"{status}: {s['failures']} violation(s), {s['unseeded']} unseeded difference(s), "
-        f"{s['cases']} comparisons in {s['elapsed_s']:.1f} s{warned}"
+        f"{s['cases']} comparisons in {s['elapsed_s']:.1f} s{compiled}{warned}"
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.requests import read_requests
+from ..engine.compiled import compile_seconds
 from ..engine.scheduler import LogitsHook
 from ..errors import MossError
 from ..synth import Prepared, Synthesizer, SynthOptions
@@ -76,6 +77,7 @@ class AuditResult:
     chunk_schedule: list[int] = field(default_factory=list)  # streaming chunk sizes (the last repeats)
     mixups: list[MixUp] = field(default_factory=list)  # warnings; they do not fail the audit
     scenario_s: dict[str, float] = field(default_factory=dict)  # wall time of each scenario's runs and checks
+    compile_s: float | None = None  # --compile: part of elapsed_s spent compiling the frame step
 
     @property
     def passed(self) -> bool:
@@ -169,6 +171,7 @@ class Auditor:
             self.synth.chunk_schedule,
             mixups.warnings,
             scenario_s,
+            compile_seconds() if self.options.synth.compile else None,
         )
 
     def _judge(self, scenario: str, run: Run, reference_run: Run, key: str, ref: Output, out: Output) -> Case:

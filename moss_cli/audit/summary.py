@@ -27,6 +27,7 @@ def summary(result: AuditResult, golden: GoldenCheck | None) -> dict:
         "golden_drift": None if golden is None else len(golden.drifts),
         "warnings": len(result.mixups),
         "elapsed_s": round(result.elapsed_s, 3),
+        "compile_s": None if result.compile_s is None else round(result.compile_s, 3),
     }
 
 

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..device import resolve_device, resolve_dtype
+from ..engine.compiled import compile_seconds
 from ..engine.scheduler import Engine, FrameEvent, GenerationRequest
 from ..errors import MossError
 from ..model.codec import AudioCodec
@@ -45,6 +46,7 @@ class BenchOptions:
     dtype: str = "auto"  # float32 on CPU, bfloat16 on accelerators
     repeats: int = 3
     threads: int | None = None  # None: chosen from the model's size (moss_cli.threads)
+    compile: bool = False  # torch.compile the engine's frame step
 
 
 @dataclass
@@ -61,6 +63,7 @@ class BenchRow:
     floor_step_ms: float
     efficiency: float  # floor / engine step
     peak_memory_mb: float
+    compile_s: float | None = None  # --compile: seconds this row's first run spent compiling
 
 
 @dataclass
@@ -98,10 +101,12 @@ def _requests(prompts: PromptBuilder, batch: int, frames: int):
     ]
 
 
-def _talker_run(model, numerics: Numerics, prompts, batch: int, frames: int) -> tuple[float, float, int]:
+def _talker_run(
+    model, numerics: Numerics, prompts, batch: int, frames: int, compile: bool = False
+) -> tuple[float, float, int]:
     """(decode step seconds, prefill seconds, prompt tokens) of one run of `batch` requests."""
     requests = _requests(prompts, batch, frames)
-    engine = Engine(model, max_batch=batch, numerics=numerics)
+    engine = Engine(model, max_batch=batch, numerics=numerics, compile=compile)
     start = time.perf_counter()
     marks = []
     for event in engine.events(requests):
@@ -112,9 +117,11 @@ def _talker_run(model, numerics: Numerics, prompts, batch: int, frames: int) -> 
     return step, prefill, sum(int(r.prompt.shape[0]) for r in requests)
 
 
-def _ttfa(model, codec: AudioCodec, numerics: Numerics, prompts, batch: int, frames: int) -> float:
+def _ttfa(
+    model, codec: AudioCodec, numerics: Numerics, prompts, batch: int, frames: int, compile: bool = False
+) -> float:
     """Seconds from the start of a streamed batch to the first request's first audio chunk."""
-    engine = Engine(model, max_batch=batch, numerics=numerics)
+    engine = Engine(model, max_batch=batch, numerics=numerics, compile=compile)
     start = time.perf_counter()
     first = StreamingDecode(codec, [1, 15])
     for event in engine.events(_requests(prompts, batch, min(frames, 16))):
@@ -189,6 +196,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
             "repeats": options.repeats,
             "torch": torch.__version__,
             "cpus": os.cpu_count(),
+            "compile": options.compile,
         }
     )
     codecs = {mode: codec_for(MODES[mode]) for mode in options.modes}
@@ -199,14 +207,21 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
         for mode in options.modes:
             numerics, codec = MODES[mode], codecs[mode]
             with torch.inference_mode():
-                runs = [_talker_run(model, numerics, prompts, batch, options.frames) for _ in range(options.repeats)]
+                compiled_before = compile_seconds()
+                if options.compile:  # compiling happens here, not inside the timed runs
+                    _talker_run(model, numerics, prompts, batch, 2, compile=True)
+                compile_s = compile_seconds() - compiled_before
+                runs = [
+                    _talker_run(model, numerics, prompts, batch, options.frames, options.compile)
+                    for _ in range(options.repeats)
+                ]
                 step = statistics.median(r[0] for r in runs)
                 prefill = statistics.median(r[1] for r in runs)
                 tokens = runs[0][2]
                 codec_s = statistics.median(
                     _codec_seconds(codec, cfg.n_vq, batch, options.frames, device) for _ in range(options.repeats)
                 )
-                ttfa = _ttfa(model, codec, numerics, prompts, batch, options.frames)
+                ttfa = _ttfa(model, codec, numerics, prompts, batch, options.frames, options.compile)
                 rows = (
                     numerics.engine_block * math.ceil(batch / numerics.engine_block) if numerics.engine_rows else batch
                 )
@@ -227,6 +242,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                     floor_step_ms=round(floor * 1e3, 3),
                     efficiency=round(floor / step, 3),
                     peak_memory_mb=round(_peak_memory_mb(device), 1),
+                    compile_s=round(compile_s, 2) if options.compile else None,
                 )
             )
             if progress:

@@ -14,6 +14,7 @@ from .options import (
     AllowForeignDeploy,
     BatchInvariant,
     CodecOption,
+    CompileOption,
     DeployOption,
     DeviceOption,
     DTypeOption,
@@ -39,6 +40,7 @@ def audit_determinism(
     batch_invariant: BatchInvariant = True,
     max_batch: MaxBatchOption = None,
     threads: ThreadsOption = None,
+    compile: CompileOption = False,
     device: DeviceOption = Device.auto,
     dtype: DTypeOption = DType.auto,
     report_dir: Annotated[
@@ -86,6 +88,7 @@ def audit_determinism(
                 batch_invariant=batch_invariant,
                 threads=threads,
                 allow_foreign_deploy=allow_foreign_deploy,
+                compile=compile,
             ),
         )
         if golden is not None and not golden.is_file():

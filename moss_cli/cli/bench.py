@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import MossError
 from .common import Device, DType, stderr, stdout, user_errors
-from .options import CodecOption, DeviceOption, DTypeOption, ModelOption, ThreadsOption
+from .options import CodecOption, CompileOption, DeviceOption, DTypeOption, ModelOption, ThreadsOption
 
 COLUMNS = (  # the terminal's short headers; the JSON has every figure with its full name
     ("mode", "mode"),
@@ -53,6 +53,7 @@ def bench(
     device: DeviceOption = Device.auto,
     dtype: DTypeOption = DType.auto,
     threads: ThreadsOption = None,
+    compile: CompileOption = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the figures as JSON.")] = None,
 ) -> None:
     """Talker frames/s, prefill tokens/s, codec real-time factor, time to first audio, peak memory and
@@ -74,6 +75,8 @@ def bench(
             device=device.value,
             dtype=dtype.value,
             repeats=repeats,
+            threads=threads,
+            compile=compile,
         )
         report = run_bench(
             options,
@@ -98,3 +101,6 @@ def bench(
     stdout.print(LEGEND, style="dim", highlight=False)
     for size, ratio in report.ratios.items():
         stdout.print(f"batch {size}: invariant / fast step time {ratio}", highlight=False)
+    for row in report.rows:
+        if row.compile_s:
+            stdout.print(f"{row.mode} x{row.batch}: compiled the frame step in {row.compile_s} s", highlight=False)

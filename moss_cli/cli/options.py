@@ -57,6 +57,14 @@ BatchInvariant = Annotated[
         "off: faster kernels whose rounding depends on the batch.",
     ),
 ]
+CompileOption = Annotated[
+    bool,
+    typer.Option(
+        "--compile",
+        help="torch.compile the frame step (local transformer, heads, sampler); compiling takes a while "
+        "and its time is reported. Stays batch-invariant.",
+    ),
+]
 
 
 def synth_options(
@@ -71,6 +79,7 @@ def synth_options(
     threads: int | None,
     allow_foreign_deploy: bool,
     max_batch: int | None = None,
+    compile: bool = False,
 ):
     """The pipeline's `SynthOptions` from the options above (imports torch: call it inside a command)."""
     from ..numerics import Numerics
@@ -87,4 +96,5 @@ def synth_options(
         numerics=Numerics(batch_invariant=batch_invariant),
         threads=threads,
         allow_foreign_deploy=allow_foreign_deploy,
+        compile=compile,
     )

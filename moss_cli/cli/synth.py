@@ -16,6 +16,7 @@ from .options import (
     AllowForeignDeploy,
     BatchInvariant,
     CodecOption,
+    CompileOption,
     DeployOption,
     DeviceOption,
     DTypeOption,
@@ -43,6 +44,7 @@ def synth(
     dtype: DTypeOption = DType.auto,
     max_batch: MaxBatchOption = None,
     threads: ThreadsOption = None,
+    compile: CompileOption = False,
     audio_format: Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")] = "wav",
     legacy_global_rng: LegacyGlobalRng = False,
     batch_invariant: BatchInvariant = True,
@@ -85,6 +87,7 @@ def synth(
             batch_invariant=batch_invariant,
             threads=threads,
             allow_foreign_deploy=allow_foreign_deploy,
+            compile=compile,
         )
         run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force, stream=stream)
         if interactive():
@@ -166,6 +169,8 @@ def print_summary(summary: SynthSummary, requests: Path) -> None:
     say(f"requests: {requests}" if summary.dry_run else f"out: {summary.out}")
     if summary.manifest:
         say(f"manifest: {summary.manifest}")
+    if summary.compile_s is not None:
+        say(f"compile: {summary.compile_s:.1f} s of the wall time compiled the frame step")
     if summary.empty:
         stdout.print(f"[yellow]empty:[/] {len(summary.empty)} request(s) produced no audio: {_some(summary.empty)}")
     if summary.orphans:

@@ -128,7 +128,7 @@ def sample_rows(
         penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
         scores = torch.where(seen & (penalty != 1.0), penalised, scores)
     greedy = torch.argmax(scores, dim=-1)
-    if bool(params.greedy.all()):
+    if not torch.compiler.is_compiling() and bool(params.greedy.all()):  # a shortcut; a graph has no branches
         return greedy
     vocab = scores.shape[-1]
     scores = scores / torch.where(params.temperature > 0, params.temperature, 1.0)[:, None]

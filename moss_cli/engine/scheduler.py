@@ -16,10 +16,11 @@ import torch
 
 from ..model.talker import MossTTSLocal
 from ..numerics import INVARIANT, Numerics
-from ..sampling_params import STOP_HEAD_DEFAULTS, HeadSampling
-from .frame import STOP_HEAD, choose_codes, choose_stop, start_frame
+from ..sampling_params import HeadSampling
+from .compiled import CompiledFrame
+from .frame import sample_frame
+from .frame_step import FrameStep
 from .kv_cache import SCRATCH, BlockedDecode, KVPool, SlotPrefill
-from .sampling import RowParams, draw_uniforms, sample_rows
 
 # Called right before each draw with (request key, frame index, codebook, logits [V], rows in the
 # batch, the row's generator or None for the global RNG); codebook -1 is the stop head. It may
@@ -92,6 +93,7 @@ class Engine:
         legacy_global_rng: bool = False,
         logits_hook: LogitsHook | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        compile: bool = False,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
@@ -106,6 +108,9 @@ class Engine:
         self.steps = 0
         backbone = model.cfg.backbone
         self.pool = KVPool(backbone.num_layers, backbone.num_kv_heads, backbone.head_dim, self.device, self.dtype)
+        # torch.compile of the frame (local transformer, heads, sampler): one graph per block shape.
+        compiled = CompiledFrame(sample_frame, fixed_shape=self.block_rows is not None) if compile else None
+        self.frame_step = FrameStep(model, logits_hook, compiled)
 
     def _generator(self, seed: int | None) -> torch.Generator | None:
         if self.legacy_global_rng or seed is None:
@@ -212,21 +217,8 @@ class Engine:
         hidden = torch.stack([r.hidden for r in rows])
         if size > n:  # idle rows: zeros in, ignored out
             hidden = torch.cat([hidden, hidden.new_zeros(size - n, hidden.shape[1])])
+        stops, codes = self.frame_step(rows, hidden, size)
         active = [True] * n  # rows still drawing in this frame
-        draw = self._frame_draws(rows, size)
-
-        def choose(codebook: int, logits: torch.Tensor) -> torch.Tensor:
-            if self.logits_hook is not None:  # called right before each row's draw (the audit records it)
-                logits = logits.clone()
-                for i, r in enumerate(rows):
-                    if active[i]:
-                        replaced = self.logits_hook(r.request.key, len(r.frames), codebook, logits[i], n, r.generator)
-                        if replaced is not None:
-                            logits[i] = replaced
-            return draw(codebook, logits)
-
-        local_hidden, past = start_frame(model, hidden)
-        stops = choose_stop(model, local_hidden, choose)[:n].tolist()
         for i, stop in enumerate(stops):
             if stop and not rows[i].request.ignore_stop:
                 active[i] = False
@@ -234,9 +226,6 @@ class Engine:
                 yield self._finish(rows[i], stopped=True)
         if not any(active):
             return
-        # Stopped and idle rows stay in the block (their codes are ignored) so its shape is fixed.
-        codes = choose_codes(model, local_hidden, past, choose)
-
         feed = []  # rows that go on: (block index, request)
         codebooks = torch.arange(cfg.n_vq, device=self.device)
         for i, r in enumerate(rows):
@@ -269,34 +258,6 @@ class Engine:
         attention.advance(1)
         for row, (i, r) in enumerate(feed):
             r.hidden = out[i if self.block_rows else row, -1]
-
-    def _frame_draws(self, rows: list[_Running], size: int):
-        """The frame's sampler for a block: every sampling row draws all its uniforms (stop head +
-        codebooks) from its own stream now, so a row's tokens depend only on its logits and its
-        stream; then each head is filtered and drawn for the whole block at once."""
-        n_vq, device = self.model.cfg.n_vq, self.device
-        idle = [True] * (size - len(rows))
-        greedy = [not r.request.do_sample for r in rows] + idle
-        uniforms = torch.zeros(size, 1 + n_vq, device=device)
-        sampling = [i for i, r in enumerate(rows) if r.request.do_sample]
-        if sampling:
-            uniforms[sampling] = draw_uniforms([rows[i].generator for i in sampling], 1 + n_vq, device)
-        stop = RowParams.of([r.request.stop for r in rows] + [STOP_HEAD_DEFAULTS] * len(idle), greedy, device)
-        audio = RowParams.of([r.request.audio for r in rows] + [STOP_HEAD_DEFAULTS] * len(idle), greedy, device)
-        penalised = any(r.seen is not None for r in rows)
-        seen = None
-        if penalised:
-            vocab = self.model.cfg.audio_vocab_size
-            blank = torch.zeros(n_vq, vocab, dtype=torch.bool, device=device)
-            seen = torch.stack([r.seen if r.seen is not None else blank for r in rows] + [blank] * len(idle))
-
-        def draw(codebook: int, logits: torch.Tensor) -> torch.Tensor:
-            if codebook == STOP_HEAD:
-                return sample_rows(logits, stop, uniforms[:, 0])
-            marks = None if seen is None else seen[:, codebook, : logits.shape[-1]]
-            return sample_rows(logits, audio, uniforms[:, 1 + codebook], marks)
-
-        return draw
 
     def _finish(self, r: _Running, *, stopped: bool) -> GenerationResult:
         self.pool.release(r.slot)

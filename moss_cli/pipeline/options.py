@@ -20,6 +20,7 @@ class SynthOptions:
     numerics: Numerics = INVARIANT  # batch-invariant or fast, for the engine and the codec alike
     threads: int | None = None  # torch CPU threads; None: chosen from the model's size (moss_cli.threads)
     allow_foreign_deploy: bool = False  # a deploy file written for another model: warn, not fail
+    compile: bool = False  # torch.compile the engine's frame step (engine/compiled.py)
 
     @property
     def batch_invariant(self) -> bool:

@@ -198,6 +198,7 @@ class Synthesizer(Models):
             legacy_global_rng=self.options.legacy_global_rng,
             logits_hook=logits_hook,
             clock=self.clock,
+            compile=self.options.compile,
         )
 
     def run(

@@ -1,0 +1,82 @@
+"""`--compile`: the frame step as one torch.compile graph stays batch-invariant, records what the
+audit needs, and reports its compile time. Compiling takes seconds, so these run in CI (slow)."""
+
+import json
+import random
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from moss_cli.cli.app import app
+from moss_cli.config.requests import Request
+from moss_cli.engine.scheduler import Engine, GenerationRequest
+from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
+from moss_cli.synth import Synthesizer, SynthOptions
+
+pytestmark = pytest.mark.slow
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def synth():
+    return Synthesizer(SynthOptions(device="cpu", compile=True))
+
+
+def test_compiled_requests_get_bitwise_the_codes_and_pcm_they_get_alone(synth):
+    rng = random.Random(7)
+    requests = [
+        Request(id=f"r{i}", text=f"compiled request {i} " * rng.randint(1, 4), line=i + 1, seed=rng.choice([None, i]))
+        for i in range(6)
+    ]
+    prepared = synth.prepare(requests)
+    alone = {r.request.id: r for p in prepared for r in synth.run([p], max_batch=1)}
+    mixed = list(prepared)
+    rng.shuffle(mixed)
+    together = {r.request.id: r for r in synth.run(mixed, max_batch=4)}
+    for key, result in alone.items():
+        assert torch.equal(result.codes, together[key].codes), key
+        assert result.pcm.tobytes() == together[key].pcm.tobytes(), key
+    assert max(r.batch_size_seen for r in together.values()) > 1
+
+
+def _engine_draws(talker32, hook, compile):
+    engine = Engine(talker32.model, max_batch=2, compile=compile, logits_hook=hook)
+    prompts = [talker32.prompt(f"hooked request {i}") for i in range(2)]
+    requests = [
+        GenerationRequest(str(i), p, 6, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=i) for i, p in enumerate(prompts)
+    ]
+    return list(engine.run(requests))
+
+
+def test_a_recording_hook_sees_the_same_draws_compiled_as_eager(talker32):
+    calls = {True: [], False: []}
+    for compile in (False, True):
+        results = _engine_draws(talker32, lambda *a, c=compile: calls[c].append(a[:3] + (a[4],)), compile)
+        assert results
+    assert calls[True] and sorted(calls[True]) == sorted(calls[False])
+
+
+def test_a_hook_that_replaces_logits_is_refused_when_compiled(talker32):
+    with pytest.raises(ValueError, match="compiled"):
+        _engine_draws(talker32, lambda key, frame, cb, logits, *rest: logits + 1, True)
+
+
+def test_audit_with_compile_passes_bitwise_and_reports_compile_time(tmp_path):
+    out = tmp_path / "audit.json"
+    args = ["audit-determinism", "--compile", "--level", "bitwise", "--scenarios", "shuffled,staggered"]
+    result = runner.invoke(app, [*args, "--json", out])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["environment"]["compile"] is True
+    assert report["summary"]["compile_s"] is not None and report["summary"]["passed"]
+
+
+def test_bench_with_compile_reports_compile_time(tmp_path):
+    out = tmp_path / "bench.json"
+    args = ["bench", "--random-weights", "tiny", "--batch", "1", "--frames", "4", "--repeats", "1", "--compile"]
+    result = runner.invoke(app, [*args, "--modes", "invariant", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["compile_s"] is not None and row["compile_s"] >= 0
+    assert json.loads(out.read_text())["setup"]["compile"] is True
