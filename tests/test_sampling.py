@@ -7,6 +7,7 @@ import random
 import pytest
 import torch
 
+from moss_cli.engine import sampling
 from moss_cli.engine.sampling import (
     RowParams,
     apply_repetition_penalty,
@@ -104,3 +105,21 @@ def test_draws_follow_the_filtered_distribution():
     expected = torch.softmax(torch.tensor([2.0, 1.0, 0.5]), dim=-1)
     assert counts[3:].sum() == 0
     assert torch.allclose(counts[:3], expected, atol=1e-3)
+
+
+@pytest.mark.parametrize("levels", [3, 40, 400])
+def test_the_short_candidate_list_draws_as_a_full_sort_even_with_ties(levels, monkeypatch):
+    """Quantised logits tie at the k-th score (inside the sampler's short candidate list or across
+    its cut): the tokens equal those of a stable sort of the whole vocabulary."""
+    rows, vocab = 8, 1024
+    g = torch.Generator().manual_seed(levels)
+    logits = torch.randint(0, levels, (rows, vocab), generator=g).float() / 4
+    top_k = [1, 5, 25, 25, 50, 3, 25, 10]
+    heads = [HeadSampling(temperature=1.0, top_p=p, top_k=k) for k, p in zip(top_k, [1.0, 0.8] * 4)]
+    uniforms = torch.rand(rows, generator=g)
+    params = RowParams.of(heads, [False] * rows, logits.device)
+    short = sample_rows(logits, params, uniforms)
+    monkeypatch.setattr(
+        sampling, "_candidates", lambda scores, params: torch.sort(scores, dim=-1, descending=True, stable=True)
+    )
+    assert short.tolist() == sample_rows(logits, params, uniforms).tolist()

@@ -132,11 +132,11 @@ def sample_rows(
         return greedy
     vocab = scores.shape[-1]
     scores = scores / torch.where(params.temperature > 0, params.temperature, 1.0)[:, None]
-    ordered, order = torch.sort(scores, dim=-1, descending=True, stable=True)
+    ordered, order = _candidates(scores, params)
     # top-k: keep scores >= the k-th largest (ties kept, as torch.topk + `<` does in `sample`)
     k = params.top_k.clamp(min=0)
     limited = (k > 0) & (k < vocab)
-    kth = ordered.gather(-1, (k.clamp(1, vocab) - 1)[:, None])
+    kth = ordered.gather(-1, (k.clamp(1, ordered.shape[-1]) - 1)[:, None])
     kth = torch.where(limited[:, None], kth, torch.full_like(kth, -torch.inf))
     ordered = ordered.masked_fill(ordered < kth, -torch.inf)
     # top-p over what top-k kept: drop tokens after the one that crosses top_p
@@ -153,6 +153,26 @@ def sample_rows(
     pick = torch.minimum(pick, last)
     drawn = order.gather(-1, pick[:, None]).squeeze(-1)
     return torch.where(params.greedy, greedy, drawn)
+
+
+def _candidates(scores: torch.Tensor, params: RowParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scores, token ids) in descending order, ties by token id, as a stable sort gives them; only
+    the first few columns when every sampling row has a top-k and no tie crosses the cut (a full sort
+    of [rows, V] was the sampler's largest cost on a CPU). Whatever is cut is below every row's k-th
+    score, so top-k would drop it anyway. A compiled graph always sorts everything (no data-dependent
+    shapes)."""
+    vocab = scores.shape[-1]
+    k = torch.where(params.greedy, 1, params.top_k)  # greedy rows take the argmax elsewhere
+    if torch.compiler.is_compiling() or not bool(((k > 0) & (k < vocab)).all()):
+        return torch.sort(scores, dim=-1, descending=True, stable=True)
+    width = min(vocab, int(k.max()) + 8)  # a little room for ties at the k-th score
+    top = torch.topk(scores, width, dim=-1)  # descending; the order of ties is unspecified
+    kth = top.values.gather(-1, (k - 1)[:, None])
+    if width < vocab and bool((top.values[:, -1:] >= kth).any()):
+        return torch.sort(scores, dim=-1, descending=True, stable=True)  # a tie may continue past the cut
+    ids = top.indices.sort(dim=-1).values  # the kept ids in id order, then a stable sort by score
+    ordered, position = torch.sort(scores.gather(-1, ids), dim=-1, descending=True, stable=True)
+    return ordered, ids.gather(-1, position)
 
 
 def draw_uniforms(generators: Sequence[torch.Generator | None], heads: int, device: torch.device) -> torch.Tensor:
