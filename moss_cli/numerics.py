@@ -16,14 +16,16 @@ CODEC_TILE = 64
 
 @dataclass(frozen=True)
 class Numerics:
-    """`batch_invariant`: every decode step is computed in blocks of exactly `engine_block` rows
-    and every codec matrix product in tiles of `codec_tile` rows, so a request's logits, codes and
-    PCM do not depend on its neighbours. Off: unpadded shapes and plain kernels (faster; a row's
-    last bits then follow the batch)."""
+    """`batch_invariant`: every decode step is padded to a multiple of `engine_block` rows (one
+    block for the batch where the platform is verified to allow it, `wide_blocks`; else blocks of
+    exactly `engine_block` rows) and every codec matrix product runs in tiles of `codec_tile` rows,
+    so a request's logits, codes and PCM do not depend on its neighbours. Off: unpadded shapes and
+    plain kernels (faster; a row's last bits then follow the batch)."""
 
     batch_invariant: bool = True
     engine_block: int = ENGINE_BLOCK
     codec_tile: int = CODEC_TILE
+    wide_blocks: bool = True  # one block padded to a multiple of engine_block rows, where verified invariant
 
     def __post_init__(self) -> None:
         if self.engine_block < 1 or self.codec_tile < 1:

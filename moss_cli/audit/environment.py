@@ -10,6 +10,7 @@ import torch
 import yaml
 
 from .. import __version__
+from ..engine.row_probe import step_layout
 from ..io.fingerprint import checkpoint_fingerprint
 
 
@@ -52,4 +53,5 @@ def environment(synth) -> dict:
         "legacy_global_rng": synth.options.legacy_global_rng,
         "batch_invariant": synth.options.batch_invariant,
         "compile": synth.options.compile,
+        "engine_steps": step_layout(synth.talker.model, synth.options.numerics, synth.max_batch, synth.options.compile),
     }

@@ -21,6 +21,7 @@ from .compiled import CompiledFrame
 from .frame import sample_frame
 from .frame_step import FrameStep
 from .kv_cache import SCRATCH, BlockedDecode, KVPool, SlotPrefill
+from .row_probe import ONE_BLOCK, step_layout
 
 # Called right before each draw with (request key, frame index, codebook, logits [V], rows in the
 # batch, the row's generator or None for the global RNG); codebook -1 is the stop head. It may
@@ -111,6 +112,9 @@ class Engine:
         # torch.compile of the frame (local transformer, heads, sampler): one graph per block shape.
         compiled = CompiledFrame(sample_frame, fixed_shape=self.block_rows is not None) if compile else None
         self.frame_step = FrameStep(model, logits_hook, compiled)
+        # One padded block for the whole batch, where verified invariant (a compiled frame keeps one shape).
+        self.layout = step_layout(model, numerics, max_batch, compile)
+        self.wide = self.layout == ONE_BLOCK
 
     def _generator(self, seed: int | None) -> torch.Generator | None:
         if self.legacy_global_rng or seed is None:
@@ -195,20 +199,23 @@ class Engine:
     def _step(self, running: list[_Running], frames: bool) -> Iterator[Event]:
         """Decode one frame for every running request, then feed the continuing ones to the backbone.
 
-        Batch-invariant mode computes the step in blocks of exactly `block_rows` rows, padding the
-        last block with idle rows. Every matrix product then has the same shape whatever the batch,
-        so a row's numbers never depend on how many neighbours it has (CPU GEMMs round a row
-        differently for different row counts; cuBLAS picks different kernels). In both modes each
-        row attends over its own keys only (BlockedDecode) and draws from its own random stream
-        (`_frame_draws`); the fast mode just does not pad.
+        Batch-invariant mode pads the step to a multiple of `block_rows` rows: one padded block for
+        the whole batch where this platform's products are verified to give a row the same bits at
+        every such row count (`row_probe`), else separate blocks of exactly `block_rows` rows (GEMM
+        libraries may round a row differently for other row counts; cuBLAS picks other kernels). In
+        both modes each row attends over its own keys only (BlockedDecode) and draws from its own
+        random stream (`FrameStep`); the fast mode just does not pad.
         """
-        if self.block_rows:
-            blocks = [running[i : i + self.block_rows] for i in range(0, len(running), self.block_rows)]
+        block = self.block_rows
+        if not block:
+            blocks = [(list(running), len(running))]
+        elif self.wide:
+            blocks = [(list(running), block * -(-len(running) // block))]
         else:
-            blocks = [list(running)]
+            blocks = [(running[i : i + block], block) for i in range(0, len(running), block)]
         finished: set[int] = set()
-        for block in blocks:
-            yield from self._step_block(block, self.block_rows or len(block), finished, frames)
+        for rows, size in blocks:
+            yield from self._step_block(rows, size, finished, frames)
         running[:] = [r for r in running if id(r) not in finished]
 
     def _step_block(self, rows: list[_Running], size: int, finished: set[int], frames: bool) -> Iterator[Event]:

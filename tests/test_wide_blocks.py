@@ -1,0 +1,60 @@
+"""One padded block for the whole batch where the platform's products are verified row-invariant:
+the same bits as fixed 8-row blocks, and a fallback to fixed blocks where the probe finds a
+product whose rows depend on the row count."""
+
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+from moss_cli.engine import row_probe
+from moss_cli.engine.scheduler import Engine, GenerationRequest
+from moss_cli.numerics import Numerics
+from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
+
+
+def _run(talker, numerics: Numerics, count: int):
+    logits = {}
+
+    def hook(key, frame, codebook, row_logits, batch, generator):
+        logits[(key, frame, codebook)] = row_logits.clone()
+
+    engine = Engine(talker.model, max_batch=16, numerics=numerics, logits_hook=hook)
+    requests = [
+        GenerationRequest(
+            str(i),
+            talker.prompt(f"wide block request {i} " * (1 + i % 3)),
+            8 + i,
+            AUDIO_DEFAULTS,
+            STOP_HEAD_DEFAULTS,
+            seed=i,
+        )
+        for i in range(count)
+    ]
+    return engine, {r.key: r.codes for r in engine.run(requests)}, logits
+
+
+def test_one_padded_block_gives_the_bits_of_fixed_blocks(talker32):
+    wide, wide_codes, wide_logits = _run(talker32, Numerics(), 13)
+    fixed, fixed_codes, fixed_logits = _run(talker32, Numerics(wide_blocks=False), 13)
+    assert wide.wide and not fixed.wide  # this CPU's products are row-invariant at 8 and 16 rows
+    assert wide_codes.keys() == fixed_codes.keys()
+    assert all(torch.equal(wide_codes[k], fixed_codes[k]) for k in wide_codes)
+    assert wide_logits.keys() == fixed_logits.keys()
+    assert all(torch.equal(wide_logits[k], fixed_logits[k]) for k in wide_logits)
+
+
+def test_the_engine_keeps_fixed_blocks_where_a_product_depends_on_the_row_count(talker32, monkeypatch):
+    def rounding_by_row_count(x, weight, bias=None):  # a library that rounds differently per M
+        return F.linear(x, weight, bias) + x.shape[0] * 1e-6
+
+    monkeypatch.setattr(row_probe, "_VERDICTS", {})
+    monkeypatch.setattr(row_probe, "F", SimpleNamespace(linear=rounding_by_row_count))
+    assert not row_probe.wide_blocks_are_invariant(talker32.model, 8, 16)
+    monkeypatch.undo()
+    assert row_probe.wide_blocks_are_invariant(talker32.model, 8, 16)
+
+
+def test_a_batch_that_fits_one_block_needs_no_probe(talker32, monkeypatch):
+    monkeypatch.setattr(row_probe, "_same_rows", lambda *a: False)
+    assert row_probe.wide_blocks_are_invariant(talker32.model, 8, 8)
