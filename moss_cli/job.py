@@ -11,19 +11,12 @@ from typing import Callable
 
 from .config.requests import read_requests
 from .engine.compiled import compile_seconds
-from .errors import MossError
 from .interrupts import interrupts_as_exceptions
-from .io.audio import FORMATS, ProgressiveAudio, write_audio
+from .io.audio import ProgressiveAudio
 from .io.fingerprint import checkpoint_fingerprint
-from .io.manifest import manifest_row, write_manifest
-from .io.resume import (
-    Journal,
-    orphan_files,
-    plan_resume,
-    remove_stale_temporaries,
-    request_fingerprint,
-    run_settings,
-)
+from .io.manifest import manifest_row
+from .io.output_dir import OutputDir
+from .io.resume import request_fingerprint, run_settings
 from .pipeline import Synthesizer, SynthOptions, SynthResult
 
 STOP_REASONS = ("stop", "max_frames", "empty")
@@ -100,17 +93,11 @@ def synthesize(
 ) -> SynthSummary:
     """Validate everything, then synthesise into `out` (audio files + manifest.csv), resuming a
     previous run of the same command. `dry_run` stops after validation and writes nothing."""
-    if audio_format not in FORMATS:
-        raise MossError(f"unknown audio format {audio_format!r}; expected wav or flac", field="--format")
-    if out.exists() and not out.is_dir():
-        raise MossError("output path exists and is not a directory", file=out, field="--out")
+    OutputDir.check(out, audio_format)
     synth = Synthesizer(options)  # configs and tokenizer only: enough to bound and check the requests
     requests = read_requests(requests_path, max_line_bytes=synth.max_line_bytes)  # before any weights load
     prepared = synth.prepare(requests, requests_path)
-    names = {p.request.id: f"{p.request.id}.{audio_format}" for p in prepared}
-    for rid, name in names.items():  # ids are validated as plain names; this keeps it that way
-        if (out / name).resolve().parent != out.resolve():
-            raise MossError(f"id {rid!r} would write outside the output directory", file=requests_path, field="id")
+    outdir = OutputDir(out, audio_format, [p.request.id for p in prepared], requests_path)
     sources: dict[str, int] = {}
     for p in prepared:
         sources[p.effective.seed_source] = sources.get(p.effective.seed_source, 0) + 1
@@ -123,13 +110,7 @@ def synthesize(
     }
     settings = run_settings(options, synth.dtype)
     fps = {p.request.id: request_fingerprint(p, settings, audio_format, checkpoints) for p in prepared}
-    journal = Journal(out)
-    done: dict[str, dict] = {}
-    if not force:
-        journal.load()
-        if out.exists():
-            done = plan_resume(out, journal, {rid: (fps[rid], names[rid]) for rid in fps}, force)
-    orphans = orphan_files(out, set(names.values()))
+    done = outdir.plan(fps, force)
     if dry_run:
         return SynthSummary(
             len(prepared),
@@ -143,25 +124,20 @@ def synthesize(
             frame_budget=budget,
             seed_sources=sources,
             frame_rate=synth.codec_config.frame_rate,
-            orphans=orphans,
+            orphans=outdir.orphans,
             threads=synth.threads,
         )
 
     synth.load()
-    if force:
-        journal.reset()
-    out.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(out)
+    outdir.open(force)
     todo = [p for p in prepared if p.request.id not in done]
     if on_start:
         on_start(len(prepared), len(done))
     rate, channels = synth.codec.sample_rate, synth.codec.channels
-    rows: dict[str, dict] = dict(done)
-    manifest = out / "manifest.csv"
     writers: dict[str, ProgressiveAudio] = {}  # streaming: files grow chunk by chunk
 
     def sink(rid: str):
-        writers[rid] = ProgressiveAudio(out / names[rid], rate, channels, audio_format)
+        writers[rid] = ProgressiveAudio(outdir.path(rid), rate, channels, audio_format)
         return writers[rid].write
 
     start = time.perf_counter()
@@ -169,24 +145,22 @@ def synthesize(
         with interrupts_as_exceptions():
             for result in synth.run(todo, stream=stream, sinks=sink if stream else None):
                 rid = result.request.id
-                row = manifest_row(result, rate, channels, names[rid])
-                journal.append(fps[rid], row)  # first the record, then the file: a kill leaves no orphan
+                row = manifest_row(result, rate, channels, outdir.names[rid])
                 if stream:
-                    writer = writers.pop(rid, None) or ProgressiveAudio(out / names[rid], rate, channels, audio_format)
+                    outdir.record(rid, row)  # first the record, then the file: a kill leaves no orphan
+                    writer = writers.pop(rid, None) or ProgressiveAudio(outdir.path(rid), rate, channels, audio_format)
                     writer.commit()
                 else:
-                    write_audio(out / names[rid], result.pcm, rate, audio_format)  # as each request finishes
-                rows[rid] = row
+                    outdir.record(rid, row, result.pcm, rate)  # as each request finishes
                 if on_result:
                     on_result(result)
     except KeyboardInterrupt:
         for writer in writers.values():
             writer.discard()
-        write_manifest(manifest, [rows[p.request.id] for p in prepared if p.request.id in rows])
+        outdir.write_manifest()
         raise
     wall = time.perf_counter() - start
-    ordered = [rows[p.request.id] for p in prepared]  # input order, whatever finished first
-    write_manifest(manifest, ordered)
+    manifest, ordered = outdir.write_manifest()  # input order, whatever finished first
     return SynthSummary(
         len(ordered),
         sum(r["duration_s"] for r in ordered),
@@ -198,7 +172,7 @@ def synthesize(
         frame_budget=budget,
         seed_sources=sources,
         frame_rate=synth.codec_config.frame_rate,
-        orphans=orphans,
+        orphans=outdir.orphans,
         threads=synth.threads,
         compile_s=compile_seconds() if options.compile else None,
     )

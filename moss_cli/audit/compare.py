@@ -16,7 +16,7 @@ STOP = "stop"  # the first difference is in the stop decision (one output is lon
 class Output:
     """What the audit keeps of one synthesised request."""
 
-    codes: torch.Tensor  # [frames, n_vq]
+    codes: torch.Tensor | None  # [frames, n_vq]; None: not seen (a server sends audio, not codes)
     audio: torch.Tensor  # float [channels, samples]
     pcm_sha256: str
     seed_source: str
@@ -24,6 +24,19 @@ class Output:
     seed: int | None = None  # the effective seed (request, else deploy)
     wall_s: float = 0.0  # how long the request took in its run
     content: dict = field(default_factory=dict)  # what shapes its codes (see mixups.request_content)
+    codes_hash: str | None = None  # without codes: the hash a server reported (x-moss-codes-sha256)
+    frame_count: int | None = None  # without codes: the frames a server reported, if any
+
+    @property
+    def frames(self) -> int | None:
+        return int(self.codes.shape[0]) if self.codes is not None else self.frame_count
+
+    @property
+    def codes_key(self) -> str | bytes | None:
+        """What identifies the codes: their bytes (shape included), a reported hash, or None."""
+        if self.codes is None:
+            return self.codes_hash
+        return f"{tuple(self.codes.shape)}".encode() + self.codes.cpu().numpy().tobytes()
 
 
 @dataclass
@@ -31,13 +44,14 @@ class Comparison:
     codes_equal: bool
     first_frame: int | None  # first frame whose codes (or stop decision) differ
     first_codebook: int | str | None  # codebook index, or "stop"
-    frames_reference: int
-    frames_other: int
+    frames_reference: int | None  # None: a server that reports no frame count
+    frames_other: int | None
     duration_diff_s: float
     pcm_equal: bool
     max_abs_diff: float
     snr_db: float | None  # None: identical (infinite SNR)
     log_spectral_distance: float
+    first_diff_s: float | None = None  # time of the first differing sample (None: identical audio)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -83,21 +97,40 @@ def log_spectral_distance(reference: torch.Tensor, other: torch.Tensor, n_fft: i
     return float(diff.pow(2).mean(0).sqrt().mean())
 
 
+def first_differing_sample(reference: torch.Tensor, other: torch.Tensor) -> int | None:
+    """Index of the first sample (any channel) that differs; the shorter length when one is a
+    prefix of the other; None when the two are identical."""
+    n = min(reference.shape[-1], other.shape[-1])
+    diff = (reference[..., :n] != other[..., :n]).reshape(-1, n).any(0).nonzero()
+    if diff.numel():
+        return int(diff[0])
+    return None if reference.shape[-1] == other.shape[-1] else n
+
+
 def compare(reference: Output, other: Output, sample_rate: int) -> Comparison:
-    div = first_divergence(reference.codes, other.codes)
+    pcm_equal = reference.pcm_sha256 == other.pcm_sha256
+    if reference.codes is not None and other.codes is not None:
+        div = first_divergence(reference.codes, other.codes)
+        codes_equal = div is None
+    else:  # a server: its reported codes hashes, else the PCM stands for the codes
+        div = None
+        known = reference.codes_hash is not None and other.codes_hash is not None
+        codes_equal = reference.codes_hash == other.codes_hash if known else pcm_equal
     n = min(reference.audio.shape[-1], other.audio.shape[-1])
     max_abs = float((reference.audio[..., :n] - other.audio[..., :n]).abs().max()) if n else 0.0
+    first = first_differing_sample(reference.audio, other.audio)
     return Comparison(
-        codes_equal=div is None,
+        codes_equal=codes_equal,
         first_frame=None if div is None else div[0],
         first_codebook=None if div is None else div[1],
-        frames_reference=int(reference.codes.shape[0]),
-        frames_other=int(other.codes.shape[0]),
+        frames_reference=reference.frames,
+        frames_other=other.frames,
         duration_diff_s=(other.audio.shape[-1] - reference.audio.shape[-1]) / sample_rate,
-        pcm_equal=reference.pcm_sha256 == other.pcm_sha256,
+        pcm_equal=pcm_equal,
         max_abs_diff=max_abs,
         snr_db=snr_db(reference.audio, other.audio),
         log_spectral_distance=log_spectral_distance(reference.audio, other.audio),
+        first_diff_s=None if first is None else first / sample_rate,
     )
 
 
@@ -124,6 +157,16 @@ def format_db(value: float | None) -> str:
 def format_abs(value: float) -> str:
     """A sample difference, compact (3 significant digits)."""
     return f"{value:.3g}"
+
+
+def format_divergence(cmp: Comparison) -> str:
+    """Where two outputs first differ: a frame and codebook when the codes are known, else the
+    time of the first differing sample."""
+    if cmp.first_frame is not None:
+        return f"frame {cmp.first_frame}, codebook {cmp.first_codebook}"
+    if cmp.first_diff_s is not None:
+        return f"sample at {cmp.first_diff_s:.3f} s"
+    return "-"
 
 
 def format_audio(cmp: Comparison) -> str:

@@ -6,9 +6,10 @@ import datetime as _dt
 from xml.etree import ElementTree as ET
 
 from .. import __version__
-from .compare import format_audio
+from .compare import format_audio, format_divergence
 from .golden import GoldenCheck
 from .runner import AuditResult, Case
+from .server_report import server_markdown
 from .summary import outcome, summary, worst_cases
 
 
@@ -34,12 +35,14 @@ def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
                 "min_snr_db": result.options.min_snr_db,
                 "scenarios": list(result.options.scenarios),
                 "strict_unseeded": result.options.strict_unseeded,
-                "legacy_global_rng": result.options.synth.legacy_global_rng,
+                # a server audit cannot know: the server's own settings decide
+                "legacy_global_rng": None if result.server else result.options.synth.legacy_global_rng,
                 "requests": str(result.options.requests) if result.options.requests else "built-in",
             },
             "environment": result.environment,
+            **({"server": result.server} if result.server else {}),
             "reference": {
-                key: {"frames": int(out.codes.shape[0]), "pcm_sha256": out.pcm_sha256, "seed_source": out.seed_source}
+                key: {"frames": out.frames, "pcm_sha256": out.pcm_sha256, "seed_source": out.seed_source}
                 for key, out in result.reference.items()
             },
             "streaming": {
@@ -64,11 +67,13 @@ def _failure_text(case: Case) -> str:
     ]
     if case.attribution:
         lines.append(case.attribution.detail)
-    if cmp is not None and not cmp.codes_equal:
+    if cmp is not None and not cmp.codes_equal and cmp.first_frame is not None:
         lines.append(
             f"first diverging frame {cmp.first_frame}, codebook {cmp.first_codebook}; "
             f"frames {cmp.frames_reference} alone vs {cmp.frames_other}"
         )
+    elif cmp is not None and cmp.first_diff_s is not None:  # a server: no codes to point into
+        lines.append(f"first differing {format_divergence(cmp)}")
     if cmp is not None:
         lines.append(f"PCM equal: {cmp.pcm_equal}; {format_audio(cmp)}")
     return "\n".join(lines)
@@ -166,11 +171,15 @@ def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
     env = result.environment
     s = summary(result, golden)
     icon = "✅" if s["passed"] else "❌"
+    where = (
+        f"against the server `{env['server']}`"
+        if "server" in env
+        else f"on {env['device']} ({env['dtype']}, torch {env['torch_version']})"
+    )
     out = [
         f"## {icon} moss audit-determinism: {'passed' if s['passed'] else outcome(s)}",
         "",
-        f"Level `{s['level']}`, {s['requests']} requests, {s['cases']} comparisons, {s['elapsed_s']:.1f} s "
-        f"on {env['device']} ({env['dtype']}, torch {env['torch_version']}).",
+        f"Level `{s['level']}`, {s['requests']} requests, {s['cases']} comparisons, {s['elapsed_s']:.1f} s {where}.",
         "",
         "| scenario | pass | fail | unseeded |",
         "|---|---:|---:|---:|",
@@ -188,12 +197,14 @@ def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
         ]
         for case in worst[:20]:
             cmp = case.comparison
-            where = "-" if cmp is None or cmp.codes_equal else f"frame {cmp.first_frame}, codebook {cmp.first_codebook}"
+            where = "-" if cmp is None else format_divergence(cmp)
             audio = "-" if cmp is None else format_audio(cmp)
             out.append(
                 f"| {case.request} | {case.scenario}/{case.run} | {case.attribution.cause} | {where} | "
                 f"{audio} | {case.attribution.detail} |"
             )
+    if result.server:
+        out += server_markdown(result)
     if result.mixups:
         out += ["", f"### ⚠️ Warnings ({len(result.mixups)})", ""]
         out += [f"- {m.message}" for m in result.mixups]

@@ -50,7 +50,7 @@ class MixUp:
 
     requests: list[str]
     differs: list[str]  # the content fields that are not the same for all of them: "text", "seed", ...
-    frames: int
+    frames: int | None  # None: a server that reports no frame count
     runs: list[tuple[str, str]] = field(default_factory=list)  # (scenario, run); scenario "reference": alone
     of_runs: int = 0  # how many runs the audit made in all
 
@@ -68,10 +68,8 @@ class MixUp:
         if "reference" in self.scenarios:  # alone, nothing else was in the batch to mix up with
             why += ", unless the model ignores the difference (they match when run alone too)"
         names = ", ".join(repr(r) for r in self.requests[:-1]) + f" and {self.requests[-1]!r}"
-        return (
-            f"requests {names} differ ({', '.join(self.differs)}) but produced identical codes "
-            f"({self.frames} frames) {where}: {why}"
-        )
+        what = f"identical codes ({self.frames} frames)" if self.frames is not None else "identical audio"
+        return f"requests {names} differ ({', '.join(self.differs)}) but produced {what} {where}: {why}"
 
     def as_dict(self) -> dict:
         return {
@@ -93,9 +91,9 @@ def find_mixups(outputs: dict[str, Output], order: dict[str, int]) -> list[MixUp
     by_codes: dict[tuple, dict[str, str]] = {}  # codes -> content -> first request id with it
     for key in sorted(outputs, key=lambda k: (order.get(k, len(order)), k)):
         out = outputs[key]
-        if out.codes.shape[0] == 0:
+        if (out.frames if out.frames is not None else out.audio.shape[-1]) == 0:
             continue
-        codes = (tuple(out.codes.shape), out.codes.cpu().numpy().tobytes())
+        codes = out.codes_key or out.pcm_sha256  # a server that reports no codes: its audio
         by_codes.setdefault(codes, {}).setdefault(_key(out.content), key)
     found = []
     for contents in by_codes.values():
@@ -103,7 +101,7 @@ def find_mixups(outputs: dict[str, Output], order: dict[str, int]) -> list[MixUp
         if len(ids) > 1:
             fields = outputs[ids[0]].content
             differs = [f for f in fields if len({_key({f: outputs[i].content.get(f)}) for i in ids}) > 1]
-            found.append(MixUp(ids, differs, int(outputs[ids[0]].codes.shape[0])))
+            found.append(MixUp(ids, differs, outputs[ids[0]].frames))
     return found
 
 

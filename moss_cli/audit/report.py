@@ -66,7 +66,7 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
                 case.request,
                 f"{case.scenario}/{case.run}",
                 case.attribution.cause,
-                f"{cmp.first_frame}:{cmp.first_codebook}",
+                f"{cmp.first_frame}:{cmp.first_codebook}" if cmp.first_frame is not None else _at(cmp.first_diff_s),
                 format_db(cmp.snr_db),
             )
         console.print(offenders)
@@ -93,6 +93,11 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
         f"{status}: {s['failures']} violation(s), {s['unseeded']} unseeded difference(s), "
         f"{s['cases']} comparisons in {s['elapsed_s']:.1f} s{compiled}{warned}"
     )
+
+
+def _at(seconds: float | None) -> str:
+    """Where a server's audio first differs (no codes to point into)."""
+    return "-" if seconds is None else f"@{seconds:.2f}s"
 
 
 def write_reports(

@@ -77,6 +77,7 @@ class AuditResult:
     chunk_schedule: list[int] = field(default_factory=list)  # streaming chunk sizes (the last repeats)
     mixups: list[MixUp] = field(default_factory=list)  # warnings; they do not fail the audit
     scenario_s: dict[str, float] = field(default_factory=dict)  # wall time of each scenario's runs and checks
+    server: dict | None = None  # a server audit: its URL, requests in flight, probes, retries, verdicts
     compile_s: float | None = None  # --compile: part of elapsed_s spent compiling the frame step
 
     @property

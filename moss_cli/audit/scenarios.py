@@ -49,10 +49,9 @@ class Run:
         return [p.request.id for p in self.prepared]
 
 
-def _neighbours(
-    synth: Synthesizer, count: int, prefix: str, *, seed_base: int, frames: list[int], greedy: bool
-) -> list[Prepared]:
-    requests = [
+def neighbour_requests(count: int, prefix: str, *, seed_base: int, frames: list[int], greedy: bool) -> list[Request]:
+    """Extra requests with explicit seeds that share a composition with the audited ones."""
+    return [
         Request(
             id=f"{prefix}-{i}",
             text=NEIGHBOUR_TEXTS[i % len(NEIGHBOUR_TEXTS)],
@@ -63,17 +62,16 @@ def _neighbours(
         )
         for i in range(count)
     ]
-    return synth.prepare(requests)
 
 
-def _interleave(a: list[Prepared], b: list[Prepared]) -> list[Prepared]:
+def interleave(a: list, b: list) -> list:
     out = []
     for i in range(max(len(a), len(b))):
         out += a[i : i + 1] + b[i : i + 1]
     return out
 
 
-def _voice_neighbours(synth: Synthesizer, count: int, workdir: Path) -> list[Prepared]:
+def voice_neighbour_requests(count: int, workdir: Path) -> list[Request]:
     """Neighbours cloning two different synthetic voices (one in continuation mode) and one without."""
     import soundfile as sf
 
@@ -99,7 +97,7 @@ def _voice_neighbours(synth: Synthesizer, count: int, workdir: Path) -> list[Pre
                 ref_text="A neighbour's transcript" if kind == 1 else None,
             )
         )
-    return synth.prepare(requests)
+    return requests
 
 
 def build_runs(
@@ -117,21 +115,21 @@ def build_runs(
     if name == "batch-sizes":
         return [Run(f"max-batch-{size}", audited, size) for size in sorted({2, 3, max_batch}) if 1 < size <= max_batch]
     if name == "seeded-neighbours":
-        neighbours = _neighbours(synth, n, "neighbour-seeded", seed_base=1000, frames=[16, 24, 8], greedy=False)
-        return [Run("with-seeded-neighbours", _interleave(neighbours, audited), max_batch)]
+        neighbours = neighbour_requests(n, "neighbour-seeded", seed_base=1000, frames=[16, 24, 8], greedy=False)
+        return [Run("with-seeded-neighbours", interleave(synth.prepare(neighbours), audited), max_batch)]
     if name == "length-mix":
         longest = max((p.max_new_frames for p in audited), default=16)
         cap = synth.deploy.max_tokens or 4 * longest
-        neighbours = _neighbours(
-            synth, n, "neighbour-length", seed_base=2000, frames=[min(3 * longest, cap), 2], greedy=True
+        neighbours = neighbour_requests(
+            n, "neighbour-length", seed_base=2000, frames=[min(3 * longest, cap), 2], greedy=True
         )
-        return [Run("with-long-and-short-neighbours", _interleave(neighbours, audited), max_batch)]
+        return [Run("with-long-and-short-neighbours", interleave(synth.prepare(neighbours), audited), max_batch)]
     if name == "staggered":
         late = [dataclasses.replace(p, arrival_step=3 * i) for i, p in enumerate(audited)]
         return [Run("arrivals-every-3-steps", late, max_batch)]
     if name == "voices":
-        neighbours = _voice_neighbours(synth, n, workdir or Path(tempfile.mkdtemp(prefix="moss-voices-")))
-        return [Run("with-voice-cloning-neighbours", _interleave(neighbours, audited), max_batch)]
+        voices = voice_neighbour_requests(n, workdir or Path(tempfile.mkdtemp(prefix="moss-voices-")))
+        return [Run("with-voice-cloning-neighbours", interleave(synth.prepare(voices), audited), max_batch)]
     if name == "streaming":
         schedule = " ".join(str(c) for c in synth.chunk_schedule)
         return [Run(f"streamed-chunks-{schedule.replace(' ', '-')}-then-repeat", audited, max_batch, stream=True)]

@@ -41,7 +41,14 @@ def outcome(s: dict) -> str:
 
 def worst_cases(result: AuditResult) -> list[Case]:
     failed = [c for c in result.cases if c.failed]
-    return sorted(
-        failed,
-        key=lambda c: c.comparison.first_frame if c.comparison and c.comparison.first_frame is not None else 10**9,
-    )
+
+    def earliest(c: Case) -> tuple:
+        cmp = c.comparison
+        if cmp is None:
+            return (10**9, float("inf"))
+        return (
+            cmp.first_frame if cmp.first_frame is not None else 10**9,
+            cmp.first_diff_s if cmp.first_diff_s is not None else float("inf"),
+        )
+
+    return sorted(failed, key=earliest)

@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from ..audit.scenarios import SCENARIOS
+from ..audit.server_scenarios import SERVER_SCENARIOS
 from ..errors import MossError
 from .common import Device, DType, stderr, stdout, user_errors
 from .options import (
@@ -24,6 +26,19 @@ from .options import (
     ThreadsOption,
     synth_options,
 )
+from .server_options import (
+    ChannelsOption,
+    ConcurrencyOption,
+    HeaderOption,
+    ResponseFormatOption,
+    RetriesOption,
+    SampleRateOption,
+    ServedModelOption,
+    ServerOption,
+    TimeoutOption,
+    refuse_local_options,
+    server_options,
+)
 
 
 def audit_determinism(
@@ -32,7 +47,12 @@ def audit_determinism(
     allow_foreign_deploy: AllowForeignDeploy = False,
     model: ModelOption = None,
     codec: CodecOption = None,
-    scenarios: Annotated[str, typer.Option(help=f"Comma-separated: {','.join(SCENARIOS)}.")] = ",".join(SCENARIOS),
+    scenarios: Annotated[
+        Optional[str],
+        typer.Option(
+            help=f"Comma-separated: {','.join(SCENARIOS)} (default: all); with --server: {','.join(SERVER_SCENARIOS)}."
+        ),
+    ] = None,
     level: Annotated[str, typer.Option(help="What counts as a violation: codes | waveform | bitwise.")] = "codes",
     min_snr_db: Annotated[float, typer.Option(help="Waveform level: minimum SNR against the reference.")] = 60.0,
     strict_unseeded: Annotated[bool, typer.Option(help="Fail on differences of unseeded requests too.")] = False,
@@ -53,10 +73,24 @@ def audit_determinism(
     ] = None,
     save_golden_path: Annotated[Optional[Path], typer.Option("--save-golden", help="Save a golden baseline.")] = None,
     golden: Annotated[Optional[Path], typer.Option(help="Compare against a golden baseline; drift fails.")] = None,
+    server: ServerOption = None,
+    concurrency: ConcurrencyOption = 8,
+    stagger_ms: Annotated[
+        float, typer.Option("--stagger-ms", min=0, help="--server, scenario staggered: milliseconds between sends.")
+    ] = 250.0,
+    timeout: TimeoutOption = 300.0,
+    retries: RetriesOption = 0,
+    header: HeaderOption = None,
+    response_format: ResponseFormatOption = "wav",
+    sample_rate: SampleRateOption = None,
+    channels: ChannelsOption = 1,
+    served_model: ServedModelOption = None,
 ) -> None:
     """Synthesise the same requests in many batch compositions and compare each with its output alone.
 
-    Exit 0: no violation; 1: a violation (or golden drift); 2: bad input or runtime error."""
+    With --server, audit a running speech server instead (a black box: its audio, and moss serve's
+    headers when it sends them). Exit 0: no violation; 1: a violation (or golden drift); 2: bad input
+    or runtime error (including a server that does not answer with audio)."""
     with user_errors():
         # torch loads here, not for --help
         from ..audit.golden import check_golden, save_golden
@@ -68,39 +102,86 @@ def audit_determinism(
             {"--json": json_path, "--junit": junit, "--markdown": markdown, "--save-golden": save_golden_path},
             report_dir,
         )
-        chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip())
+        default = SERVER_SCENARIOS if server else SCENARIOS
+        chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip()) if scenarios is not None else default
         if not chosen:
             raise MossError("no scenario selected", field="--scenarios")
-        options = AuditOptions(
-            requests=requests,
-            scenarios=chosen,
-            level=level,
-            min_snr_db=min_snr_db,
-            strict_unseeded=strict_unseeded,
-            max_batch=max_batch,
-            synth=synth_options(
-                deploy=deploy,
-                model=model,
-                codec=codec,
-                device=device,
-                dtype=dtype,
-                legacy_global_rng=legacy_global_rng,
-                batch_invariant=batch_invariant,
-                threads=threads,
-                allow_foreign_deploy=allow_foreign_deploy,
-                compile=compile,
-            ),
-        )
-        if golden is not None and not golden.is_file():
-            raise MossError("golden file does not exist", file=golden, field="--golden")
-        result = run_audit(options)
-        check = check_golden(golden, result) if golden is not None else None
-        write_reports(
-            result, check, json_path=json_path, junit_path=junit, markdown_path=markdown, report_dir=report_dir
-        )
-        if save_golden_path is not None:
-            save_golden(save_golden_path, result)
+        check = None
+        if server:
+            refuse_local_options(
+                {
+                    "--deploy": deploy is not None,
+                    "--allow-foreign-deploy": allow_foreign_deploy,
+                    "--model": model is not None,
+                    "--codec": codec is not None,
+                    "--legacy-global-rng": legacy_global_rng,
+                    "--no-batch-invariant": not batch_invariant,
+                    "--max-batch": max_batch is not None,
+                    "--threads": threads is not None,
+                    "--compile": compile,
+                    "--device": device != Device.auto,
+                    "--dtype": dtype != DType.auto,
+                    "--golden": golden is not None,
+                    "--save-golden": save_golden_path is not None,
+                }
+            )
+            result = _server_audit(
+                requests,
+                chosen,
+                level,
+                min_snr_db,
+                strict_unseeded,
+                stagger_ms / 1000.0,
+                server_options(
+                    server=server,
+                    concurrency=concurrency,
+                    timeout=timeout,
+                    retries=retries,
+                    header=header,
+                    response_format=response_format,
+                    sample_rate=sample_rate,
+                    channels=channels,
+                    served_model=served_model,
+                ),
+            )
+            write_reports(
+                result, None, json_path=json_path, junit_path=junit, markdown_path=markdown, report_dir=report_dir
+            )
+        else:
+            options = AuditOptions(
+                requests=requests,
+                scenarios=chosen,
+                level=level,
+                min_snr_db=min_snr_db,
+                strict_unseeded=strict_unseeded,
+                max_batch=max_batch,
+                synth=synth_options(
+                    deploy=deploy,
+                    model=model,
+                    codec=codec,
+                    device=device,
+                    dtype=dtype,
+                    legacy_global_rng=legacy_global_rng,
+                    batch_invariant=batch_invariant,
+                    threads=threads,
+                    allow_foreign_deploy=allow_foreign_deploy,
+                    compile=compile,
+                ),
+            )
+            if golden is not None and not golden.is_file():
+                raise MossError("golden file does not exist", file=golden, field="--golden")
+            result = run_audit(options)
+            check = check_golden(golden, result) if golden is not None else None
+            write_reports(
+                result, check, json_path=json_path, junit_path=junit, markdown_path=markdown, report_dir=report_dir
+            )
+            if save_golden_path is not None:
+                save_golden(save_golden_path, result)
     render(stdout, result, check)
+    if result.server:
+        from ..audit.server_report import render_server
+
+        render_server(stdout, result)
     s = summary(result, check)
     if s["failures"]:
         stderr.print(f"audit found violations ({s['failures']})", style="red")
@@ -113,3 +194,24 @@ def audit_determinism(
             style="yellow",
         )
     raise typer.Exit(s["exit_code"])
+
+
+def _server_audit(requests, scenarios, level, min_snr_db, strict_unseeded, stagger_s, server):
+    """Audit a running server; each re-send is shown as it happens (and listed in the reports)."""
+    from ..audit.server_runner import ServerAuditOptions, run_server_audit
+
+    def on_retry(retry) -> None:
+        stderr.print(f"[yellow]retry:[/] {escape(retry.message)}", highlight=False, soft_wrap=True)
+
+    return run_server_audit(
+        ServerAuditOptions(
+            server=server,
+            requests=requests,
+            scenarios=scenarios,
+            level=level,
+            min_snr_db=min_snr_db,
+            strict_unseeded=strict_unseeded,
+            stagger_s=stagger_s,
+            on_retry=on_retry,
+        )
+    )

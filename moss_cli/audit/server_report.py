@@ -1,0 +1,61 @@
+"""What a server audit adds to the reports: each request's verdict, how many requests really were
+in flight together in each run, re-sends, and skipped scenarios (terminal and Markdown; the JSON
+carries the whole `server` section)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .runner import AuditResult
+
+STYLE = {"identical": "green", "unseeded": "yellow"}
+
+
+def _in_flight(run: dict) -> str:
+    server = run["max_in_flight_server"]
+    return f"{run['max_in_flight_client']}" + (f" (server: {server})" if server is not None else "")
+
+
+def render_server(console: Console, result: AuditResult) -> None:
+    server = result.server
+    table = Table(title=f"server {server['url']}: verdict per request")
+    for column in ("request", "verdict", "detail"):
+        table.add_column(column, overflow="fold")
+    for key, v in server["requests"].items():
+        style = STYLE.get(v["verdict"], "red")
+        table.add_row(escape(key), f"[{style}]{v['verdict']}[/]", escape(v["detail"]))
+    console.print(table)
+    runs = Table(title="requests in flight together (most, as this client saw it; the server's own count if sent)")
+    runs.add_column("run", no_wrap=True)
+    runs.add_column("sent", justify="right")
+    runs.add_column("in flight", justify="right")
+    for label, run in server["runs"].items():
+        runs.add_row(escape(label), str(run["sent"]), _in_flight(run))
+    console.print(runs)
+    for scenario, why in server["skipped"].items():
+        console.print(f"[yellow]skipped {scenario}:[/] {escape(why)}", highlight=False)
+    if server["retries"]:
+        console.print(f"[yellow]{len(server['retries'])} re-send(s)[/] after 5xx answers or reset connections")
+    console.print(f"codes: {escape(server['codes'])}", highlight=False)
+
+
+def server_markdown(result: AuditResult) -> list[str]:
+    server = result.server
+    out = [
+        "",
+        f"### Server `{server['url']}`",
+        "",
+        "| request | verdict | detail |",
+        "|---|---|---|",
+    ]
+    out += [f"| {key} | {v['verdict']} | {v['detail']} |" for key, v in server["requests"].items()]
+    out += ["", "| run | sent | most in flight |", "|---|---:|---:|"]
+    out += [f"| {label} | {run['sent']} | {_in_flight(run)} |" for label, run in server["runs"].items()]
+    out += [f"- skipped `{scenario}`: {why}" for scenario, why in server["skipped"].items()]
+    if server["retries"]:
+        out += ["", f"{len(server['retries'])} re-send(s) after 5xx answers or reset connections:"]
+        out += [f"- {r['request']} ({r['context']}), attempt {r['attempt']}: {r['reason']}" for r in server["retries"]]
+    out += ["", f"Codes: {server['codes']}."]
+    return out

@@ -1,0 +1,97 @@
+"""Options of `--server` (a running speech server), which `moss synth` and `moss audit-determinism`
+share, and the check that no option of the local engine is given with it."""
+
+from __future__ import annotations
+
+from typing import Annotated, List, Optional
+
+import typer
+
+from ..errors import MossError
+
+ServerOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--server",
+        help="Base URL of a running speech server (vllm-omni, or moss serve), e.g. http://127.0.0.1:8091: "
+        "send the requests to its POST /v1/audio/speech instead of running the model here.",
+    ),
+]
+ConcurrencyOption = Annotated[int, typer.Option("--concurrency", min=1, help="--server: requests in flight at once.")]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", help="--server: seconds to wait for each answer before giving up (exit 2).")
+]
+RetriesOption = Annotated[
+    int,
+    typer.Option(
+        "--retries",
+        min=0,
+        help="--server: re-send a request after a 5xx answer or a reset connection, at most N "
+        "times; each re-send is reported.",
+    ),
+]
+HeaderOption = Annotated[
+    Optional[List[str]],
+    typer.Option(
+        "--header",
+        help="--server: 'Name: value' sent with every request, e.g. 'Authorization: Bearer $TOKEN' (repeatable). "
+        "Values are never printed or written to any report.",
+    ),
+]
+ResponseFormatOption = Annotated[
+    str, typer.Option("--response-format", help="--server: the audio format to ask for: wav | pcm | flac.")
+]
+SampleRateOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--sample-rate",
+        min=1,
+        help="--server with --response-format pcm: the sample rate when the server sends none (default 24000).",
+    ),
+]
+ChannelsOption = Annotated[
+    int, typer.Option("--channels", min=1, help="--server with --response-format pcm: interleaved channels.")
+]
+ServedModelOption = Annotated[
+    Optional[str],
+    typer.Option("--served-model", help="--server: the request body's `model` (default: none; the server's own)."),
+]
+
+
+def server_options(
+    *,
+    server: str,
+    concurrency: int,
+    timeout: float,
+    retries: int,
+    header: list[str] | None,
+    response_format: str,
+    sample_rate: int | None,
+    channels: int,
+    served_model: str | None,
+):
+    from ..remote.settings import ServerOptions, parse_headers
+
+    return ServerOptions(
+        url=server,
+        headers=parse_headers(header or []),
+        timeout_s=timeout,
+        retries=retries,
+        concurrency=concurrency,
+        model=served_model,
+        response_format=response_format.lower(),
+        sample_rate=sample_rate,
+        channels=channels,
+    )
+
+
+def refuse_local_options(given: dict[str, bool]) -> None:
+    """With --server the server's own settings decide: an option of the local engine would be
+    silently meaningless, so it is an error."""
+    named = [option for option, was_given in given.items() if was_given]
+    if named:
+        raise MossError(
+            f"{', '.join(named)} configure{'s' if len(named) == 1 else ''} the local engine and cannot be used "
+            "with --server (the server's own deploy and settings decide)",
+            field=named[0],
+        )

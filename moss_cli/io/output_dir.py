@@ -1,0 +1,78 @@
+"""The output directory of a synth job, local (`moss synth`) or through a server (`moss synth
+--server`): one audio file per request named from its id, the resume journal, the manifest.
+
+The guarantees live here once: ids cannot write outside the directory; a re-run skips what the
+journal says is done and the file proves; each finished request is journaled before its audio file
+is renamed into place (a kill leaves no file without a record); temporary files a killed run left
+are removed; the manifest is written atomically, in input order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import MossError
+from .audio import FORMATS, write_audio
+from .manifest import write_manifest
+from .resume import Journal, orphan_files, plan_resume, remove_stale_temporaries
+
+
+class OutputDir:
+    def __init__(self, out: Path, audio_format: str, ids: list[str], requests_file: Path | None = None) -> None:
+        self.check(out, audio_format)
+        self.out, self.format, self.ids = out, audio_format, ids
+        self.names = {rid: f"{rid}.{audio_format}" for rid in ids}
+        for rid, name in self.names.items():  # ids are validated as plain names; this keeps it that way
+            if (out / name).resolve().parent != out.resolve():
+                raise MossError(f"id {rid!r} would write outside the output directory", file=requests_file, field="id")
+        self.journal = Journal(out)
+        self.rows: dict[str, dict] = {}
+        self.fingerprints: dict[str, str] = {}
+        self.orphans = orphan_files(out, set(self.names.values()))
+
+    @staticmethod
+    def check(out: Path, audio_format: str) -> None:
+        """What can be checked before the requests are read."""
+        if audio_format not in FORMATS:
+            raise MossError(f"unknown audio format {audio_format!r}; expected wav or flac", field="--format")
+        if out.exists() and not out.is_dir():
+            raise MossError("output path exists and is not a directory", file=out, field="--out")
+
+    def path(self, rid: str) -> Path:
+        return self.out / self.names[rid]
+
+    def plan(self, fingerprints: dict[str, str], force: bool) -> dict[str, dict]:
+        """The manifest rows of requests an earlier run of the same command finished (none with
+        `force`); raises MossError for files that belong to other content."""
+        self.fingerprints = fingerprints
+        done: dict[str, dict] = {}
+        if not force:
+            self.journal.load()
+            if self.out.exists():
+                expected = {rid: (fingerprints[rid], self.names[rid]) for rid in self.ids}
+                done = plan_resume(self.out, self.journal, expected, force)
+        self.rows = dict(done)
+        return done
+
+    def open(self, force: bool) -> None:
+        """Before the first result: a fresh journal with `force`; the folder; no stale temporaries."""
+        if force:
+            self.journal.reset()
+        self.out.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.out)
+
+    def record(self, rid: str, row: dict, pcm: np.ndarray | None = None, sample_rate: int | None = None) -> None:
+        """A finished request: first the journal, then its audio file (unless the caller commits a
+        file it streamed)."""
+        self.journal.append(self.fingerprints[rid], row)
+        if pcm is not None:
+            write_audio(self.path(rid), pcm, sample_rate, self.format)
+        self.rows[rid] = row
+
+    def write_manifest(self) -> tuple[Path, list[dict]]:
+        """The manifest of every finished request, in input order (a partial one after an interrupt)."""
+        ordered = [self.rows[rid] for rid in self.ids if rid in self.rows]
+        manifest = self.out / "manifest.csv"
+        write_manifest(manifest, ordered)
+        return manifest, ordered

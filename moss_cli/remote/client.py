@@ -1,0 +1,208 @@
+"""Sending speech requests to a server: bounded concurrency, a timeout per request, re-sends
+after 5xx answers and reset connections (each one reported through `on_retry`, never silently),
+and errors that name the request, where it was sent from and the HTTP status.
+
+Every failure is a `ServerError` (a MossError: exit 2). Header values and URL credentials are
+blanked out of every message (`ServerOptions.redact`)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Iterable
+
+import httpx
+
+from .. import speech_api as api
+from ..errors import MossError
+from .reply import NotAudio, Reply, decode_audio, moss_headers
+from .settings import DEFAULT_PCM_RATE, ServerOptions
+
+BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # before re-send 1, 2, ...; the last repeats
+
+
+class ServerError(MossError):
+    """A request the server did not answer with audio."""
+
+    def __init__(self, message: str, *, request: str | None = None, status: int | None = None) -> None:
+        super().__init__(message, field="--server")
+        self.request = request
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One re-send: which request, from where, which attempt follows, and why."""
+
+    request: str
+    context: str
+    attempt: int  # the attempt about to be made (2 = the first re-send)
+    reason: str
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    @property
+    def message(self) -> str:
+        return f"re-sending request {self.request!r} ({self.context}), attempt {self.attempt}: {self.reason}"
+
+
+class _Transient(Exception):
+    """A failure a re-send may cure (5xx, a reset connection); the message is already redacted."""
+
+    def __init__(self, message: str, status: int | None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The server's own words: an OpenAI-style `{"error": {"message": ...}}`, else the body's start."""
+    try:
+        body = response.json()
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict) and error.get("message"):
+            param = f" [{error['param']}]" if error.get("param") else ""
+            return f"{error['message']}{param}"
+        if isinstance(body, dict) and "detail" in body:  # FastAPI's default error shape
+            return str(body["detail"])
+    except ValueError:
+        pass
+    return response.text[:300].strip() or "(empty body)"
+
+
+class SpeechClient:
+    """Use as `async with SpeechClient(options) as client:`; `speak` may run concurrently."""
+
+    def __init__(self, options: ServerOptions, on_retry: Callable[[Retry], None] | None = None) -> None:
+        self.options = options
+        self.on_retry = on_retry
+        self.retries: list[Retry] = []
+        self.sent = 0  # HTTP requests made, re-sends included
+        self._slots = asyncio.Semaphore(options.concurrency)
+        self._active: dict[int, int] = {}  # a request in flight -> the most in flight while it was
+        self._ids = itertools.count()
+        self._http: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> SpeechClient:
+        limit = self.options.concurrency
+        self._http = httpx.AsyncClient(
+            base_url=self.options.base_url,
+            headers=dict(self.options.headers),
+            timeout=httpx.Timeout(self.options.timeout_s),
+            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+        )
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self._http.aclose()
+
+    def _fail(self, message: str, request: str | None = None, status: int | None = None) -> ServerError:
+        return ServerError(self.options.redact(message), request=request, status=status)
+
+    async def models(self) -> list[str] | None:
+        """The ids `GET /v1/models` lists, or None when the server has no such endpoint."""
+        try:
+            response = await self._http.get(api.MODELS_PATH)
+        except httpx.HTTPError as e:
+            raise self._fail(f"{self._where(api.MODELS_PATH)}: {self._describe(e)}") from None
+        if response.status_code != 200:
+            return None
+        try:
+            return [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
+        except (ValueError, AttributeError):
+            return None
+
+    def _where(self, path: str) -> str:
+        return f"{self.options.public_url}{path}"
+
+    def _describe(self, error: httpx.HTTPError) -> str:
+        if isinstance(error, httpx.ConnectError):
+            return f"cannot connect ({error or 'connection refused'}); is the server running and listening there?"
+        if isinstance(error, httpx.TimeoutException):
+            return f"no answer within {self.options.timeout_s:g} s (--timeout)"
+        return f"{type(error).__name__}: {error}"
+
+    async def speak(self, request: str, body: dict[str, Any], context: str, started: float | None = None) -> Reply:
+        """Send one request (re-sending on transient failures) and decode its audio."""
+        async with self._slots:
+            key = next(self._ids)
+            self._active[key] = 0
+            self._note_in_flight()
+            begin = time.perf_counter()
+            try:
+                reply = await self._attempts(request, body, context)
+            finally:
+                in_flight = self._active.pop(key)
+        reply.sent_s = begin - (started if started is not None else begin)
+        reply.wall_s = time.perf_counter() - begin
+        reply.in_flight = in_flight
+        return reply
+
+    def _note_in_flight(self) -> None:
+        count = len(self._active)
+        for key, most in self._active.items():
+            self._active[key] = max(most, count)
+
+    async def _attempts(self, request: str, body: dict[str, Any], context: str) -> Reply:
+        attempt = 1
+        while True:
+            try:
+                reply = await self._once(request, body, context)
+                reply.attempts = attempt
+                return reply
+            except _Transient as e:
+                if attempt > self.options.retries:
+                    more = f" (after {attempt} attempts)" if attempt > 1 else ""
+                    raise self._fail(f"{e}{more}", request, e.status) from None
+                attempt += 1
+                retry = Retry(request, context, attempt, str(e))
+                self.retries.append(retry)
+                if self.on_retry is not None:
+                    self.on_retry(retry)
+                await asyncio.sleep(BACKOFF_S[min(attempt - 2, len(BACKOFF_S) - 1)])
+
+    async def _once(self, request: str, body: dict[str, Any], context: str) -> Reply:
+        what = f"request {request!r} ({context}) to {self._where(api.SPEECH_PATH)}"
+        self.sent += 1
+        try:
+            response = await self._http.post(api.SPEECH_PATH, json=body)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            raise _Transient(self.options.redact(f"{what}: connection lost ({type(e).__name__}: {e})"), None) from None
+        except httpx.HTTPError as e:
+            raise self._fail(f"{what}: {self._describe(e)}", request) from None
+        status = response.status_code
+        if status >= 400:
+            message = f"{what}: HTTP {status} {response.reason_phrase}: {_error_message(response)}"
+            if status >= 500:
+                raise _Transient(self.options.redact(message), status)
+            raise self._fail(message, request, status)
+        headers = moss_headers(response.headers)
+        rate = self.options.sample_rate or DEFAULT_PCM_RATE
+        if api.HEADER_SAMPLE_RATE in headers and headers[api.HEADER_SAMPLE_RATE].isdigit():
+            rate = int(headers[api.HEADER_SAMPLE_RATE])
+        try:
+            pcm, rate = decode_audio(
+                response.content,
+                str(body.get("response_format", self.options.response_format)),
+                response.headers.get("content-type", ""),
+                sample_rate=rate,
+                channels=self.options.channels,
+            )
+        except NotAudio as e:
+            fmt = body.get("response_format", self.options.response_format)
+            raise self._fail(f"{what}: HTTP {status}, but the body is not {fmt} audio: {e}", request, status) from None
+        return Reply(request, context, pcm, rate, headers)
+
+
+async def all_or_nothing(jobs: Iterable[Awaitable]) -> list:
+    """Await every job concurrently; on the first failure cancel the others and raise it."""
+    tasks = [asyncio.ensure_future(job) for job in jobs]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -1,0 +1,97 @@
+"""How to reach a speech server, and the secrets (auth headers, credentials in the URL) that
+must never reach a terminal, a log or a report."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import MossError
+from ..speech_api import RESPONSE_FORMATS
+
+DEFAULT_PCM_RATE = 24_000  # vllm-omni's raw PCM carries no rate; its TTS models answer at 24 kHz
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    url: str  # the server's base URL, e.g. http://127.0.0.1:8091
+    headers: tuple[tuple[str, str], ...] = ()  # sent with every request (auth tokens): never shown
+    timeout_s: float = 300.0
+    retries: int = 0  # re-sends after a 5xx answer or a reset connection, each one reported
+    concurrency: int = 8  # requests in flight at once, at most
+    model: str | None = None  # the body's `model` (None: the server's own)
+    response_format: str = "wav"
+    sample_rate: int | None = None  # raw PCM: the rate when the server sends none in a header
+    channels: int = 1  # raw PCM: interleaved channels
+
+    def __post_init__(self) -> None:
+        problems = []
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            problems.append(("--server", "expected an http:// or https:// URL, e.g. http://127.0.0.1:8091"))
+        if self.response_format not in RESPONSE_FORMATS:
+            problems.append(("--response-format", f"expected one of {', '.join(RESPONSE_FORMATS)}"))
+        for option, value, low in (
+            ("--timeout", self.timeout_s, 0.0),
+            ("--retries", self.retries, -1),
+            ("--concurrency", self.concurrency, 0),
+            ("--channels", self.channels, 0),
+        ):
+            if not value > low:
+                problems.append((option, f"must be {'>= 0' if low < 0 else '> 0'}, got {value}"))
+        if self.sample_rate is not None and self.sample_rate <= 0:
+            problems.append(("--sample-rate", f"must be > 0, got {self.sample_rate}"))
+        if problems:
+            raise MossError("; ".join(f"{o}: {m}" for o, m in problems), field=problems[0][0])
+
+    @property
+    def base_url(self) -> str:
+        return self.url.rstrip("/")
+
+    @property
+    def public_url(self) -> str:
+        return public_url(self.url)
+
+    @property
+    def secrets(self) -> list[str]:
+        """Values to blank out of anything shown or written: header values and URL credentials."""
+        found = [value for _, value in self.headers]
+        found += [value.split()[-1] for _, value in self.headers if len(value.split()[-1]) >= 6]  # "Bearer <token>"
+        parts = urlsplit(self.url)
+        found += [s for s in (parts.username, parts.password) if s]
+        if parts.query:
+            found += [v for _, _, v in (q.partition("=") for q in parts.query.split("&")) if v]
+        return [s for s in found if len(s) >= 3]  # a one-letter "secret" would blank out half the text
+
+    def redact(self, text: str) -> str:
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
+
+
+def public_url(url: str) -> str:
+    """The URL without user, password or query (where tokens live), for reports."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def parse_headers(values: list[str]) -> tuple[tuple[str, str], ...]:
+    """`--header "Name: value"` options. A malformed one is named by its position, never echoed:
+    it may hold a token."""
+    headers, problems = [], []
+    for i, raw in enumerate(values, start=1):
+        name, colon, value = raw.partition(":")
+        name, value = name.strip(), value.strip()
+        if not colon or not _HEADER_NAME.match(name) or not value:
+            problems.append(f"--header #{i} must look like 'Name: value' (its value is not shown)")
+        else:
+            headers.append((name, value))
+    if problems:
+        raise MossError("; ".join(problems), field="--header")
+    return tuple(headers)

@@ -1,0 +1,168 @@
+"""Small speech servers for the client tests: test doubles of the server side only.
+
+They speak the speech API's shape (`POST /v1/audio/speech` with `input`, `seed`, `max_new_tokens`,
+`response_format`; OpenAI-style JSON errors) and answer with real audio: a tone whose pitch comes
+from the text plus noise drawn from a seed, 1920 samples per frame at 24 kHz (12.5 frames/s).
+Each behaviour is one way a real server can be wrong, so the audit's verdicts and the client's
+errors can be checked without a model. Each server runs in a thread on 127.0.0.1, on a socket
+bound to a free port before it starts, and stops within a bounded wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import soundfile as sf
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+RATE = 24_000
+FRAME = 1920
+DEPLOY_SEED = 42
+
+
+@dataclass
+class Behaviour:
+    seeds: str = "honour"  # honour | ignore (every request as if seed 42) | no-deploy-seed (unseeded: fresh noise)
+    batch_dependent: bool = False  # the noise changes when other requests are in flight
+    moss_headers: bool = False  # send x-moss-* headers like moss serve (else none, like vllm-omni)
+    hold_s: float = 0.05  # how long a request stays in flight
+    status: int | None = None  # answer every request with this error status
+    fail_first: int = 0  # the first N requests get 503, the rest are served (a flaky server)
+    json_200: bool = False  # answer 200 with a JSON body instead of audio
+    token: str | None = None  # required `Authorization: Bearer <token>`; a wrong one is echoed back
+    refuse_ref_audio: bool = False
+    seen: list[dict] = field(default_factory=list)  # bodies received
+    headers_seen: list[dict] = field(default_factory=list)
+
+
+def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}}, status_code=status
+    )
+
+
+def synthesize(text: str, seed: int | None, frames: int, noisy: bool = True) -> np.ndarray:
+    """int16 [samples, 1]: a tone from the text, plus noise from the seed (None: fresh noise)
+    unless decoding is greedy."""
+    pitch = 150 + int(hashlib.sha256(text.encode()).hexdigest()[:4], 16) % 300
+    t = np.arange(frames * FRAME) / RATE
+    audio = 0.3 * np.sin(2 * np.pi * pitch * t)
+    if noisy:
+        audio = audio + 0.02 * np.random.default_rng(seed).standard_normal(t.shape[0])
+    return np.clip(np.rint(audio * 32767), -32768, 32767).astype("<i2")[:, None]
+
+
+def make_app(behaviour: Behaviour) -> FastAPI:
+    app = FastAPI()
+    active: dict[int, int] = {}
+    counter = iter(range(10**9))
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": "fake-tts", "object": "model"}]}
+
+    @app.post("/v1/audio/speech")
+    async def speech(request: Request):
+        body = await request.json()
+        behaviour.seen.append(body)
+        behaviour.headers_seen.append(dict(request.headers))
+        number = next(counter)
+        if behaviour.token is not None:
+            given = request.headers.get("authorization", "")
+            if given != f"Bearer {behaviour.token}":
+                return _error(401, f"bad credentials {given!r}")  # echoes the value: the client must blank it
+        if behaviour.status is not None:
+            return _error(behaviour.status, f"the fake server answers {behaviour.status}")
+        if number < behaviour.fail_first:
+            return _error(503, "warming up, try again")
+        if behaviour.json_200:
+            return JSONResponse({"text": "not audio"})
+        if behaviour.refuse_ref_audio and "ref_audio" in body:
+            return _error(400, "this server takes no reference audio", "ref_audio")
+        if not isinstance(body.get("input"), str):
+            return _error(422, "missing 'input'", "input")
+        key = number
+        active[key] = len(active) + 1
+        for k in active:
+            active[k] = max(active[k], len(active))
+        await asyncio.sleep(behaviour.hold_s)
+        in_flight = active.pop(key)
+        seed, source = body.get("seed"), "request"
+        if behaviour.seeds == "ignore" or seed is None:
+            seed, source = DEPLOY_SEED, "deploy"
+        if behaviour.seeds == "no-deploy-seed" and "seed" not in body:
+            seed, source = None, "none"
+        if behaviour.batch_dependent and in_flight > 1 and seed is not None:
+            seed += 1000  # what a batch-coupled random stream looks like from outside
+        frames = int(body.get("max_new_tokens") or 20)
+        pcm = synthesize(body["input"], seed, frames, noisy=body.get("temperature") != 0)  # 0: greedy
+        headers = {}
+        if behaviour.moss_headers:
+            headers = {
+                "x-moss-seed": "none" if seed is None else str(seed),
+                "x-moss-seed-source": source,
+                "x-moss-frames": str(frames),
+                "x-moss-codes-sha256": hashlib.sha256(pcm.tobytes()).hexdigest(),
+                "x-moss-max-in-flight": str(in_flight),
+                "x-moss-stop-reason": "max_frames",
+                "x-moss-sample-rate": str(RATE),
+            }
+        fmt = body.get("response_format", "wav")
+        if fmt == "pcm":
+            return Response(pcm.tobytes(), media_type="audio/pcm", headers=headers)
+        buffer = io.BytesIO()
+        sf.write(buffer, pcm, RATE, subtype="PCM_16", format=fmt.upper())
+        return Response(buffer.getvalue(), media_type=f"audio/{fmt}", headers=headers)
+
+    return app
+
+
+def free_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def unused_port() -> int:
+    """A port nothing listens on (for connection-refused tests)."""
+    with free_socket() as sock:
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serving(behaviour: Behaviour, start_timeout: float = 10.0) -> Iterator[str]:
+    """Run a fake server in a thread; yield its base URL; stop it on exit."""
+    sock = free_socket()
+    server = uvicorn.Server(
+        uvicorn.Config(make_app(behaviour), log_level="error", lifespan="off", timeout_graceful_shutdown=2)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_timeout
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the fake speech server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
