@@ -38,6 +38,7 @@ class SynthSummary:
     orphans: list[str] = field(default_factory=list)  # audio files in --out that no request of this run owns
     threads: int = 1
     compile_s: float | None = None  # --compile: seconds spent compiling the frame step
+    server: str | None = None  # --server: the server that synthesised (no credentials)
 
     @property
     def empty(self) -> list[str]:
@@ -74,6 +75,7 @@ class SynthSummary:
             "orphans": self.orphans,
             "threads": self.threads,
             "compile_s": None if self.compile_s is None else round(self.compile_s, 2),
+            **({"server": self.server} if self.server else {}),
             "out": str(self.out),
             "manifest": str(self.manifest) if self.manifest else None,
         }

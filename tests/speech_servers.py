@@ -39,9 +39,11 @@ class Behaviour:
     hold_s: float = 0.05  # how long a request stays in flight
     status: int | None = None  # answer every request with this error status
     fail_first: int = 0  # the first N requests get 503, the rest are served (a flaky server)
+    fail_from: int | None = None  # requests from the N-th on get 500 (a server that breaks mid-job)
     json_200: bool = False  # answer 200 with a JSON body instead of audio
     token: str | None = None  # required `Authorization: Bearer <token>`; a wrong one is echoed back
     refuse_ref_audio: bool = False
+    deploy_seed_elsewhere: bool = False  # unseeded requests draw from another stream than an explicit seed 42
     seen: list[dict] = field(default_factory=list)  # bodies received
     headers_seen: list[dict] = field(default_factory=list)
 
@@ -89,6 +91,8 @@ def make_app(behaviour: Behaviour) -> FastAPI:
                 return _error(401, f"bad credentials {given!r}")  # echoes the value: the client must blank it
         if behaviour.status is not None:
             return _error(behaviour.status, f"the fake server answers {behaviour.status}")
+        if behaviour.fail_from is not None and number >= behaviour.fail_from:
+            return _error(500, "the fake server broke")
         if number < behaviour.fail_first:
             return _error(503, "warming up, try again")
         if behaviour.json_200:
@@ -108,10 +112,13 @@ def make_app(behaviour: Behaviour) -> FastAPI:
             seed, source = DEPLOY_SEED, "deploy"
         if behaviour.seeds == "no-deploy-seed" and "seed" not in body:
             seed, source = None, "none"
+        drawn = seed
+        if behaviour.deploy_seed_elsewhere and "seed" not in body:
+            drawn = DEPLOY_SEED + 7  # reports seed 42, samples with another
         if behaviour.batch_dependent and in_flight > 1 and seed is not None:
-            seed += 1000  # what a batch-coupled random stream looks like from outside
+            drawn += 1000  # what a batch-coupled random stream looks like from outside
         frames = int(body.get("max_new_tokens") or 20)
-        pcm = synthesize(body["input"], seed, frames, noisy=body.get("temperature") != 0)  # 0: greedy
+        pcm = synthesize(body["input"], drawn, frames, noisy=body.get("temperature") != 0)  # 0: greedy
         headers = {}
         if behaviour.moss_headers:
             headers = {

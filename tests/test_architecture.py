@@ -11,7 +11,9 @@ LAYERS = {
     "audit": 5,
     "bench": 5,
     "synth": 5,  # synth: a compatibility re-export of pipeline + job
+    "remote_job": 5,  # synth --server: the job's output directory, through a server
     "pipeline": 4,
+    "remote": 4,  # the speech-API client: requests in, audio out (the pipeline's counterpart for a server)
     "speech_api": 4,
     "api": 3,
     "engine": 3,

@@ -6,7 +6,6 @@ where it ran, how many requests were really in flight together, the seed probes,
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from .. import __version__
 from ..config.requests import Request, read_requests
 from ..errors import MossError
 from ..remote.client import Retry, ServerError, SpeechClient, all_or_nothing
+from ..remote.references import check_references, reference_sha256
 from ..remote.reply import Reply, audio_tensor
 from ..remote.settings import ServerOptions
 from .builtin import builtin_requests
@@ -41,12 +41,11 @@ class ServerAuditOptions:
 
 def served_content(request: Request, seed: int | None) -> dict:
     """What should shape a request's audio (as mixups.request_content, from the request itself)."""
-    ref = request.ref_audio
     return {
         "text": request.text,
         "prompt fields": request.prompt_fields,
         "ref_text": request.ref_text,
-        "ref_audio": hashlib.sha256(ref.read_bytes()).hexdigest() if ref is not None else None,
+        "ref_audio": reference_sha256(request),
         "seed": None if greedy(request) else seed,
         "sampling": request.sampling,
     }
@@ -67,21 +66,6 @@ def served_output(send: Send, reply: Reply) -> Output:
         codes_hash=reply.codes_sha256,
         frame_count=reply.frames,
     )
-
-
-def check_references(requests: list[Request], file: Path | None) -> None:
-    """Reference files are sent inline: each must be readable audio before anything is sent."""
-    from ..io.reference_audio import ReferenceError, read_reference
-
-    problems = []
-    for request in requests:
-        if request.ref_audio is not None:
-            try:
-                read_reference(request.ref_audio, 1, 24_000)
-            except ReferenceError as e:
-                problems.append(f"line {request.line} [ref_audio]: {e}")
-    if problems:
-        raise MossError("; ".join(problems), file=file)
 
 
 def _evidence(reply: Reply) -> str:

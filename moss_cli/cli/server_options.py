@@ -91,7 +91,7 @@ def refuse_local_options(given: dict[str, bool]) -> None:
     named = [option for option, was_given in given.items() if was_given]
     if named:
         raise MossError(
-            f"{', '.join(named)} configure{'s' if len(named) == 1 else ''} the local engine and cannot be used "
-            "with --server (the server's own deploy and settings decide)",
+            f"{', '.join(named)}: only for the local engine, not with --server (the server's own deploy and "
+            "settings decide)",
             field=named[0],
         )

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .common import Device, DType, interactive, stderr, stdout, user_errors
@@ -25,6 +26,19 @@ from .options import (
     ModelOption,
     ThreadsOption,
     synth_options,
+)
+from .server_options import (
+    ChannelsOption,
+    ConcurrencyOption,
+    HeaderOption,
+    ResponseFormatOption,
+    RetriesOption,
+    SampleRateOption,
+    ServedModelOption,
+    ServerOption,
+    TimeoutOption,
+    refuse_local_options,
+    server_options,
 )
 
 if TYPE_CHECKING:
@@ -67,34 +81,73 @@ def synth(
         bool, typer.Option(help="Exit 1 when a request produced no audio (its stop head fired at the first frame).")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")] = False,
+    server: ServerOption = None,
+    concurrency: ConcurrencyOption = 8,
+    timeout: TimeoutOption = 300.0,
+    retries: RetriesOption = 0,
+    header: HeaderOption = None,
+    response_format: ResponseFormatOption = "wav",
+    sample_rate: SampleRateOption = None,
+    channels: ChannelsOption = 1,
+    served_model: ServedModelOption = None,
 ) -> None:
     """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv.
 
     Re-running the same command on the same --out resumes: requests whose outputs exist and match
     are skipped. Exit codes: 0 done, 1 done but --fail-on-empty found an empty result, 2 bad input or
-    runtime error, 130/143 interrupted (SIGINT/SIGTERM)."""
-    with user_errors():
-        from ..job import synthesize  # torch loads here, not for --help
-
-        options = synth_options(
-            deploy=deploy,
-            model=model,
-            codec=codec,
-            device=device,
-            dtype=dtype,
-            max_batch=max_batch,
-            legacy_global_rng=legacy_global_rng,
-            batch_invariant=batch_invariant,
-            threads=threads,
-            allow_foreign_deploy=allow_foreign_deploy,
-            compile=compile,
-        )
-        run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force, stream=stream)
-        if interactive():
-            with progress_bar() as (on_start, on_result):
-                summary = synthesize(requests, out, options, on_start=on_start, on_result=on_result, **run)
+    runtime error, 130/143 interrupted (SIGINT/SIGTERM). With --server, a running speech server
+    (vllm-omni, or moss serve) synthesises instead, with the same output directory and resume."""
+    with user_errors():  # torch loads inside, not for --help
+        run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force)
+        if server:
+            refuse_local_options(
+                {
+                    "--deploy": deploy is not None,
+                    "--allow-foreign-deploy": allow_foreign_deploy,
+                    "--model": model is not None,
+                    "--codec": codec is not None,
+                    "--device": device != Device.auto,
+                    "--dtype": dtype != DType.auto,
+                    "--max-batch": max_batch is not None,
+                    "--threads": threads is not None,
+                    "--compile": compile,
+                    "--legacy-global-rng": legacy_global_rng,
+                    "--no-batch-invariant": not batch_invariant,
+                    "--stream": stream,
+                }
+            )
+            settings = server_options(
+                server=server,
+                concurrency=concurrency,
+                timeout=timeout,
+                retries=retries,
+                header=header,
+                response_format=response_format,
+                sample_rate=sample_rate,
+                channels=channels,
+                served_model=served_model,
+            )
+            summary = _through_server(requests, out, settings, run)
         else:
-            summary = synthesize(requests, out, options, **run)
+            summary = _locally(
+                requests,
+                out,
+                run,
+                stream,
+                synth_options(
+                    deploy=deploy,
+                    model=model,
+                    codec=codec,
+                    device=device,
+                    dtype=dtype,
+                    max_batch=max_batch,
+                    legacy_global_rng=legacy_global_rng,
+                    batch_invariant=batch_invariant,
+                    threads=threads,
+                    allow_foreign_deploy=allow_foreign_deploy,
+                    compile=compile,
+                ),
+            )
     if as_json:
         stdout.print_json(json.dumps(summary.as_dict()))
     else:
@@ -105,6 +158,30 @@ def synth(
             soft_wrap=True,
         )
         raise typer.Exit(1)
+
+
+def _locally(requests: Path, out: Path, run: dict, stream: bool, options) -> SynthSummary:
+    from ..job import synthesize
+
+    if interactive():
+        with progress_bar() as (on_start, on_result):
+            return synthesize(requests, out, options, stream=stream, on_start=on_start, on_result=on_result, **run)
+    return synthesize(requests, out, options, stream=stream, **run)
+
+
+def _through_server(requests: Path, out: Path, server, run: dict) -> SynthSummary:
+    """Each re-send is shown as it happens: a flaky server is never hidden."""
+    from ..remote_job import synthesize_remote
+
+    def on_retry(retry) -> None:
+        stderr.print(f"[yellow]retry:[/] {escape(retry.message)}", highlight=False, soft_wrap=True)
+
+    if interactive():
+        with progress_bar() as (on_start, on_result):
+            return synthesize_remote(
+                requests, out, server, on_start=on_start, on_result=on_result, on_retry=on_retry, **run
+            )
+    return synthesize_remote(requests, out, server, on_retry=on_retry, **run)
 
 
 @contextmanager
@@ -167,6 +244,8 @@ def print_summary(summary: SynthSummary, requests: Path) -> None:
     stdout.print(table)
     say = partial(stdout.print, soft_wrap=True, highlight=False)  # a path is left whole for the terminal
     say(f"requests: {requests}" if summary.dry_run else f"out: {summary.out}")
+    if summary.server:
+        say(f"server: {summary.server}")
     if summary.manifest:
         say(f"manifest: {summary.manifest}")
     if summary.compile_s is not None:

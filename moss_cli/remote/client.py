@@ -46,7 +46,7 @@ class Retry:
 
     @property
     def message(self) -> str:
-        return f"re-sending request {self.request!r} ({self.context}), attempt {self.attempt}: {self.reason}"
+        return f"{self.reason}; sending it again (attempt {self.attempt})"
 
 
 class _Transient(Exception):

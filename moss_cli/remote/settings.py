@@ -3,9 +3,10 @@ must never reach a terminal, a log or a report."""
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..errors import MossError
 from ..speech_api import RESPONSE_FORMATS
@@ -61,6 +62,9 @@ class ServerOptions:
         found += [value.split()[-1] for _, value in self.headers if len(value.split()[-1]) >= 6]  # "Bearer <token>"
         parts = urlsplit(self.url)
         found += [s for s in (parts.username, parts.password) if s]
+        if parts.username or parts.password:  # sent as basic auth, which a server may echo
+            pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+            found.append(base64.b64encode(pair.encode()).decode())
         if parts.query:
             found += [v for _, _, v in (q.partition("=") for q in parts.query.split("&")) if v]
         return [s for s in found if len(s) >= 3]  # a one-letter "secret" would blank out half the text

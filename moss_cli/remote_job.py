@@ -1,0 +1,181 @@
+"""`moss synth --server` as a job: a requests file synthesised through a running speech server,
+with up to `--concurrency` requests in flight, into the same output directory as local synthesis
+(io/output_dir.py: one file per request as it finishes, the resume journal, the manifest; atomic
+writes), stopping cleanly on SIGINT/SIGTERM.
+
+The manifest has the local columns. What only the server knows comes from `moss serve`'s headers
+(effective seed and its source, frames, codes hash, requests in flight, stop reason); a server
+that sends none (vllm-omni) leaves those cells empty and `seed_source` `unknown` for requests
+without a seed. The sampling columns hold the request's own overrides (the server's defaults are
+not visible from outside)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from .config.requests import Request, read_requests
+from .errors import MossError
+from .interrupts import interrupts_as_exceptions
+from .io.fingerprint import fingerprint
+from .io.output_dir import OutputDir
+from .job import SynthSummary
+from .remote.client import Retry, SpeechClient
+from .remote.references import check_references, reference_sha256
+from .remote.reply import Reply
+from .remote.settings import ServerOptions
+from .speech_api import body_from_request
+
+STOPPED = {"stop": True, "empty": True, "max_frames": False}
+
+
+class Served(NamedTuple):
+    request: Request
+    reply: Reply
+
+
+def remote_fingerprint(request: Request, server: ServerOptions, audio_format: str) -> str:
+    """What made a file: the request's content and the server that answered it (a re-run against
+    another server, model or answer format regenerates it)."""
+    return fingerprint(
+        {
+            "text": request.text,
+            "fields": request.prompt_fields,
+            "seed": request.seed,
+            "sampling": request.sampling,
+            "max_new_frames": request.max_new_frames,
+            "ref_audio": reference_sha256(request),
+            "ref_text": request.ref_text,
+            "format": audio_format,
+            "server": server.public_url,
+            "model": server.model,
+            "response_format": server.response_format,
+            "pcm_layout": [server.sample_rate, server.channels] if server.response_format == "pcm" else None,
+        }
+    )
+
+
+def reply_row(request: Request, reply: Reply, file: str) -> dict:
+    """One manifest row, with the local columns (see the module docstring for the empty ones)."""
+    samples = reply.pcm.shape[0]
+    stop = reply.stop_reason or ("empty" if samples == 0 else None)
+    sampling = request.sampling
+    return {
+        "id": request.id,
+        "text": request.text,
+        "seed": reply.seed if reply.seed is not None else request.seed,
+        "seed_source": reply.seed_source or ("request" if request.seed is not None else "unknown"),
+        "frames": reply.frames,
+        "duration_s": round(samples / reply.sample_rate, 6),
+        "sample_rate": reply.sample_rate,
+        "channels": reply.channels,
+        "codes_sha256": reply.codes_sha256,
+        "pcm_sha256": reply.pcm_sha256,
+        "batch_size_seen": reply.server_in_flight,
+        "wall_s": round(reply.wall_s, 4),
+        "file": file,
+        "stopped": STOPPED.get(stop),
+        "stop_reason": stop,
+        "temperature": sampling.get("temperature"),
+        "top_p": sampling.get("top_p"),
+        "top_k": sampling.get("top_k"),
+        "repetition_penalty": sampling.get("repetition_penalty"),
+        "prompt_tokens": None,
+        "ttfa_s": None,
+        "chunks": None,
+        "chunk_ms": None,
+    }
+
+
+async def _send_all(
+    todo: list[Request],
+    server: ServerOptions,
+    outdir: OutputDir,
+    on_result: Callable[[Served], None] | None,
+    on_retry: Callable[[Retry], None] | None,
+) -> None:
+    """Send everything (the client bounds how many are in flight); record each answer as it comes.
+    On the first failure the rest are cancelled and the error is raised."""
+    async with SpeechClient(server, on_retry) as client:
+        started = time.perf_counter()
+
+        async def one(request: Request) -> Served:
+            body = body_from_request(request, model=server.model, response_format=server.response_format)
+            return Served(request, await client.speak(request.id, body, "synth", started))
+
+        tasks = [asyncio.ensure_future(one(r)) for r in todo]
+        try:
+            for finished in asyncio.as_completed(tasks):
+                served = await finished
+                rid = served.request.id
+                row = reply_row(served.request, served.reply, outdir.names[rid])
+                outdir.record(rid, row, served.reply.pcm, served.reply.sample_rate)
+                if on_result:
+                    on_result(served)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def synthesize_remote(
+    requests_path: Path,
+    out: Path,
+    server: ServerOptions,
+    *,
+    audio_format: str = "wav",
+    dry_run: bool = False,
+    force: bool = False,
+    on_start: Callable[[int, int], None] | None = None,
+    on_result: Callable[[Served], None] | None = None,
+    on_retry: Callable[[Retry], None] | None = None,
+) -> SynthSummary:
+    """Check the requests and the output directory, then synthesise what an earlier run of the
+    same command did not finish. `dry_run` stops after the checks; nothing is sent or written."""
+    OutputDir.check(out, audio_format)
+    requests = read_requests(requests_path)
+    check_references(requests, requests_path)
+    outdir = OutputDir(out, audio_format, [r.id for r in requests], requests_path)
+    done = outdir.plan({r.id: remote_fingerprint(r, server, audio_format) for r in requests}, force)
+    summary = dict(
+        frame_budget=sum(r.max_new_frames or 0 for r in requests),
+        orphans=outdir.orphans,
+        server=server.public_url,
+        resumed=len(done),
+    )
+    if dry_run:
+        sources: dict[str, int] = {}
+        for r in requests:
+            source = "request" if r.seed is not None else "server"  # the server decides the others
+            sources[source] = sources.get(source, 0) + 1
+        return SynthSummary(
+            len(requests), 0.0, 0.0, out, None, list(done.values()), dry_run=True, seed_sources=sources, **summary
+        )
+    outdir.open(force)
+    todo = [r for r in requests if r.id not in done]
+    if on_start:
+        on_start(len(requests), len(done))
+    start = time.perf_counter()
+    try:
+        with interrupts_as_exceptions():
+            asyncio.run(_send_all(todo, server, outdir, on_result, on_retry))
+    except (KeyboardInterrupt, MossError):
+        outdir.write_manifest()  # what finished stays, and the same command resumes
+        raise
+    wall = time.perf_counter() - start
+    manifest, ordered = outdir.write_manifest()
+    sources = {}
+    for row in ordered:
+        sources[row["seed_source"]] = sources.get(row["seed_source"], 0) + 1
+    return SynthSummary(
+        len(ordered),
+        sum(row["duration_s"] for row in ordered),
+        wall,
+        out,
+        manifest,
+        ordered,
+        seed_sources=sources,
+        **summary,
+    )

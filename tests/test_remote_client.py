@@ -1,0 +1,173 @@
+"""The speech-API client behind `--server`: every way a server can fail is a clear exit 2 naming
+the request and the status; re-sends are reported; auth headers never reach any output."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from speech_servers import RATE, Behaviour, serving, synthesize, unused_port  # tests/ is on sys.path
+from typer.testing import CliRunner
+
+from moss_cli.cli.app import app
+from moss_cli.remote.reply import NotAudio, audio_tensor, decode_audio
+from moss_cli.remote.settings import ServerOptions, parse_headers, public_url
+
+runner = CliRunner()
+
+
+def _requests(tmp_path: Path, n: int = 2) -> Path:
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"r{i}", "text": f"Request number {i}.", "seed": i, "max_new_frames": 3}) + "\n"
+            for i in range(n)
+        )
+    )
+    return path
+
+
+def _synth(requests: Path, out: Path, url: str, *extra):
+    return runner.invoke(app, ["synth", str(requests), "--out", str(out), "--server", url, *map(str, extra)])
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize(
+    "behaviour, expected",
+    [
+        (Behaviour(status=500), "HTTP 500 Internal Server Error: the fake server answers 500"),
+        (Behaviour(status=404), "HTTP 404 Not Found: the fake server answers 404"),
+        (Behaviour(json_200=True), "HTTP 200, but the body is not wav audio: application/json"),
+    ],
+)
+def test_an_error_answer_exits_2_naming_the_request_the_status_and_the_servers_words(tmp_path, behaviour, expected):
+    with serving(behaviour) as url:
+        result = _synth(_requests(tmp_path), tmp_path / "out", url)
+    assert result.exit_code == 2
+    message = _one_line(result.output)
+    assert expected in message and "request 'r" in message and "Traceback" not in result.output
+    assert not list((tmp_path / "out").glob("*.wav"))
+
+
+def test_a_refused_connection_exits_2_and_says_so(tmp_path):
+    result = _synth(_requests(tmp_path), tmp_path / "out", f"http://127.0.0.1:{unused_port()}")
+    assert result.exit_code == 2
+    assert "cannot connect" in _one_line(result.output) and "Traceback" not in result.output
+
+
+def test_a_server_slower_than_the_timeout_exits_2_naming_the_request(tmp_path):
+    with serving(Behaviour(hold_s=3.0)) as url:
+        result = _synth(_requests(tmp_path, 1), tmp_path / "out", url, "--timeout", "0.3")
+    assert result.exit_code == 2
+    assert "request 'r0' (synth)" in _one_line(result.output)
+    assert "no answer within 0.3 s (--timeout)" in _one_line(result.output)
+
+
+def test_5xx_answers_are_re_sent_up_to_retries_and_each_re_send_is_reported(tmp_path):
+    with serving(Behaviour(fail_first=2)) as url:
+        result = _synth(_requests(tmp_path), tmp_path / "out", url, "--retries", "2", "--concurrency", "1")
+    assert result.exit_code == 0, result.output
+    reported = [line for line in result.output.splitlines() if line.startswith("retry:")]
+    assert len(reported) == 2 and all("HTTP 503" in line for line in reported)
+    assert len(list((tmp_path / "out").glob("*.wav"))) == 2
+
+
+def test_without_retries_a_503_is_an_error_and_4xx_is_never_re_sent(tmp_path):
+    with serving(Behaviour(fail_first=1)) as url:
+        assert _synth(_requests(tmp_path), tmp_path / "a", url, "--concurrency", "1").exit_code == 2
+    behaviour = Behaviour(status=422)
+    with serving(behaviour) as url:
+        result = _synth(_requests(tmp_path, 1), tmp_path / "b", url, "--retries", "3")
+    assert result.exit_code == 2 and len(behaviour.seen) == 1 and "retry:" not in result.output
+
+
+def test_auth_headers_and_url_credentials_never_reach_the_terminal_or_any_report(tmp_path, monkeypatch):
+    token, password = "s3cret-token-value", "pw-hidden-value"
+    summary = tmp_path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    behaviour = Behaviour(token=token, moss_headers=True)
+    with serving(behaviour) as url:
+        audit = runner.invoke(
+            app,
+            [
+                "audit-determinism",
+                str(_requests(tmp_path)),
+                "--server",
+                url,
+                "--header",
+                f"Authorization: Bearer {token}",
+                "--scenarios",
+                "repeat,concurrent",
+                "--report-dir",
+                str(tmp_path / "report"),
+            ],
+        )
+        wrong = _synth(_requests(tmp_path), tmp_path / "a", url, "--header", "Authorization: Bearer wrong-one-123")
+        basic = _synth(_requests(tmp_path), tmp_path / "b", url.replace("http://", f"http://user:{password}@"))
+    assert audit.exit_code == 0, audit.output
+    assert behaviour.headers_seen[0]["authorization"] == f"Bearer {token}"  # it was sent
+    # The server echoes what it got; the client blanks it out (a token, or basic auth's base64).
+    assert wrong.exit_code == basic.exit_code == 2 and "HTTP 401" in wrong.output and "HTTP 401" in basic.output
+    assert "wrong-one-123" not in wrong.output and "dXNlcjpwdy1oaWRkZW4tdmFsdWU" not in basic.output
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".json", ".xml", ".md")]
+    assert {p.name for p in written} >= {"audit.json", "junit.xml", "summary.md", "step-summary.md"}
+    for text in [audit.output, basic.output, *(p.read_text() for p in written)]:
+        assert token not in text and password not in text
+
+
+def test_a_malformed_header_is_refused_without_echoing_its_value():
+    with pytest.raises(Exception) as error:
+        parse_headers(["Authorization Bearer secret-xyz"])
+    assert "--header #1" in str(error.value) and "secret-xyz" not in str(error.value)
+
+
+def test_public_url_drops_credentials_and_query():
+    assert public_url("https://me:pw@example.com:8443/tts/?key=abc") == "https://example.com:8443/tts"
+
+
+def test_raw_pcm_decodes_with_the_given_rate_and_channels_and_odd_bodies_are_refused():
+    pcm = synthesize("pcm", 1, 2)
+    decoded, rate = decode_audio(pcm.tobytes(), "pcm", "audio/pcm", sample_rate=RATE, channels=1)
+    assert rate == RATE and np.array_equal(decoded, pcm)
+    with pytest.raises(NotAudio, match="not whole 16-bit samples of 2 channel"):
+        decode_audio(pcm.tobytes()[:-2], "pcm", "audio/pcm", sample_rate=RATE, channels=2)
+    with pytest.raises(NotAudio, match="do not decode"):
+        decode_audio(b"RIFF but not really a wav file", "wav", "audio/wav", sample_rate=RATE, channels=1)
+
+
+def test_float_wav_answers_are_quantized_like_moss_writes_its_own_files(tmp_path):
+    samples = np.array([[0.5], [-0.25], [1.5]], dtype=np.float32)  # 1.5 clips
+    path = tmp_path / "f.wav"
+    sf.write(path, samples, RATE, subtype="FLOAT")
+    decoded, _ = decode_audio(path.read_bytes(), "wav", "audio/wav", sample_rate=RATE, channels=1)
+    assert decoded[:, 0].tolist() == [16384, -8192, 32767]
+    from moss_cli.io.audio import to_pcm16
+
+    assert np.array_equal(to_pcm16(audio_tensor(decoded)), decoded)  # the audit's float copy round-trips
+
+
+def test_pcm_answers_through_the_cli_use_the_servers_rate_header(tmp_path):
+    with serving(Behaviour(moss_headers=True)) as url:
+        result = _synth(_requests(tmp_path, 1), tmp_path / "out", url, "--response-format", "pcm", "--json")
+    assert result.exit_code == 0, result.output
+    data, rate = sf.read(tmp_path / "out" / "r0.wav", dtype="int16")
+    assert rate == RATE and data.shape[0] == 3 * 1920
+
+
+def test_options_of_the_local_engine_are_refused_with_server(tmp_path):
+    result = _synth(_requests(tmp_path), tmp_path / "out", "http://127.0.0.1:1", "--max-batch", "2", "--stream")
+    assert result.exit_code == 2
+    assert "--max-batch, --stream: only for the local engine" in _one_line(result.output)
+
+
+def test_bad_server_options_are_refused_before_anything_is_sent():
+    with pytest.raises(Exception, match="--server"):
+        ServerOptions("ftp://example.com")
+    with pytest.raises(Exception, match="--response-format"):
+        ServerOptions("http://example.com", response_format="mp3")
+    assert os.environ.get("MOSS_DEBUG") is None  # errors above are user errors, not tracebacks

@@ -1,0 +1,156 @@
+"""`moss audit-determinism --server`: the verdicts a black-box audit reaches on servers that are
+right and servers that are wrong in one known way, and reports shaped like the local audit's."""
+
+import json
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import numpy as np
+import pytest
+import soundfile as sf
+from speech_servers import Behaviour, serving, synthesize  # tests/ is on sys.path
+from typer.testing import CliRunner
+
+from moss_cli.audit.compare import Output
+from moss_cli.audit.server_scenarios import SERVER_SCENARIOS
+from moss_cli.audit.server_verdicts import RUN_TO_RUN, Rules, alone
+from moss_cli.cli.app import app
+from moss_cli.config.requests import Request
+from moss_cli.io.audio import pcm_sha256
+from moss_cli.remote.reply import audio_tensor
+
+runner = CliRunner()
+REQUESTS = [
+    {"id": "seeded", "text": "A request with its own seed.", "seed": 5, "max_new_frames": 3},
+    {"id": "unseeded", "text": "A request without a seed.", "max_new_frames": 3},
+    {"id": "greedy", "text": "A greedy request.", "max_new_frames": 3, "temperature": 0},
+]
+
+
+@pytest.fixture
+def requests(tmp_path) -> Path:
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in REQUESTS))
+    return path
+
+
+def _audit(behaviour: Behaviour, requests: Path, tmp_path: Path, *extra) -> tuple[int, dict, str]:
+    with serving(behaviour) as url:
+        result = runner.invoke(
+            app,
+            [
+                "audit-determinism",
+                str(requests),
+                "--server",
+                url,
+                "--stagger-ms",
+                "20",
+                "--json",
+                str(tmp_path / "audit.json"),
+                *map(str, extra),
+            ],
+        )
+    report = json.loads((tmp_path / "audit.json").read_text()) if (tmp_path / "audit.json").exists() else {}
+    return result.exit_code, report, result.output
+
+
+def _verdicts(report: dict) -> dict[str, str]:
+    return {key: v["verdict"] for key, v in report["server"]["requests"].items()}
+
+
+def test_a_server_that_ignores_the_seed_is_reported_seed_ignored(requests, tmp_path):
+    code, report, output = _audit(Behaviour(seeds="ignore"), requests, tmp_path)
+    assert code == 1, output
+    # Seed 5 and seed 6 give the same audio; so do no seed and an explicit one. Greedy has no probe.
+    assert _verdicts(report) == {"seeded": "seed-ignored", "unseeded": "seed-ignored", "greedy": "identical"}
+    failed = {(c["request"], c["run"]) for c in report["cases"] if c["verdict"] == "fail"}
+    assert failed == {("seeded", "another-explicit-seed"), ("unseeded", "unseeded-sent-with-seed-1000003")}
+    assert report["summary"]["causes"] == {"seed-ignored": 2}
+
+
+def test_a_reproducible_server_passes_with_reports_shaped_like_the_local_audits(requests, tmp_path):
+    code, report, output = _audit(Behaviour(moss_headers=True), requests, tmp_path, "--level", "bitwise")
+    assert code == 0, output
+    assert set(_verdicts(report).values()) == {"identical"}
+    assert set(report["summary"]["scenarios"]) == set(SERVER_SCENARIOS)
+    assert {"summary", "options", "environment", "reference", "cases", "warnings"} <= set(report)
+    runs = report["server"]["runs"]
+    for label in ("concurrent/concurrent-8", "seeded-neighbours/with-seeded-neighbours"):
+        assert runs[label]["max_in_flight_server"] > 1 and runs[label]["max_in_flight_client"] > 1
+    assert runs["reference/alone"]["max_in_flight_client"] == 1
+    # The deploy seed the server reports, sent explicitly, gives the unseeded request's audio.
+    probe = [c for c in report["cases"] if c["run"] == "the-reported-deploy-seed-sent-explicitly"]
+    assert [(c["request"], c["verdict"]) for c in probe] == [("unseeded", "pass")]
+    assert report["server"]["codes"] == "x-moss-codes-sha256 header"
+
+
+def test_a_batch_dependent_server_fails_and_the_report_dir_holds_both_audio_files(requests, tmp_path):
+    code, report, output = _audit(Behaviour(batch_dependent=True), requests, tmp_path, "--report-dir", tmp_path / "r")
+    assert code == 1, output
+    assert _verdicts(report) == {"seeded": "batch-dependent", "unseeded": "batch-dependent", "greedy": "identical"}
+    assert "batch-dependent" in " ".join(output.split())
+    failing = [c for c in report["cases"] if c["verdict"] == "fail"]
+    assert {c["scenario"] for c in failing} >= {"concurrent", "shuffled", "seeded-neighbours", "length-mix"}
+    case = next(c for c in failing if c["scenario"] == "concurrent" and c["request"] == "seeded")
+    assert case["comparison"]["first_diff_s"] is not None and case["comparison"]["snr_db"] < 60
+    folder = tmp_path / "r" / "diverging" / "concurrent"
+    alone_pcm, _ = sf.read(folder / "seeded.alone.wav", dtype="int16", always_2d=True)
+    assert pcm_sha256(alone_pcm) == report["reference"]["seeded"]["pcm_sha256"]  # exactly what the server sent
+    assert (folder / "seeded.concurrent-8.wav").is_file()
+    suites = ET.parse(tmp_path / "r" / "junit.xml").getroot()
+    assert any(f.get("type") == "batch-dependent" for f in suites.iter("failure"))
+    assert "batch-dependent" in (tmp_path / "r" / "summary.md").read_text()
+
+
+def test_a_server_without_a_deploy_seed_is_unseeded_and_fails_only_when_strict(requests, tmp_path):
+    behaviour = Behaviour(seeds="no-deploy-seed", moss_headers=True)
+    code, report, output = _audit(behaviour, requests, tmp_path, "--scenarios", "repeat,concurrent")
+    assert code == 0, output
+    assert _verdicts(report) == {"seeded": "identical", "unseeded": "unseeded", "greedy": "identical"}
+    assert report["summary"]["unseeded"] >= 2
+    strict, report, _ = _audit(behaviour, requests, tmp_path, "--scenarios", "repeat", "--strict-unseeded")
+    assert strict == 1 and report["summary"]["causes"] == {"unseeded": 1}
+
+
+def test_a_deploy_seed_that_does_not_act_as_a_request_seed_is_seed_ignored(requests, tmp_path):
+    behaviour = Behaviour(moss_headers=True, deploy_seed_elsewhere=True)
+    code, report, _ = _audit(behaviour, requests, tmp_path, "--scenarios", "seeds")
+    assert code == 1
+    assert _verdicts(report)["unseeded"] == "seed-ignored"
+    assert "deploy seed" in report["server"]["requests"]["unseeded"]["detail"]
+
+
+def test_a_server_that_refuses_reference_audio_skips_the_voices_scenario_and_says_so(requests, tmp_path):
+    code, report, output = _audit(Behaviour(refuse_ref_audio=True), requests, tmp_path, "--scenarios", "voices")
+    assert code == 0, output
+    assert "voices" not in report["summary"]["scenarios"]
+    assert "refuses reference audio" in report["server"]["skipped"]["voices"]
+    assert "skipped voices" in " ".join(output.split())
+
+
+def _output(pcm: np.ndarray, seed_source: str) -> Output:
+    return Output(None, audio_tensor(pcm), pcm_sha256(pcm), seed_source)
+
+
+def test_differing_alone_with_greedy_decoding_or_a_claimed_seed_is_run_to_run():
+    rules = Rules("codes", 60.0, False, 24_000)
+    a, b = synthesize("x", None, 1), synthesize("x", None, 1)  # fresh noise each time
+    greedy = Request("g", "x", 1, sampling={"temperature": 0})
+    assert alone(greedy, _output(a, "deploy"), _output(b, "deploy"), rules).cause == RUN_TO_RUN
+    claimed = Request("c", "x", 1)  # no seed of its own, yet the server says it applied its deploy seed
+    assert alone(claimed, _output(a, "deploy"), _output(b, "deploy"), rules).cause == RUN_TO_RUN
+    assert alone(claimed, _output(a, "unknown"), _output(b, "unknown"), rules).cause == "unseeded"
+    assert alone(claimed, _output(a, "deploy"), _output(a, "deploy"), rules).stable
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--scenarios", "batched"], "unknown scenario(s) batched for a server audit"),
+        (["--golden", "g.json"], "--golden: only for the local engine"),
+        (["--response-format", "mp3"], "--response-format"),
+    ],
+)
+def test_bad_server_audit_options_exit_2(requests, tmp_path, args, message):
+    code, _, output = _audit(Behaviour(), requests, tmp_path, *args)
+    assert code == 2 and message in " ".join(output.split())
