@@ -35,6 +35,7 @@ DEPLOY_SEED = 42
 class Behaviour:
     seeds: str = "honour"  # honour | ignore (every request as if seed 42) | no-deploy-seed (unseeded: fresh noise)
     batch_dependent: bool = False  # the noise changes when other requests are in flight
+    batch_rounding: bool = False  # the last bit of some samples changes when other requests are in flight
     moss_headers: bool = False  # send x-moss-* headers like moss serve (else none, like vllm-omni)
     hold_s: float = 0.05  # how long a request stays in flight
     status: int | None = None  # answer every request with this error status
@@ -119,6 +120,8 @@ def make_app(behaviour: Behaviour) -> FastAPI:
             drawn += 1000  # what a batch-coupled random stream looks like from outside
         frames = int(body.get("max_new_tokens") or 20)
         pcm = synthesize(body["input"], drawn, frames, noisy=body.get("temperature") != 0)  # 0: greedy
+        if behaviour.batch_rounding and in_flight > 1:
+            pcm[::97] ^= 1  # what batch-dependent kernel rounding looks like in the audio
         headers = {}
         if behaviour.moss_headers:
             headers = {

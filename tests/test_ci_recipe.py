@@ -1,23 +1,31 @@
-"""The CI recipe users copy installs this project, pinned, with a CPU torch, and pins every action."""
+"""The CI recipes users copy install this project, pinned, with a CPU torch, and pin every action;
+the server recipe starts a server, waits for its health endpoint with a bounded loop, audits it."""
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
+from speech_servers import Behaviour, serving  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "github-actions-audit.yml"
+SERVER_RECIPE = ROOT / "recipes" / "github-actions-server-audit.yml"
+BOTH = pytest.mark.parametrize("recipe", [RECIPE, SERVER_RECIPE], ids=["local", "server"])
 # Names on the package index that belong to other projects: installing them by name is a hazard.
 TAKEN = {"moss", "moss-cli"}
 
 
-def _workflow() -> dict:
-    return yaml.safe_load(RECIPE.read_text())
+def _workflow(recipe: Path = RECIPE) -> dict:
+    return yaml.safe_load(recipe.read_text())
 
 
-def _steps() -> list[dict]:
-    [job] = _workflow()["jobs"].values()
+def _steps(recipe: Path = RECIPE) -> list[dict]:
+    [job] = _workflow(recipe)["jobs"].values()
     return job["steps"]
 
 
@@ -27,10 +35,11 @@ def test_distribution_name_is_not_one_taken_by_another_project():
     assert name == "moss-tts-repro"
 
 
-def test_recipe_installs_moss_from_a_pinned_commit_not_by_name():
-    env = _workflow()["env"]
-    runs = "\n".join(step.get("run", "") for step in _steps())
-    assert "moss-tts-repro @ git+${MOSS_REPO}@${MOSS_COMMIT}" in runs
+@BOTH
+def test_recipe_installs_moss_from_a_pinned_commit_not_by_name(recipe):
+    env = _workflow(recipe)["env"]
+    runs = "\n".join(step.get("run", "") for step in _steps(recipe))
+    assert re.search(r'"moss-tts-repro(\[serve\])? @ git\+\$\{MOSS_REPO\}@\$\{MOSS_COMMIT\}"', runs)
     assert "MOSS_COMMIT" in env and "[0-9a-f]{40}" in runs  # the job refuses anything but a full commit
     for line in runs.splitlines():
         if "pip install" in line:
@@ -38,15 +47,17 @@ def test_recipe_installs_moss_from_a_pinned_commit_not_by_name():
             assert not packages & TAKEN, line
 
 
-def test_recipe_installs_torch_from_the_cpu_index_first():
-    runs = [step.get("run", "") for step in _steps()]
+@BOTH
+def test_recipe_installs_torch_from_the_cpu_index_first(recipe):
+    runs = [step.get("run", "") for step in _steps(recipe)]
     install = next(r for r in runs if "moss-tts-repro" in r)
-    assert "--index-url" in install and _workflow()["env"]["TORCH_INDEX"].endswith("/whl/cpu")
+    assert "--index-url" in install and _workflow(recipe)["env"]["TORCH_INDEX"].endswith("/whl/cpu")
     assert install.index("torch==") < install.index("moss-tts-repro")
 
 
-def test_recipe_pins_every_action_to_a_full_commit():
-    uses = [step["uses"] for step in _steps() if "uses" in step]
+@BOTH
+def test_recipe_pins_every_action_to_a_full_commit(recipe):
+    uses = [step["uses"] for step in _steps(recipe) if "uses" in step]
     assert uses, "the recipe uses actions"
     for action in uses:
         assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", action), action
@@ -61,3 +72,68 @@ def test_recipe_runs_the_audit_and_publishes_its_reports():
         "audit-report/junit.xml",
         "audit-report/",
     }
+
+
+@BOTH
+def test_every_shell_step_parses_as_bash(recipe):
+    for step in _steps(recipe):
+        if "run" in step:
+            checked = subprocess.run(["bash", "-n"], input=step["run"], capture_output=True, text=True)
+            assert checked.returncode == 0, (step.get("name"), checked.stderr)
+
+
+def test_server_recipe_starts_a_server_waits_for_health_with_a_bound_and_audits_it():
+    steps = _steps(SERVER_RECIPE)
+    runs = [s.get("run", "") for s in steps]
+    start = next(i for i, r in enumerate(runs) if "moss serve" in r)
+    wait = next(i for i, r in enumerate(runs) if "/health" in r)
+    audit = next(i for i, r in enumerate(runs) if "moss audit-determinism" in r)
+    assert start < wait < audit
+    assert re.search(r"for \w+ in \$\(seq 1 \d+\)", runs[wait]) and "--max-time" in runs[wait]  # bounded
+    assert "exit 2" in runs[wait]  # never healthy: the job fails, showing the server's log
+    command = runs[audit]
+    for option in ('--server "$MOSS_SERVER_URL"', "--junit audit-report/junit.xml", "--markdown", "--report-dir"):
+        assert option in command
+    assert "secrets.TTS_TOKEN" in steps[audit]["env"]["TTS_TOKEN"] and "echo" not in command  # the token is not shown
+    publish = [s for s in steps if s.get("if") == "always()" and "with" in s]
+    assert {s["with"].get("report_paths") or s["with"].get("path") for s in publish} == {
+        "audit-report/junit.xml",
+        "audit-report/",
+    }
+    assert any("kill" in s.get("run", "") for s in steps if s.get("if") == "always()")  # the server is stopped
+
+
+@pytest.mark.slow
+def test_server_recipe_wait_and_audit_steps_run_against_a_live_server(tmp_path):
+    """The recipe's own shell, run here against a small server that wants a token: it waits for
+    /health, audits, writes the reports, and the token appears nowhere."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "moss").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m moss_cli "$@"\n')
+    (bin_dir / "moss").chmod(0o755)
+    (tmp_path / "few.jsonl").write_text('{"id": "a", "text": "Short.", "seed": 3, "max_new_frames": 3}\n')
+    steps = {s.get("name", ""): s.get("run", "") for s in _steps(SERVER_RECIPE)}
+    wait = next(run for name, run in steps.items() if name.startswith("Wait"))
+    audit = next(run for name, run in steps.items() if name == "Audit the server")
+    audit = audit.replace("moss audit-determinism \\", "moss audit-determinism few.jsonl --stagger-ms 10 \\")
+    token = "recipe-token-4321"
+    with serving(Behaviour(token=token, moss_headers=True)) as url:
+        env = {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "PYTHONPATH": str(ROOT),
+            "MOSS_SERVER_URL": url,
+            "TTS_TOKEN": token,
+        }
+        done = [
+            subprocess.run(
+                ["bash", "-eo", "pipefail", "-c", run], cwd=tmp_path, env=env, capture_output=True, text=True
+            )
+            for run in (wait, audit)
+        ]
+    for step in done:
+        assert step.returncode == 0, step.stdout + step.stderr
+        assert token not in step.stdout + step.stderr
+    report = tmp_path / "audit-report"
+    assert {"junit.xml", "summary.md", "audit.json"} <= {p.name for p in report.iterdir()}
+    assert all(token not in p.read_text() for p in report.glob("*.*"))

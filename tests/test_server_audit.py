@@ -102,6 +102,19 @@ def test_a_batch_dependent_server_fails_and_the_report_dir_holds_both_audio_file
     assert "batch-dependent" in (tmp_path / "r" / "summary.md").read_text()
 
 
+def test_rounding_level_differences_fail_bitwise_but_pass_the_waveform_level(requests, tmp_path):
+    behaviour = Behaviour(batch_rounding=True)
+    bitwise, report, _ = _audit(behaviour, requests, tmp_path, "--scenarios", "concurrent", "--level", "bitwise")
+    assert bitwise == 1 and set(_verdicts(report).values()) == {"batch-dependent"}
+    snr = [c["comparison"]["snr_db"] for c in report["cases"] if c["scenario"] == "concurrent"]
+    assert min(snr) > 60  # last-bit differences only
+    waveform, report, output = _audit(behaviour, requests, tmp_path, "--scenarios", "concurrent", "--level", "waveform")
+    assert waveform == 0, output
+    # No codes hash from this server: the codes level cannot see past the audio, so it fails too.
+    codes, _, _ = _audit(behaviour, requests, tmp_path, "--scenarios", "concurrent", "--level", "codes")
+    assert codes == 1
+
+
 def test_a_server_without_a_deploy_seed_is_unseeded_and_fails_only_when_strict(requests, tmp_path):
     behaviour = Behaviour(seeds="no-deploy-seed", moss_headers=True)
     code, report, output = _audit(behaviour, requests, tmp_path, "--scenarios", "repeat,concurrent")

@@ -41,7 +41,7 @@ class Output:
 
 @dataclass
 class Comparison:
-    codes_equal: bool
+    codes_equal: bool | None  # None: unknown (a server that reports no codes hash)
     first_frame: int | None  # first frame whose codes (or stop decision) differ
     first_codebook: int | str | None  # codebook index, or "stop"
     frames_reference: int | None  # None: a server that reports no frame count
@@ -112,10 +112,10 @@ def compare(reference: Output, other: Output, sample_rate: int) -> Comparison:
     if reference.codes is not None and other.codes is not None:
         div = first_divergence(reference.codes, other.codes)
         codes_equal = div is None
-    else:  # a server: its reported codes hashes, else the PCM stands for the codes
+    else:  # a server: the codes hashes it reported, else unknown
         div = None
         known = reference.codes_hash is not None and other.codes_hash is not None
-        codes_equal = reference.codes_hash == other.codes_hash if known else pcm_equal
+        codes_equal = reference.codes_hash == other.codes_hash if known else None
     n = min(reference.audio.shape[-1], other.audio.shape[-1])
     max_abs = float((reference.audio[..., :n] - other.audio[..., :n]).abs().max()) if n else 0.0
     first = first_differing_sample(reference.audio, other.audio)

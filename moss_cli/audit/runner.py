@@ -86,10 +86,10 @@ class AuditResult:
 
 
 def violates(cmp: Comparison, level: str, min_snr_db: float) -> bool:
-    if level == "codes":
-        return not cmp.codes_equal
-    if level == "waveform":
-        return not cmp.codes_equal or (cmp.snr_db is not None and cmp.snr_db < min_snr_db)
+    if level == "codes":  # unknown codes (a server that reports none): identical audio stands for them
+        return not (cmp.pcm_equal if cmp.codes_equal is None else cmp.codes_equal)
+    if level == "waveform":  # unknown codes: the SNR alone decides
+        return cmp.codes_equal is False or (cmp.snr_db is not None and cmp.snr_db < min_snr_db)
     return not cmp.pcm_equal
 
 

@@ -166,7 +166,7 @@ class ServerAuditor:
             "retries_allowed": opts.server.retries,
             "codes": "x-moss-codes-sha256 header"
             if all(o.codes_hash for o in reference.values())
-            else "unknown: the server sends no codes hash, so identical PCM stands for identical codes",
+            else "unknown: the server sends no codes hash (level codes: identical audio stands for identical codes)",
             "http_requests": models_sent,
             "retries": retries,
             "skipped": skipped,

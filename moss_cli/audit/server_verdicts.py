@@ -87,7 +87,7 @@ def judge(
     audio must change; `evidence`: how many requests were in flight with it, for the detail."""
     cmp = compare(reference, out, rules.sample_rate)
     case = Case(scenario, run, key, reference.seed_source, "pass", cmp, wall_s=out.wall_s)
-    identical = cmp.pcm_equal and cmp.codes_equal
+    identical = cmp.pcm_equal and cmp.codes_equal is not False
     if expect == "different":
         if identical:
             sent = f"seed {reference.seed}" if reference.seed_source == "request" else "no seed"
