@@ -9,7 +9,7 @@ import typer
 
 from ..audit.scenarios import SCENARIOS
 from ..errors import MossError
-from .common import Device, DType, stderr, stdout, user_errors
+from .common import Device, DType, command_line, stderr, stdout, user_errors
 from .options import (
     AllowForeignDeploy,
     BatchInvariant,
@@ -26,6 +26,7 @@ from .options import (
 
 
 def audit_determinism(
+    ctx: typer.Context,
     requests: Annotated[Optional[Path], typer.Argument(help="Request file (default: the built-in audit set).")] = None,
     deploy: DeployOption = None,
     allow_foreign_deploy: AllowForeignDeploy = False,
@@ -42,7 +43,8 @@ def audit_determinism(
     device: DeviceOption = Device.auto,
     dtype: DTypeOption = DType.auto,
     report_dir: Annotated[
-        Optional[Path], typer.Option(help="Write every report and the audio of diverging pairs.")
+        Optional[Path],
+        typer.Option(help="Write every report, the audio of diverging pairs and an HTML page with plots (index.html)."),
     ] = None,
     junit: Annotated[Optional[Path], typer.Option(help="JUnit XML (xunit2) report.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="JSON report with every comparison.")] = None,
@@ -76,6 +78,7 @@ def audit_determinism(
             min_snr_db=min_snr_db,
             strict_unseeded=strict_unseeded,
             max_batch=max_batch,
+            command=command_line(ctx),
             synth=synth_options(
                 deploy=deploy,
                 model=model,
