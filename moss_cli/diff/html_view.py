@@ -9,13 +9,19 @@ from ..audit.html import Link, PageView, PairView, Table
 ORDER = {"fail": 0, "unseeded": 1, "pass": 2}
 
 
-def pair_files(key: str) -> list[tuple[str, str]]:
-    """Where the report folder keeps the two clips of a differing id: (label, relative path)."""
-    return [("A", f"diverging/{key}.a.wav"), ("B", f"diverging/{key}.b.wav")]
+def pair_files(n: int) -> list[tuple[str, str]]:
+    """Where the report folder keeps the two clips of the n-th differing id: (label, relative path).
+    Named by number: a manifest or golden file may hold any id, and no id may name a path."""
+    return [("A", f"diverging/pair-{n}.a.wav"), ("B", f"diverging/pair-{n}.b.wav")]
 
 
-def has_pair(case: dict) -> bool:
-    return bool(case.get("audio_compared")) and not case.get("pcm_equal")
+def paired(cases: list[dict]) -> list[dict]:
+    """The failing ids whose two clips were compared, in the page's order (failures first)."""
+    return [c for c in sorted(cases, key=lambda c: ORDER.get(c["verdict"], 3)) if _has_pair(c)]
+
+
+def _has_pair(case: dict) -> bool:
+    return case["verdict"] != "pass" and bool(case.get("audio_compared")) and not case.get("pcm_equal")
 
 
 def _dash(value, fmt=str) -> str:
@@ -48,7 +54,7 @@ def _pair(n: int, case: dict) -> PairView:
         title=f"{case['id']}: {case['status']} ({case['cause']})",
         status=case["verdict"],
         detail=case.get("detail", ""),
-        audio=pair_files(case["id"]),
+        audio=pair_files(n),
         metrics=[
             ("likely cause", case["cause"]),
             ("seed (A / B)", f"{_dash(_side(case, 'a', 'seed'))} / {_dash(_side(case, 'b', 'seed'))}"),
@@ -67,8 +73,8 @@ def _pair(n: int, case: dict) -> PairView:
 def diff_view(doc: dict) -> PageView:
     s, sides = doc["summary"], doc["sides"]
     cases = sorted(doc["cases"], key=lambda c: ORDER.get(c["verdict"], 3))
-    paired = [c for c in cases if c["verdict"] != "pass" and has_pair(c)]
-    anchors = {c["id"]: f"pair-{n}" for n, c in enumerate(paired, start=1)}
+    pairs = paired(doc["cases"])
+    anchors = {c["id"]: f"pair-{n}" for n, c in enumerate(pairs, start=1)}
     rows = []
     for case in cases:
         snr, lsd, most = _metrics(case)
@@ -111,7 +117,7 @@ def diff_view(doc: dict) -> PageView:
         ],
         sections=sections,
         comparisons=table,
-        pairs=[_pair(n, c) for n, c in enumerate(paired, start=1)],
+        pairs=[_pair(n, c) for n, c in enumerate(pairs, start=1)],
         footer=f"{doc.get('tool', 'moss diff')} {doc.get('version', '')}, {doc.get('created', '')}",
     )
 

@@ -17,7 +17,7 @@ from ..audit.report import write_report_files
 from ..io.audio import write_audio
 from .compare import DiffResult
 from .formats import junit_xml, markdown, metrics, ordered, outcome, summary, to_json
-from .html_view import diff_view, has_pair, pair_files
+from .html_view import diff_view, pair_files, paired
 
 REPORT_DIR_FILES = {"--json": "diff.json", "--junit": "junit.xml", "--markdown": "summary.md"}
 
@@ -65,10 +65,9 @@ def write_reports(
     doc = to_json(result, command)
 
     def pairs(folder: Path) -> None:
-        for case in result.cases:
-            if case.verdict != "pass" and has_pair(case.as_dict()):
-                for side, (_, relative) in zip((result.a, result.b), pair_files(case.id)):
-                    _copy_as_wav(side.audio(case.id), folder / relative)
+        for n, case in enumerate(paired(doc["cases"]), start=1):
+            for side, (_, relative) in zip((result.a, result.b), pair_files(n)):
+                _copy_as_wav(side.audio(case["id"]), folder / relative)
 
     return write_report_files(
         {
