@@ -78,4 +78,3 @@ def test_headless_chromium_renders_the_report_of_a_failing_audit(tmp_path):
     taken = _chromium(tmp_path / "profile", "--window-size=1280,2400", f"--screenshot={shot}", url)
     assert taken.returncode == 0, taken.stderr[-2000:]
     assert is_png(shot) and shot.stat().st_size > 20_000  # a rendered page, not a blank one
-

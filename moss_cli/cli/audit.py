@@ -101,6 +101,8 @@ def audit_determinism(
         if save_golden_path is not None:
             save_golden(save_golden_path, result)
     render(stdout, result, check)
+    if report_dir is not None:
+        stdout.print(f"report: {report_dir / 'index.html'}", highlight=False, soft_wrap=True)
     s = summary(result, check)
     if s["failures"]:
         stderr.print(f"audit found violations ({s['failures']})", style="red")

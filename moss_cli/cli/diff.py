@@ -54,6 +54,8 @@ def diff(
             report_dir=report_dir,
         )
     render(stdout, result)
+    if report_dir is not None:
+        stdout.print(f"report: {report_dir / 'index.html'}", highlight=False, soft_wrap=True)
     if not result.passed:
         stderr.print(f"the runs differ ({sum(c.failed for c in result.cases)} id(s))", style="red")
     raise typer.Exit(0 if result.passed else 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..audit.compare import format_abs, format_db
 from ..audit.html import Link, PageView, PairView, Table
+from .formats import outcome
 
 ORDER = {"fail": 0, "unseeded": 1, "pass": 2}
 
@@ -98,7 +99,7 @@ def diff_view(doc: dict) -> PageView:
     if changes:
         changed = [[k, str(v["a"]), str(v["b"])] for k, v in changes.items()]
         sections.append(("Environment (golden files)", [Table(["environment field changed", "A", "B"], changed)]))
-    verdict = ("IDENTICAL" if s["identical"] == s["ids"] else "PASSED") if s["passed"] else "DIFFERENT"
+    verdict = outcome(s)
     level = s["level"] + (f" (min SNR {s['min_snr_db']} dB)" if s["level"] == "waveform" else "")
     return PageView(
         title=f"moss diff: {verdict}",
