@@ -15,8 +15,8 @@ SIDE = "An output directory of `moss synth` (manifest.csv + audio) or a golden f
 
 def diff(
     ctx: typer.Context,
-    a: Annotated[Path, typer.Argument(help=f"Side A. {SIDE}", show_default=False)],
-    b: Annotated[Path, typer.Argument(help=f"Side B. {SIDE}", show_default=False)],
+    a: Annotated[Path, typer.Argument(metavar="A", help=f"Side A. {SIDE}", show_default=False)],
+    b: Annotated[Path, typer.Argument(metavar="B", help=f"Side B. {SIDE}", show_default=False)],
     level: Annotated[
         str, typer.Option(help="bitwise: identical PCM; waveform: equal codes and SNR >= --min-snr-db.")
     ] = "bitwise",

@@ -97,6 +97,11 @@ def junit_xml(result: DiffResult) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
+def _md(text: str) -> str:
+    """Text from manifests inside a Markdown table cell: a `|` or a line break would end the cell."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def markdown(result: DiffResult, limit: int = 50) -> str:
     s = summary(result)
     icon = "✅" if s["passed"] else "❌"
@@ -115,7 +120,7 @@ def markdown(result: DiffResult, limit: int = 50) -> str:
     differing = [c for c in ordered(result.cases) if c.status != "identical"]
     if differing:
         out += ["", "| id | status | cause | audio | detail |", "|---|---|---|---|---|"]
-        out += [f"| {c.id} | {c.status} | {c.cause} | {metrics(c)} | {c.detail} |" for c in differing[:limit]]
+        out += [f"| {_md(c.id)} | {c.status} | {c.cause} | {metrics(c)} | {_md(c.detail)} |" for c in differing[:limit]]
         if len(differing) > limit:
             out.append(f"\n... and {len(differing) - limit} more (see the JSON report).")
     return "\n".join(out) + "\n"

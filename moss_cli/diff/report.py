@@ -26,7 +26,7 @@ def render(console: Console, result: DiffResult, limit: int = 20) -> None:
     s = summary(result)
     differing = [c for c in ordered(result.cases) if c.status != "identical"]
     if differing:
-        table = Table(title=f"moss diff (level {s['level']}): ids that differ")
+        table = Table(title=f"ids that differ (level {s['level']})")
         for column in ("id", "outcome", "cause", "audio"):
             table.add_column(column, no_wrap=True, overflow="ellipsis")
         for case in differing[:limit]:
