@@ -174,3 +174,14 @@ def test_a_report_dir_holding_other_files_is_refused_before_the_audit(tmp_path, 
     out = " ".join(result.output.split())
     assert result.exit_code == 2 and "[--report-dir]" in out and "notes.txt" in out
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_a_pair_whose_plots_fail_is_said_so_and_the_page_is_still_written(failing, tmp_path):
+    folder = Path(shutil.copytree(failing, tmp_path / "copy"))
+    shutil.rmtree(folder / "plots")
+    view = audit_view(json.loads((folder / "audit.json").read_text()))
+    (folder / view.pairs[0].audio[1][1]).write_bytes(b"RIFF, but not a WAV file")
+    write_page(folder, view)
+    page = parse_page(folder / "index.html")
+    assert "its plots could not be drawn" in page.words
+    assert len(page.files("img")) == 2 * (len(view.pairs) - 1)

@@ -180,7 +180,10 @@ def write_page(folder: Path, view: PageView, max_plots: int = MAX_PLOTTED_PAIRS)
         from .plots import draw_pair  # matplotlib loads only when there is something to draw
 
         for n, pair in enumerate(drawable[:max_plots], start=1):
-            pair.plots = draw_pair(folder, pair, f"plots/pair-{n}")
+            try:
+                pair.plots = draw_pair(folder, pair, f"plots/pair-{n}")
+            except (ValueError, RuntimeError, OSError, MemoryError) as e:  # a figure must not cost the reports
+                pair.detail += f" (its plots could not be drawn: {type(e).__name__}: {e})"
     view.plotted = sum(1 for p in view.pairs if p.plots)
     page = folder / "index.html"
     write_text_atomic(page, render(view))
