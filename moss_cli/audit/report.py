@@ -204,6 +204,8 @@ def check_output_paths(
     if report_dir is not None:
         if report_dir.exists() and not report_dir.is_dir():
             raise MossError("exists and is not a directory", file=report_dir, field="--report-dir")
+        if report_dir.is_dir() and not os.access(report_dir, os.W_OK | os.X_OK):
+            raise MossError("directory is not writable", file=report_dir, field="--report-dir")
         check_parent(report_dir.resolve(), "--report-dir")  # the report is built beside it
         # What --report-dir writes by default, unless an explicit option says where.
         files = {

@@ -1,6 +1,6 @@
 """Comparing two runs id by id, streaming: the manifests' hashes first; each audio file is read once
 to check it still holds what its manifest says, and decoded to a waveform (SNR, log-spectral
-distance, max abs) only where the two PCM hashes differ. Nothing is kept in memory but one pair."""
+distance, max abs) only where the two PCM hashes differ. No audio is kept beyond the pair at hand."""
 
 from __future__ import annotations
 
