@@ -12,18 +12,18 @@ from .runner import AuditResult, Case
 from .summary import outcome, summary, worst_cases
 
 
-def _json_safe(value):
+def json_safe(value):
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return None
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
 def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
-    return _json_safe(
+    return json_safe(
         {
             "tool": "moss audit-determinism",
             "version": __version__,
@@ -36,6 +36,7 @@ def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
                 "strict_unseeded": result.options.strict_unseeded,
                 "legacy_global_rng": result.options.synth.legacy_global_rng,
                 "requests": str(result.options.requests) if result.options.requests else "built-in",
+                "command": result.options.command,
             },
             "environment": result.environment,
             "reference": {
@@ -205,10 +206,13 @@ def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
         ]
         if not golden.passed:
             out += ["", golden.describe(), ""]
-        for d in golden.drifts:
-            out.append(f"- `{d.request}`: {d.detail}" + (f" ({d.cause})" if d.cause else ""))
-        for k, (a, b) in golden.environment_changes.items():
-            out.append(f"- environment `{k}`: `{a}` → `{b}`")
+        # Each changed request next to what changed in the environment since the baseline.
+        changed = "; ".join(f"`{k}`: `{a}` → `{b}`" for k, (a, b) in golden.environment_changes.items()) or "none"
+        if golden.drifts:
+            out += ["| request changed | what changed | its own cause | environment fields changed |", "|" + "---|" * 4]
+            out += [f"| `{d.request}` | {d.detail} | {d.cause or '-'} | {changed} |" for d in golden.drifts]
+        elif golden.environment_changes:
+            out.append(f"- environment fields changed: {changed}")
     if s["unseeded"]:
         out += [
             "",

@@ -9,7 +9,7 @@ import typer
 
 from ..audit.scenarios import SCENARIOS
 from ..errors import MossError
-from .common import Device, DType, stderr, stdout, user_errors
+from .common import Device, DType, command_line, stderr, stdout, user_errors
 from .options import (
     AllowForeignDeploy,
     BatchInvariant,
@@ -27,6 +27,7 @@ from .options import (
 
 
 def audit_determinism(
+    ctx: typer.Context,
     requests: Annotated[Optional[Path], typer.Argument(help="Request file (default: the built-in audit set).")] = None,
     deploy: DeployOption = None,
     allow_foreign_deploy: AllowForeignDeploy = False,
@@ -44,7 +45,8 @@ def audit_determinism(
     device: DeviceOption = Device.auto,
     dtype: DTypeOption = DType.auto,
     report_dir: Annotated[
-        Optional[Path], typer.Option(help="Write every report and the audio of diverging pairs.")
+        Optional[Path],
+        typer.Option(help="Write every report, the audio of diverging pairs and an HTML page with plots (index.html)."),
     ] = None,
     junit: Annotated[Optional[Path], typer.Option(help="JUnit XML (xunit2) report.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="JSON report with every comparison.")] = None,
@@ -78,6 +80,7 @@ def audit_determinism(
             min_snr_db=min_snr_db,
             strict_unseeded=strict_unseeded,
             max_batch=max_batch,
+            command=command_line(ctx),
             synth=synth_options(
                 deploy=deploy,
                 model=model,
@@ -101,6 +104,8 @@ def audit_determinism(
         if save_golden_path is not None:
             save_golden(save_golden_path, result)
     render(stdout, result, check)
+    if report_dir is not None:
+        stdout.print(f"report: {report_dir / 'index.html'}", highlight=False, soft_wrap=True)
     s = summary(result, check)
     if s["failures"]:
         stderr.print(f"audit found violations ({s['failures']})", style="red")
