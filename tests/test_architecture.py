@@ -9,6 +9,7 @@ LAYERS = {
     "cli": 6,
     "job": 5,
     "audit": 5,
+    "diff": 5,
     "bench": 5,
     "synth": 5,  # synth: a compatibility re-export of pipeline + job
     "remote_job": 5,  # synth --server: the job's output directory, through a server

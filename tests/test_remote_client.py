@@ -114,8 +114,8 @@ def test_auth_headers_and_url_credentials_never_reach_the_terminal_or_any_report
     # The server echoes what it got; the client blanks it out (a token, or basic auth's base64).
     assert wrong.exit_code == basic.exit_code == 2 and "HTTP 401" in wrong.output and "HTTP 401" in basic.output
     assert "wrong-one-123" not in wrong.output and "dXNlcjpwdy1oaWRkZW4tdmFsdWU" not in basic.output
-    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".json", ".xml", ".md")]
-    assert {p.name for p in written} >= {"audit.json", "junit.xml", "summary.md", "step-summary.md"}
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".json", ".xml", ".md", ".html")]
+    assert {p.name for p in written} >= {"audit.json", "junit.xml", "summary.md", "step-summary.md", "index.html"}
     for text in [audit.output, basic.output, *(p.read_text() for p in written)]:
         assert token not in text and password not in text
 

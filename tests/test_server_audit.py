@@ -92,7 +92,7 @@ def test_a_batch_dependent_server_fails_and_the_report_dir_holds_both_audio_file
     failing = [c for c in report["cases"] if c["verdict"] == "fail"]
     assert {c["scenario"] for c in failing} >= {"concurrent", "shuffled", "seeded-neighbours", "length-mix"}
     case = next(c for c in failing if c["scenario"] == "concurrent" and c["request"] == "seeded")
-    assert case["comparison"]["first_diff_s"] is not None and case["comparison"]["snr_db"] < 60
+    assert case["comparison"]["first_diverging_s"] is not None and case["comparison"]["snr_db"] < 60
     folder = tmp_path / "r" / "diverging" / "concurrent"
     alone_pcm, _ = sf.read(folder / "seeded.alone.wav", dtype="int16", always_2d=True)
     assert pcm_sha256(alone_pcm) == report["reference"]["seeded"]["pcm_sha256"]  # exactly what the server sent

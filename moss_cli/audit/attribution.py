@@ -26,6 +26,9 @@ class Attribution:
     frame: int | None = None
     head: str | None = None
     max_logit_diff: float | None = None
+    # The largest logits of the request at the diverging draw in each composition (reference: alone),
+    # as [token, logit] pairs, largest first: what a person compares to see why another token won.
+    top_logits: dict[str, list[list]] | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -38,6 +41,14 @@ def codec_numeric(cmp: Comparison) -> Attribution:
         f"identical codes but different PCM (max abs diff "
         f"{format_abs(cmp.max_abs_diff)}, SNR {format_db(cmp.snr_db)} dB)",
     )
+
+
+TOP_LOGITS = 8
+
+
+def top_logits(logits: torch.Tensor, k: int = TOP_LOGITS) -> list[list]:
+    values, tokens = logits.double().topk(min(k, logits.shape[-1]))
+    return [[int(t), float(v)] for t, v in zip(tokens.tolist(), values.tolist())]
 
 
 class _Enough(Exception):
@@ -90,6 +101,7 @@ def attribute(
     (logits_a, state_a), (logits_b, state_b) = ref[draw], oth[draw]
     diff = float((logits_a.double() - logits_b.double()).abs().max())
     first = _first_numeric_difference(ref, oth, draw)
+    tops = {"reference": top_logits(logits_a), "other": top_logits(logits_b)}
     if not torch.equal(state_a, state_b):
         also = "" if diff == 0 else f" (its logits also differ by up to {diff:.3g}: {first})"
         return Attribution(
@@ -98,6 +110,7 @@ def attribute(
             frame,
             head,
             diff,
+            tops,
         )
     if diff > 0:
         return Attribution(
@@ -106,6 +119,7 @@ def attribute(
             frame,
             head,
             diff,
+            tops,
         )
     return Attribution(
         "nondeterministic",
@@ -114,6 +128,7 @@ def attribute(
         frame,
         head,
         0.0,
+        tops,
     )
 
 

@@ -51,7 +51,9 @@ class Comparison:
     max_abs_diff: float
     snr_db: float | None  # None: identical (infinite SNR)
     log_spectral_distance: float
-    first_diff_s: float | None = None  # time of the first differing sample (None: identical audio)
+    # Where, in seconds of the reference, the two part: the first diverging frame's start when the
+    # codes differ, else the first differing sample; None when the audio is identical.
+    first_diverging_s: float | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -97,18 +99,31 @@ def log_spectral_distance(reference: torch.Tensor, other: torch.Tensor, n_fft: i
     return float(diff.pow(2).mean(0).sqrt().mean())
 
 
-def first_differing_sample(reference: torch.Tensor, other: torch.Tensor) -> int | None:
-    """Index of the first sample (any channel) that differs; the shorter length when one is a
-    prefix of the other; None when the two are identical."""
+def max_abs_difference(reference: torch.Tensor, other: torch.Tensor) -> float:
+    """Largest sample difference over the common length of two [channels, samples] signals."""
     n = min(reference.shape[-1], other.shape[-1])
-    diff = (reference[..., :n] != other[..., :n]).reshape(-1, n).any(0).nonzero()
-    if diff.numel():
-        return int(diff[0])
+    return float((reference[..., :n] - other[..., :n]).abs().max()) if n else 0.0
+
+
+def first_differing_sample(reference: torch.Tensor, other: torch.Tensor) -> int | None:
+    """Index of the first sample where two [channels, samples] signals differ (the common length
+    when one is a prefix of the other), None when they are equal."""
+    n = min(reference.shape[-1], other.shape[-1])
+    differs = (reference[..., :n] != other[..., :n]).reshape(-1, n).any(0).nonzero()
+    if differs.numel():
+        return int(differs[0])
     return None if reference.shape[-1] == other.shape[-1] else n
 
 
+def _first_diverging_s(reference: Output, other: Output, div, sample_rate: int) -> float | None:
+    if div is not None and reference.codes.shape[0]:
+        hop = reference.audio.shape[-1] / reference.codes.shape[0]  # samples per frame
+        return div[0] * hop / sample_rate
+    sample = first_differing_sample(reference.audio, other.audio)
+    return None if sample is None else sample / sample_rate
+
+
 def compare(reference: Output, other: Output, sample_rate: int) -> Comparison:
-    pcm_equal = reference.pcm_sha256 == other.pcm_sha256
     if reference.codes is not None and other.codes is not None:
         div = first_divergence(reference.codes, other.codes)
         codes_equal = div is None
@@ -116,9 +131,6 @@ def compare(reference: Output, other: Output, sample_rate: int) -> Comparison:
         div = None
         known = reference.codes_hash is not None and other.codes_hash is not None
         codes_equal = reference.codes_hash == other.codes_hash if known else None
-    n = min(reference.audio.shape[-1], other.audio.shape[-1])
-    max_abs = float((reference.audio[..., :n] - other.audio[..., :n]).abs().max()) if n else 0.0
-    first = first_differing_sample(reference.audio, other.audio)
     return Comparison(
         codes_equal=codes_equal,
         first_frame=None if div is None else div[0],
@@ -126,11 +138,11 @@ def compare(reference: Output, other: Output, sample_rate: int) -> Comparison:
         frames_reference=reference.frames,
         frames_other=other.frames,
         duration_diff_s=(other.audio.shape[-1] - reference.audio.shape[-1]) / sample_rate,
-        pcm_equal=pcm_equal,
-        max_abs_diff=max_abs,
+        pcm_equal=reference.pcm_sha256 == other.pcm_sha256,
+        max_abs_diff=max_abs_difference(reference.audio, other.audio),
         snr_db=snr_db(reference.audio, other.audio),
         log_spectral_distance=log_spectral_distance(reference.audio, other.audio),
-        first_diff_s=None if first is None else first / sample_rate,
+        first_diverging_s=_first_diverging_s(reference, other, div, sample_rate),
     )
 
 
@@ -164,8 +176,8 @@ def format_divergence(cmp: Comparison) -> str:
     time of the first differing sample."""
     if cmp.first_frame is not None:
         return f"frame {cmp.first_frame}, codebook {cmp.first_codebook}"
-    if cmp.first_diff_s is not None:
-        return f"sample at {cmp.first_diff_s:.3f} s"
+    if cmp.first_diverging_s is not None:
+        return f"sample at {cmp.first_diverging_s:.3f} s"
     return "-"
 
 

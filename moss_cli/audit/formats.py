@@ -13,18 +13,18 @@ from .server_report import server_markdown
 from .summary import outcome, summary, worst_cases
 
 
-def _json_safe(value):
+def json_safe(value):
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return None
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
 def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
-    return _json_safe(
+    return json_safe(
         {
             "tool": "moss audit-determinism",
             "version": __version__,
@@ -38,6 +38,7 @@ def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
                 # a server audit cannot know: the server's own settings decide
                 "legacy_global_rng": None if result.server else result.options.synth.legacy_global_rng,
                 "requests": str(result.options.requests) if result.options.requests else "built-in",
+                "command": result.options.command,
             },
             "environment": result.environment,
             **({"server": result.server} if result.server else {}),
@@ -72,7 +73,7 @@ def _failure_text(case: Case) -> str:
             f"first diverging frame {cmp.first_frame}, codebook {cmp.first_codebook}; "
             f"frames {cmp.frames_reference} alone vs {cmp.frames_other}"
         )
-    elif cmp is not None and cmp.first_diff_s is not None:  # a server: no codes to point into
+    elif cmp is not None and cmp.first_diverging_s is not None:  # a server: no codes to point into
         lines.append(f"first differing {format_divergence(cmp)}")
     if cmp is not None:
         lines.append(f"PCM equal: {cmp.pcm_equal}; {format_audio(cmp)}")
@@ -216,10 +217,13 @@ def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
         ]
         if not golden.passed:
             out += ["", golden.describe(), ""]
-        for d in golden.drifts:
-            out.append(f"- `{d.request}`: {d.detail}" + (f" ({d.cause})" if d.cause else ""))
-        for k, (a, b) in golden.environment_changes.items():
-            out.append(f"- environment `{k}`: `{a}` → `{b}`")
+        # Each changed request next to what changed in the environment since the baseline.
+        changed = "; ".join(f"`{k}`: `{a}` → `{b}`" for k, (a, b) in golden.environment_changes.items()) or "none"
+        if golden.drifts:
+            out += ["| request changed | what changed | its own cause | environment fields changed |", "|" + "---|" * 4]
+            out += [f"| `{d.request}` | {d.detail} | {d.cause or '-'} | {changed} |" for d in golden.drifts]
+        elif golden.environment_changes:
+            out.append(f"- environment fields changed: {changed}")
     if s["unseeded"]:
         out += [
             "",

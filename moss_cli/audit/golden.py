@@ -109,23 +109,23 @@ class GoldenCheck:
         }
 
 
-def load_golden(path: Path) -> dict:
+def load_golden(path: Path, option: str = "--golden") -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise MossError("golden file does not exist", file=path, field="--golden") from None
+        raise MossError("golden file does not exist", file=path, field=option) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise MossError(f"not a golden file: {e}", file=path, field="--golden") from None
+        raise MossError(f"not a golden file: {e}", file=path, field=option) from None
     older = OLDER_FORMATS.get(data.get("format")) if isinstance(data, dict) else None
     if older:
         raise MossError(
             f"this golden file is format {data['format']!r}, saved by {older}; its sampled codes cannot match. "
             "Save a new baseline with --save-golden",
             file=path,
-            field="--golden",
+            field=option,
         )
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("requests"), dict):
-        raise MossError(f"not a golden file (expected format {FORMAT!r})", file=path, field="--golden")
+        raise MossError(f"not a golden file (expected format {FORMAT!r})", file=path, field=option)
     return data
 
 

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import MossError
-from ..io.atomic import write_text_atomic
+from ..io.atomic import atomic_dir, write_text_atomic
 from .compare import format_audio, format_db
 from .formats import junit_xml, markdown, to_json
 from .golden import GoldenCheck
@@ -66,7 +66,9 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
                 case.request,
                 f"{case.scenario}/{case.run}",
                 case.attribution.cause,
-                f"{cmp.first_frame}:{cmp.first_codebook}" if cmp.first_frame is not None else _at(cmp.first_diff_s),
+                f"{cmp.first_frame}:{cmp.first_codebook}"
+                if cmp.first_frame is not None
+                else _at(cmp.first_diverging_s),
                 format_db(cmp.snr_db),
             )
         console.print(offenders)
@@ -109,45 +111,80 @@ def write_reports(
     markdown_path: Path | None = None,
     report_dir: Path | None = None,
 ) -> list[Path]:
-    """Write the requested reports; `report_dir` gets all of them plus the audio of diverging pairs."""
+    """Write the requested reports; `report_dir` gets all of them, the audio of each diverging pair
+    and the HTML page (`index.html`)."""
     from ..io.audio import to_pcm16, write_audio
+    from .html_report import audit_view, pair_files
 
-    written = []
-    if report_dir is not None:
-        json_path = json_path or report_dir / "audit.json"
-        junit_path = junit_path or report_dir / "junit.xml"
-        markdown_path = markdown_path or report_dir / "summary.md"
+    doc = to_json(result, golden)
     text_md = markdown(result, golden)
-    for path, text in (
-        (json_path, lambda: json.dumps(to_json(result, golden), indent=2) + "\n"),
-        (junit_path, lambda: junit_xml(result, golden)),
-        (markdown_path, lambda: text_md),
-    ):
-        if path is not None:
-            write_text_atomic(path, text())
-            written.append(path)
+
+    def pairs(folder: Path) -> None:
+        for case in result.cases:
+            if case.verdict == "pass":
+                continue
+            pair = [result.reference[case.request], result.outputs[(case.scenario, case.run)][case.request]]
+            for (_, relative), out in zip(pair_files(case.scenario, case.run, case.request), pair):
+                (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+                write_audio(folder / relative, to_pcm16(out.audio), result.sample_rate, "wav")
+
+    written = write_report_files(
+        {
+            "--json": lambda: json.dumps(doc, indent=2) + "\n",
+            "--junit": lambda: junit_xml(result, golden),
+            "--markdown": lambda: text_md,
+        },
+        {"--json": json_path, "--junit": junit_path, "--markdown": markdown_path},
+        report_dir,
+        REPORT_DIR_FILES,
+        pairs,
+        lambda: audit_view(doc),
+    )
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as handle:
             handle.write(text_md)
+    return written
+
+
+def write_report_files(texts: dict, explicit: dict, report_dir: Path | None, defaults: dict, pairs, view) -> list[Path]:
+    """The report files (`texts`: option -> a function giving the text) at their `explicit` paths and,
+    for `report_dir`, a folder written whole or not at all: the `defaults` files an explicit path does
+    not take elsewhere, whatever `pairs(folder)` writes (the audio of diverging pairs), the HTML page
+    of `view()` with its plots, and the marker that lets a later report replace the folder."""
+    from .html import write_page
+
+    written = []
     if report_dir is not None:
-        for case in result.cases:
-            if case.verdict == "pass":
-                continue
-            folder = report_dir / "diverging" / case.scenario
-            folder.mkdir(parents=True, exist_ok=True)
-            pair = {
-                "alone": result.reference[case.request],
-                case.run: result.outputs[(case.scenario, case.run)][case.request],
-            }
-            for label, out in pair.items():
-                path = folder / f"{case.request}.{label}.wav"
-                write_audio(path, to_pcm16(out.audio), result.sample_rate, "wav")
-                written.append(path)
+        with atomic_dir(report_dir) as folder:
+            for option, name in defaults.items():
+                if explicit.get(option) is None:
+                    write_text_atomic(folder / name, texts[option]())
+            pairs(folder)
+            write_page(folder, view())
+            write_text_atomic(folder / MARKER, "moss\n")
+            written = [report_dir / p.relative_to(folder) for p in sorted(folder.rglob("*")) if p.is_file()]
+    for option, path in explicit.items():  # after the folder: one of them may lie inside it
+        if path is not None:
+            write_text_atomic(path, texts[option]())
+            written.append(path)
     return written
 
 
 REPORT_DIR_FILES = {"--json": "audit.json", "--junit": "junit.xml", "--markdown": "summary.md"}
+MARKER = ".moss-report"  # a folder holding it was written by moss: a later report may replace it whole
+# What reports written before the marker existed hold (files, then folders).
+REPORT_ENTRIES = ({"audit.json", "junit.xml", "summary.md", "index.html", "diff.json"}, {"diverging", "plots"})
+
+
+def replaceable(folder: Path) -> list[str]:
+    """Entries of an existing report folder that are not moss's (empty: the folder may be replaced)."""
+    if (folder / MARKER).is_file():
+        return []
+    files, folders = REPORT_ENTRIES
+    return sorted(
+        p.name for p in folder.iterdir() if not (p.name in files and p.is_file() or p.name in folders and p.is_dir())
+    )
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -157,10 +194,13 @@ def _nearest_existing(path: Path) -> Path:
     return Path(".")
 
 
-def check_output_paths(files: dict[str, Path | None], report_dir: Path | None = None) -> None:
+def check_output_paths(
+    files: dict[str, Path | None], report_dir: Path | None = None, defaults: dict[str, str] = REPORT_DIR_FILES
+) -> None:
     """Fail before any work when an output cannot be written, naming the option: a file output
-    that is an existing directory, a report directory that is an existing file, or a parent that
-    is a file or not writable. Missing parent directories are fine: the writers create them."""
+    that is an existing directory, a report directory that is an existing file, holds things moss did
+    not write (it is replaced whole), or a parent that is a file or not writable. Missing parent
+    directories are fine: the writers create them. `defaults`: the files a report folder holds."""
 
     def check_parent(path: Path, option: str) -> None:
         existing = _nearest_existing(path)
@@ -172,26 +212,27 @@ def check_output_paths(files: dict[str, Path | None], report_dir: Path | None = 
     if report_dir is not None:
         if report_dir.exists() and not report_dir.is_dir():
             raise MossError("exists and is not a directory", file=report_dir, field="--report-dir")
-        if report_dir.is_dir():
-            if not os.access(report_dir, os.W_OK | os.X_OK):
-                raise MossError("directory is not writable", file=report_dir, field="--report-dir")
-        else:
-            check_parent(report_dir, "--report-dir")
+        if report_dir.is_dir() and not os.access(report_dir, os.W_OK | os.X_OK):
+            raise MossError("directory is not writable", file=report_dir, field="--report-dir")
+        check_parent(report_dir.resolve(), "--report-dir")  # the report is built beside it
         # What --report-dir writes by default, unless an explicit option says where.
         files = {
-            **{option: report_dir / name for option, name in REPORT_DIR_FILES.items()},
+            **{option: report_dir / name for option, name in defaults.items()},
             **{option: path for option, path in files.items() if path is not None},
         }
-        diverging = report_dir / "diverging"
-        if diverging.exists() and not diverging.is_dir():
-            raise MossError(
-                "exists and is not a directory (the audio of diverging pairs goes there)",
-                file=diverging,
-                field="--report-dir",
-            )
     for option, path in files.items():
         if path is None:
             continue
         if path.is_dir():
             raise MossError("is a directory; expected a file path", file=path, field=option)
         check_parent(path, option)
+    if report_dir is not None and report_dir.is_dir():
+        foreign = replaceable(report_dir)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise MossError(
+                f"holds files moss did not write ({shown}); a report replaces its folder whole: "
+                "give a new or empty directory",
+                file=report_dir,
+                field="--report-dir",
+            )

@@ -32,6 +32,7 @@ class AuditOptions:
     strict_unseeded: bool = False
     max_batch: int | None = None
     perturb: LogitsHook | None = None  # test hook: may change logits (e.g. of batched rows only)
+    command: str | None = None  # the command line that asked for this audit, as the reports show it
 
 
 @dataclass

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from . import html
 from .runner import AuditResult
 
 STYLE = {"identical": "green", "unseeded": "yellow"}
@@ -59,3 +60,33 @@ def server_markdown(result: AuditResult) -> list[str]:
         out += [f"- {r['request']} ({r['context']}), attempt {r['attempt']}: {r['reason']}" for r in server["retries"]]
     out += ["", f"Codes: {server['codes']}."]
     return out
+
+
+def server_blocks(server: dict) -> list:
+    """The HTML page's server section (from the JSON report's `server`)."""
+    verdicts = server["requests"]
+    requests = html.Table(
+        ["request", "verdict", "detail"],
+        [[key, v["verdict"], v["detail"]] for key, v in verdicts.items()],
+        [
+            "pass" if v["verdict"] == "identical" else v["verdict"] if v["verdict"] == "unseeded" else "fail"
+            for v in verdicts.values()
+        ],
+    )
+    runs = html.Table(
+        ["run", "sent", "most in flight (client)", "most in flight (server)"],
+        [
+            [
+                label,
+                run["sent"],
+                run["max_in_flight_client"],
+                "-" if run["max_in_flight_server"] is None else run["max_in_flight_server"],
+            ]
+            for label, run in server["runs"].items()
+        ],
+    )
+    blocks: list = [requests, runs, f"Codes: {server['codes']}."]
+    blocks += [f"Skipped {scenario}: {why}" for scenario, why in server["skipped"].items()]
+    if server["retries"]:
+        blocks.append(f"{len(server['retries'])} re-send(s) after 5xx answers or reset connections (see the JSON).")
+    return blocks

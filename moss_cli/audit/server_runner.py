@@ -37,6 +37,7 @@ class ServerAuditOptions:
     strict_unseeded: bool = False
     stagger_s: float = 0.25
     on_retry: Callable[[Retry], None] | None = field(default=None, repr=False)
+    command: str | None = None  # the command line, as the reports show it (secrets already blanked)
 
 
 def served_content(request: Request, seed: int | None) -> dict:
@@ -181,6 +182,7 @@ class ServerAuditor:
                 level=opts.level,
                 min_snr_db=opts.min_snr_db,
                 strict_unseeded=opts.strict_unseeded,
+                command=opts.command,
             ),
             cases,
             _environment(opts.server, models),

@@ -48,7 +48,7 @@ def worst_cases(result: AuditResult) -> list[Case]:
             return (10**9, float("inf"))
         return (
             cmp.first_frame if cmp.first_frame is not None else 10**9,
-            cmp.first_diff_s if cmp.first_diff_s is not None else float("inf"),
+            cmp.first_diverging_s if cmp.first_diverging_s is not None else float("inf"),
         )
 
     return sorted(failed, key=earliest)

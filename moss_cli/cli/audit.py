@@ -11,7 +11,7 @@ from rich.markup import escape
 from ..audit.scenarios import SCENARIOS
 from ..audit.server_scenarios import SERVER_SCENARIOS
 from ..errors import MossError
-from .common import Device, DType, stderr, stdout, user_errors
+from .common import Device, DType, command_line, stderr, stdout, user_errors
 from .options import (
     AllowForeignDeploy,
     BatchInvariant,
@@ -42,6 +42,7 @@ from .server_options import (
 
 
 def audit_determinism(
+    ctx: typer.Context,
     requests: Annotated[Optional[Path], typer.Argument(help="Request file (default: the built-in audit set).")] = None,
     deploy: DeployOption = None,
     allow_foreign_deploy: AllowForeignDeploy = False,
@@ -64,7 +65,8 @@ def audit_determinism(
     device: DeviceOption = Device.auto,
     dtype: DTypeOption = DType.auto,
     report_dir: Annotated[
-        Optional[Path], typer.Option(help="Write every report and the audio of diverging pairs.")
+        Optional[Path],
+        typer.Option(help="Write every report, the audio of diverging pairs and an HTML page with plots (index.html)."),
     ] = None,
     junit: Annotated[Optional[Path], typer.Option(help="JUnit XML (xunit2) report.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="JSON report with every comparison.")] = None,
@@ -125,24 +127,21 @@ def audit_determinism(
                     "--save-golden": save_golden_path is not None,
                 }
             )
+            settings = server_options(
+                server=server,
+                concurrency=concurrency,
+                timeout=timeout,
+                retries=retries,
+                header=header,
+                response_format=response_format,
+                sample_rate=sample_rate,
+                channels=channels,
+                served_model=served_model,
+            )
+            # The reports show the command: never with a header's value or the URL's credentials.
+            command = settings.redact(command_line(ctx))
             result = _server_audit(
-                requests,
-                chosen,
-                level,
-                min_snr_db,
-                strict_unseeded,
-                stagger_ms / 1000.0,
-                server_options(
-                    server=server,
-                    concurrency=concurrency,
-                    timeout=timeout,
-                    retries=retries,
-                    header=header,
-                    response_format=response_format,
-                    sample_rate=sample_rate,
-                    channels=channels,
-                    served_model=served_model,
-                ),
+                requests, chosen, level, min_snr_db, strict_unseeded, stagger_ms / 1000.0, settings, command
             )
             write_reports(
                 result, None, json_path=json_path, junit_path=junit, markdown_path=markdown, report_dir=report_dir
@@ -155,6 +154,7 @@ def audit_determinism(
                 min_snr_db=min_snr_db,
                 strict_unseeded=strict_unseeded,
                 max_batch=max_batch,
+                command=command_line(ctx),
                 synth=synth_options(
                     deploy=deploy,
                     model=model,
@@ -182,6 +182,8 @@ def audit_determinism(
         from ..audit.server_report import render_server
 
         render_server(stdout, result)
+    if report_dir is not None:
+        stdout.print(f"report: {report_dir / 'index.html'}", highlight=False, soft_wrap=True)
     s = summary(result, check)
     if s["failures"]:
         stderr.print(f"audit found violations ({s['failures']})", style="red")
@@ -196,7 +198,7 @@ def audit_determinism(
     raise typer.Exit(s["exit_code"])
 
 
-def _server_audit(requests, scenarios, level, min_snr_db, strict_unseeded, stagger_s, server):
+def _server_audit(requests, scenarios, level, min_snr_db, strict_unseeded, stagger_s, server, command):
     """Audit a running server; each re-send is shown as it happens (and listed in the reports)."""
     from ..audit.server_runner import ServerAuditOptions, run_server_audit
 
@@ -213,5 +215,6 @@ def _server_audit(requests, scenarios, level, min_snr_db, strict_unseeded, stagg
             strict_unseeded=strict_unseeded,
             stagger_s=stagger_s,
             on_retry=on_retry,
+            command=command,
         )
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import warnings
 from contextlib import contextmanager
 from enum import Enum
@@ -81,3 +82,25 @@ def _errors_to_exit_codes():
         stderr.print(f"[bold red]error:[/] {type(e).__name__}: {escape(str(e))}", highlight=False, soft_wrap=True)
         stderr.print("(set MOSS_DEBUG=1 for the traceback)", style="dim")
         raise typer.Exit(2) from None
+
+
+def command_line(ctx: typer.Context) -> str:
+    """The running command as a person would type it: `moss <command>` and the options given on the
+    command line or by environment (defaults left out), for the reports to show what was run."""
+    words = ["moss", ctx.info_name or ""]
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name)
+        if source is None or source.name not in ("COMMANDLINE", "ENVIRONMENT"):
+            continue
+        value = ctx.params.get(param.name)
+        value = value.value if isinstance(value, Enum) else value
+        if param.param_type_name == "argument":
+            words.append(str(value))
+        elif isinstance(value, bool):
+            words.append(param.opts[0] if value else (param.secondary_opts or param.opts)[0])
+        elif isinstance(value, (list, tuple)):  # a repeatable option: once per value
+            for item in value:
+                words += [param.opts[0], str(item)]
+        elif value is not None:
+            words += [param.opts[0], str(value)]
+    return shlex.join(words)

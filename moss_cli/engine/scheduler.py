@@ -102,7 +102,6 @@ class Engine:
         self.block_rows = numerics.engine_rows  # None: unpadded steps (fast mode)
         self.max_batch = max_batch
         self.legacy_global_rng = legacy_global_rng
-        self.logits_hook = logits_hook
         self.clock = clock  # one clock for admission and finish times (callers compare with it)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype

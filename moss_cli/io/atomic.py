@@ -32,3 +32,25 @@ def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+@contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Yield a temporary folder beside `path` to fill; on success it takes the place of `path` (an
+    earlier folder there is moved aside, then removed), on failure it is removed. A reader sees the
+    old folder or the new one, never a half-written one."""
+    import shutil
+
+    path = Path(os.path.abspath(path))  # "." has no name to put a sibling beside
+    tmp = temporary_name(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

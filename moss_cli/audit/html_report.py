@@ -1,0 +1,180 @@
+"""The audit's HTML page, built only from the JSON report's document (`formats.to_json`) and the
+audio files in the report folder: a local audit and one run against a server give the same page."""
+
+from __future__ import annotations
+
+from .compare import format_abs, format_db
+from .html import Link, PageView, PairView, Table
+from .server_report import server_blocks
+from .summary import outcome
+
+VERDICT_ORDER = {"fail": 0, "unseeded": 1, "pass": 2}
+
+
+def pair_files(scenario: str, run: str, request: str) -> list[tuple[str, str]]:
+    """Where the report folder keeps a diverging pair's audio: (label, relative path), alone first."""
+    return [(label, f"diverging/{scenario}/{request}.{label}.wav") for label in ("alone", run)]
+
+
+def _order(case: dict):
+    cmp = case.get("comparison") or {}
+    frame = cmp.get("first_frame")
+    return (VERDICT_ORDER.get(case["verdict"], 3), frame if frame is not None else 10**9)
+
+
+def _seconds(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _or_dash(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _audio_metrics(cmp: dict) -> list[tuple[str, str]]:
+    return [
+        ("codes", {True: "equal", False: "differ"}.get(cmp.get("codes_equal"), "unknown (no codes from the server)")),
+        ("PCM", "identical" if cmp.get("pcm_equal") else "differs"),
+        ("frames (alone / here)", f"{cmp.get('frames_reference')} / {cmp.get('frames_other')}"),
+        ("SNR", f"{format_db(cmp.get('snr_db'))} dB"),
+        ("log-spectral distance", f"{format_db(cmp.get('log_spectral_distance'))} dB"),
+        ("max abs difference", format_abs(cmp.get("max_abs_diff") or 0.0)),
+    ]
+
+
+def logits_table(top: dict, labels: tuple[str, str]) -> Table:
+    """Rank by rank, the largest logits of each side; rows whose tokens differ are marked."""
+    a, b = top.get("reference") or [], top.get("other") or []
+    rows, classes = [], []
+    for rank in range(max(len(a), len(b))):
+        left = a[rank] if rank < len(a) else [None, None]
+        right = b[rank] if rank < len(b) else [None, None]
+        rows.append([rank + 1, _or_dash(left[0]), _logit(left[1]), _or_dash(right[0]), _logit(right[1])])
+        classes.append("fail" if left[0] != right[0] else "")
+    headers = ["rank", f"token ({labels[0]})", "logit", f"token ({labels[1]})", "logit"]
+    return Table(headers, rows, classes)
+
+
+def _logit(value) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def _pair(n: int, case: dict) -> PairView:
+    cmp, why = case.get("comparison") or {}, case.get("attribution") or {}
+    cause = why.get("cause", "differs")
+    where = ""
+    if cmp.get("first_frame") is not None:
+        where = f", first diverging frame {cmp['first_frame']}, codebook {cmp['first_codebook']}"
+    metrics = [("attribution", cause), ("seed source", case.get("seed_source", "-"))] + _audio_metrics(cmp)
+    metrics.append(("first divergence", f"{_seconds(cmp.get('first_diverging_s'))} s{where}"))
+    if why.get("max_logit_diff") is not None:
+        metrics.append(("largest logit difference", f"{why['max_logit_diff']:.3g} ({why.get('head')})"))
+    pair = PairView(
+        anchor=f"pair-{n}",
+        title=f"{case['request']} in {case['scenario']}/{case['run']}: {cause}",
+        status=case["verdict"],
+        detail=why.get("detail", ""),
+        audio=pair_files(case["scenario"], case["run"], case["request"]),
+        metrics=metrics,
+        mark_s=cmp.get("first_diverging_s"),
+    )
+    if why.get("top_logits"):
+        pair.logits = logits_table(why["top_logits"], ("alone", case["run"]))
+        stream = "; equal logits, another random stream" if cause == "rng-coupling" else ""
+        pair.logits_note = (
+            f"Head {why.get('head')}, frame {why.get('frame')}: the request's logits in each composition at its "
+            f"first diverging draw ({cause}{stream})."
+        )
+    return pair
+
+
+def _drift(golden: dict) -> list:
+    """Golden drift: the requests that changed next to the environment fields that changed."""
+    drifts = golden.get("drifts") or []
+    requests = Table(
+        ["request changed", "what", "detail", "its own cause"],
+        [[d["request"], d["reason"], d["detail"], d.get("cause") or "-"] for d in drifts],
+        ["fail"] * len(drifts),
+    )
+    changes = golden.get("environment_changes") or {}
+    changed = [[k, str(v["golden"]), str(v["now"])] for k, v in changes.items()]
+    environment = Table(["environment field changed", "golden", "now"], changed)
+    blocks: list = [golden.get("summary", "")]
+    blocks += [requests] if drifts else ["No request changed."]
+    blocks += [environment] if changes else ["No recorded environment field changed."]
+    if golden.get("environment_unknown"):
+        blocks.append("Not recorded in the golden file: " + ", ".join(golden["environment_unknown"]))
+    return blocks
+
+
+def audit_view(doc: dict) -> PageView:
+    s, options, env = doc["summary"], doc.get("options") or {}, doc.get("environment") or {}
+    level = s["level"] + (f" (min SNR {options.get('min_snr_db')} dB)" if s["level"] == "waveform" else "")
+    cases = sorted(doc["cases"], key=_order)
+    diverging = [c for c in cases if c["verdict"] != "pass"]
+    anchors = {id(c): f"pair-{n}" for n, c in enumerate(diverging, start=1)}
+    rows, classes = [], []
+    for case in cases:
+        cmp, why = case.get("comparison") or {}, case.get("attribution") or {}
+        rows.append(
+            [
+                case["verdict"],
+                case["scenario"],
+                case["run"],
+                case["request"],
+                case.get("seed_source", "-"),
+                why.get("cause", "-"),
+                _or_dash(cmp.get("first_frame")),
+                _or_dash(cmp.get("first_codebook")),
+                _seconds(cmp.get("first_diverging_s")),
+                format_db(cmp.get("snr_db")) if cmp else "-",
+                format_db(cmp.get("log_spectral_distance")) if cmp else "-",
+                format_abs(cmp.get("max_abs_diff") or 0.0) if cmp else "-",
+                Link("audio and plots", f"#{anchors[id(case)]}") if id(case) in anchors else "",
+            ]
+        )
+        classes.append(case["verdict"])
+    headers = ["status", "scenario", "run", "request", "seed source", "attribution", "frame", "codebook", "second"]
+    table = Table(headers + ["SNR dB", "LSD dB", "max abs", "pair"], rows, classes, sortable=True)
+    per_scenario = Table(
+        ["scenario", "pass", "fail", "unseeded"],
+        [[name, c.get("pass", 0), c.get("fail", 0), c.get("unseeded", 0)] for name, c in s["scenarios"].items()],
+    )
+    causes = dict(s.get("causes") or {})
+    if s.get("unseeded"):
+        causes["unseeded (not a failure)"] = s["unseeded"]
+    per_cause = Table(["attribution", "comparisons"], [[k, v] for k, v in causes.items()] or [["none", 0]])
+    sections = [
+        ("Environment", [Table(["field", "value"], [[k, str(v)] for k, v in env.items()])]),
+        ("Counts", [per_scenario, per_cause]),
+    ]
+    if doc.get("server"):
+        sections.append((f"Server {doc['server']['url']}", server_blocks(doc["server"])))
+    if doc.get("golden"):
+        sections.append((f"Golden baseline {doc['golden'].get('path', '')}", _drift(doc["golden"])))
+    verdict = outcome(s)
+    return PageView(
+        title=f"moss audit-determinism: {verdict}",
+        passed=bool(s["passed"]),
+        headline=(
+            f"{s['failures']} violation(s), {s['unseeded']} unseeded difference(s) in {s['cases']} comparisons "
+            f"of {s['requests']} requests, level {level}, {s['elapsed_s']:.1f} s."
+        ),
+        facts=[
+            ("verdict", verdict),
+            ("level", level),
+            ("requests", f"{s['requests']} ({options.get('requests', '-')})"),
+            ("comparisons", str(s["cases"])),
+            ("server", env["server"]) if "server" in env else ("torch / device / dtype / threads", _platform(env)),
+            ("command", options.get("command") or "(not recorded)"),
+        ],
+        sections=sections,
+        comparisons=table,
+        pairs=[_pair(n, c) for n, c in enumerate(diverging, start=1)],
+        notes=[w["message"] for w in doc.get("warnings") or []],
+        footer=f"{doc.get('tool', 'moss')} {doc.get('version', '')}, {doc.get('created', '')}",
+    )
+
+
+def _platform(env: dict) -> str:
+    keys = ("torch_version", "device", "dtype", "threads")
+    return " / ".join(str(env.get(k, "?")) for k in keys)

@@ -1,0 +1,61 @@
+"""`moss diff A B`: did this upgrade, this other machine or these settings change my audio?"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import MossError
+from .common import command_line, stderr, stdout, user_errors
+
+SIDE = "An output directory of `moss synth` (manifest.csv + audio) or a golden file (--save-golden)."
+
+
+def diff(
+    ctx: typer.Context,
+    a: Annotated[Path, typer.Argument(metavar="A", help=f"Side A. {SIDE}", show_default=False)],
+    b: Annotated[Path, typer.Argument(metavar="B", help=f"Side B. {SIDE}", show_default=False)],
+    level: Annotated[
+        str, typer.Option(help="bitwise: identical PCM; waveform: equal codes and SNR >= --min-snr-db.")
+    ] = "bitwise",
+    min_snr_db: Annotated[float, typer.Option(help="Waveform level: the lowest SNR that still passes.")] = 60.0,
+    report_dir: Annotated[
+        Optional[Path],
+        typer.Option(help="Write every report, the clips of each differing id and an HTML page with plots."),
+    ] = None,
+    junit: Annotated[Optional[Path], typer.Option(help="JUnit XML report (one testcase per id).")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="JSON report with every id.")] = None,
+    markdown: Annotated[Optional[Path], typer.Option(help="Markdown summary.")] = None,
+) -> None:
+    """Compare two runs id by id: codes and PCM hashes, duration, SNR, LSD, max abs; ids on one side
+    only; a differing seed or setting named as the likely cause.
+
+    Exit 0: identical (or within --min-snr-db at --level waveform); 1: they differ; 2: bad input."""
+    with user_errors():
+        from ..audit.report import check_output_paths
+        from ..diff.compare import LEVELS, diff_runs
+        from ..diff.report import REPORT_DIR_FILES, render, write_reports
+        from ..diff.sides import load_side
+
+        if level not in LEVELS:
+            raise MossError(f"unknown level {level!r}; expected one of {', '.join(LEVELS)}", field="--level")
+        files = {"--json": json_path, "--junit": junit, "--markdown": markdown}
+        check_output_paths(files, report_dir, REPORT_DIR_FILES)
+        sides = [load_side(a, "A"), load_side(b, "B")]
+        result = diff_runs(*sides, level=level, min_snr_db=min_snr_db)
+        write_reports(
+            result,
+            command=command_line(ctx),
+            json_path=json_path,
+            junit_path=junit,
+            markdown_path=markdown,
+            report_dir=report_dir,
+        )
+    render(stdout, result)
+    if report_dir is not None:
+        stdout.print(f"report: {report_dir / 'index.html'}", highlight=False, soft_wrap=True)
+    if not result.passed:
+        stderr.print(f"the runs differ ({sum(c.failed for c in result.cases)} id(s))", style="red")
+    raise typer.Exit(0 if result.passed else 1)

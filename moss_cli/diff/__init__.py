@@ -1,0 +1,1 @@
+"""`moss diff`: compare two runs (output directories of `moss synth`, or golden files) id by id."""

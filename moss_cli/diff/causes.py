@@ -1,0 +1,61 @@
+"""Why an id differs between two runs, as far as the two sides record it: a seed or a setting the
+manifests show, a request fingerprint the journals hold, an environment field golden files hold;
+by elimination, the numbers of the machine (the talker's when the codes differ, else the codec's)."""
+
+from __future__ import annotations
+
+from .sides import SETTINGS
+
+
+def _seed(row: dict) -> str:
+    source = row.get("seed_source")
+    if row.get("seed") is None:
+        return "none (unseeded)" if source in (None, "none") else f"none ({source})"
+    return str(row["seed"]) + (f" ({source})" if source and source not in ("request", "deploy") else "")
+
+
+def _same(x, y) -> bool:
+    """Manifest values as read: numbers compare as numbers ("1.7" == "1.70"), missing equals missing."""
+    x, y = ("" if x is None else str(x)), ("" if y is None else str(y))
+    try:
+        return float(x) == float(y)
+    except ValueError:
+        return x == y
+
+
+def named_differences(a: dict, b: dict) -> tuple[str | None, list[str]]:
+    """(the main cause, every difference in words) between two rows of one id."""
+    cause, named = None, []
+    if a.get("seed") != b.get("seed") or (a.get("seed_source") or "") != (b.get("seed_source") or ""):
+        cause = "seed"
+        named.append(f"seed {_seed(a)} -> {_seed(b)}")
+    for key in SETTINGS:
+        if key in a and key in b and not _same(a[key], b[key]):
+            cause = cause or ("content" if key == "text" else "settings")
+            named.append("text differs" if key == "text" else f"{key} {a[key]} -> {b[key]}")
+    return cause, named
+
+
+def likely_cause(rows: tuple[dict, dict], codes_equal: bool, fingerprints: tuple, environment: list[str]):
+    """(cause, detail) for an id whose audio differs."""
+    cause, named = named_differences(*rows)
+    if named:
+        return cause, "; ".join(named)
+    fa, fb = fingerprints
+    if fa and fb and fa != fb:
+        return "settings", (
+            "same seed and settings in both manifests, but the journals' request fingerprints differ: the frame "
+            "budget, prompt fields, reference audio, numerics mode, dtype, audio format or checkpoints changed"
+        )
+    if environment:
+        return "environment", "same seed and settings; the environment changed: " + "; ".join(environment)
+    same = (
+        "same request fingerprint (content, seed, sampling, numerics mode, dtype, checkpoints)"
+        if fa and fb
+        else "same seed and settings in both manifests"
+    )
+    if codes_equal:
+        return "codec-numeric", f"identical codes, different PCM: the codec's numbers differ ({same})"
+    if fa and fb:
+        return "numeric", f"{same}: the talker's numbers differ (another device, thread count, torch build or kernels)"
+    return "unexplained", f"{same}: likely another device, dtype, thread count, torch build or checkpoint"

@@ -1,0 +1,171 @@
+"""Comparing two runs id by id, streaming: the manifests' hashes first; each audio file is read once
+to check it still holds what its manifest says, and decoded to a waveform (SNR, log-spectral
+distance, max abs) only where the two PCM hashes differ. No audio is kept beyond the pair at hand."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+
+from ..audit.compare import first_differing_sample, log_spectral_distance, max_abs_difference, snr_db
+from ..audit.golden import describe_change
+from ..io.audio import pcm_sha256
+from .causes import likely_cause
+
+LEVELS = ("bitwise", "waveform")
+
+
+@dataclass
+class DiffCase:
+    id: str
+    verdict: str  # "pass" | "fail" | "unseeded"
+    status: str  # "identical" | "within-tolerance" | "differs" | "only-a" | "only-b"
+    cause: str  # why it differs ("-" when identical)
+    detail: str
+    a: dict | None  # what each side says of the id (hashes, frames, duration, seed)
+    b: dict | None
+    codes_equal: bool | None = None
+    pcm_equal: bool | None = None
+    audio_compared: bool = False  # SNR / LSD / max abs were measured (both sides have audio)
+    snr_db: float | None = None  # None with audio_compared: identical (infinite)
+    log_spectral_distance: float | None = None
+    max_abs_diff: float | None = None
+    first_diverging_s: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "fail"
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class DiffResult:
+    a: object  # sides.Side
+    b: object
+    level: str
+    min_snr_db: float
+    cases: list[DiffCase]
+    environment_changes: dict[str, tuple] = field(default_factory=dict)  # golden sides: field -> (a, b)
+    elapsed_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not any(c.failed for c in self.cases)
+
+
+def _facts(row: dict) -> dict:
+    keys = ("codes_sha256", "pcm_sha256", "frames", "duration_s", "seed", "seed_source")
+    return {k: row.get(k) for k in keys}
+
+
+def _read(path: Path | None) -> tuple[np.ndarray, int] | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        data, rate = sf.read(str(path), dtype="int16", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, OSError):
+        return None
+    return data, rate
+
+
+def _float(pcm: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(pcm.T.astype(np.float32) / 32767.0)  # [channels, samples], as written
+
+
+class _Pair:
+    """One id on both sides: hashes from the manifests, checked against (and replaced by) the files."""
+
+    def __init__(self, key: str, a, b) -> None:
+        self.key, self.rows = key, (a.rows[key], b.rows[key])
+        self.notes: list[str] = []
+        self.fingerprints = (a.fingerprints.get(key), b.fingerprints.get(key))
+        self.audio, hashes = zip(*(self._audio(side) for side in (a, b)))
+        self.codes_equal = self.rows[0]["codes_sha256"] == self.rows[1]["codes_sha256"]
+        self.pcm_equal = hashes[0] == hashes[1]
+
+    def _audio(self, side) -> tuple:
+        """(samples and rate or None, the PCM hash: the file's when it has one, else the manifest's)."""
+        listed = side.rows[self.key]["pcm_sha256"]
+        path = side.audio(self.key)
+        if path is None:
+            return None, listed
+        got = _read(path)
+        if got is None:
+            self.notes.append(f"{side.label}: audio file {path.name} is missing or unreadable")
+            return None, listed
+        actual = pcm_sha256(got[0])
+        if actual != listed:
+            self.notes.append(f"{side.label}: {path.name} no longer holds the audio its manifest lists")
+        return got, actual
+
+
+def _measure(case: DiffCase, pair: _Pair) -> None:
+    (pcm_a, rate), (pcm_b, _) = pair.audio
+    a, b = _float(pcm_a), _float(pcm_b)
+    case.audio_compared = True
+    case.snr_db = snr_db(a, b)
+    case.log_spectral_distance = log_spectral_distance(a, b)
+    case.max_abs_diff = max_abs_difference(a, b)
+    sample = first_differing_sample(a, b)
+    case.first_diverging_s = None if sample is None else sample / rate
+
+
+def _judge(case: DiffCase, pair: _Pair, level: str, min_snr_db: float, environment: list[str]) -> None:
+    if pair.pcm_equal and pair.codes_equal and not pair.notes:
+        case.status, case.cause = "identical", "-"
+        return
+    within = (
+        level == "waveform"
+        and pair.codes_equal
+        and case.audio_compared
+        and (case.snr_db is None or case.snr_db >= min_snr_db)
+    )
+    case.status = "within-tolerance" if within and not pair.notes else "differs"
+    case.cause, case.detail = likely_cause(pair.rows, pair.codes_equal, pair.fingerprints, environment)
+    if pair.notes:
+        case.cause, case.detail = "file-changed", "; ".join(pair.notes) + (f"; {case.detail}" if case.detail else "")
+    elif level == "waveform" and pair.codes_equal and not case.audio_compared:
+        case.detail += "; no audio to measure the SNR on (a golden file keeps hashes only)"
+    if case.status == "within-tolerance":
+        case.verdict = "pass"
+    elif {r.get("seed_source") for r in pair.rows} == {"none"} and not pair.notes:
+        case.verdict, case.cause = "unseeded", "unseeded"
+        case.detail = "no seed on either side: drawn from the global RNG, expected to vary"
+    else:
+        case.verdict = "fail"
+
+
+def environment_changes(a, b) -> dict[str, tuple]:
+    """Fields both golden files record with different values."""
+    if a.environment is None or b.environment is None:
+        return {}
+    return {k: (v, b.environment[k]) for k, v in a.environment.items() if k in b.environment and b.environment[k] != v}
+
+
+def diff_runs(a, b, level: str = "bitwise", min_snr_db: float = 60.0) -> DiffResult:
+    start = time.perf_counter()
+    changes = environment_changes(a, b)
+    described = [describe_change(k, x, y) for k, (x, y) in changes.items()]
+    cases = []
+    for key in a.rows:
+        if key not in b.rows:
+            cases.append(DiffCase(key, "fail", "only-a", "missing", f"only in A ({a.path})", _facts(a.rows[key]), None))
+            continue
+        pair = _Pair(key, a, b)
+        case = DiffCase(key, "pass", "identical", "-", "", _facts(pair.rows[0]), _facts(pair.rows[1]))
+        case.codes_equal, case.pcm_equal = pair.codes_equal, pair.pcm_equal
+        if not pair.pcm_equal and all(got is not None for got in pair.audio):
+            _measure(case, pair)  # only here is audio decoded to a waveform
+        _judge(case, pair, level, min_snr_db, described)
+        cases.append(case)
+    for key in b.rows:
+        if key not in a.rows:
+            cases.append(DiffCase(key, "fail", "only-b", "missing", f"only in B ({b.path})", None, _facts(b.rows[key])))
+    return DiffResult(a, b, level, min_snr_db, cases, changes, time.perf_counter() - start)

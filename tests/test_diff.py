@@ -1,0 +1,177 @@
+"""`moss diff A B`: two runs of `moss synth` (or golden files) compared id by id, with the likely
+cause of each difference, the same report formats as the audit, and exit codes 0 / 1 / 2."""
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+import soundfile as sf
+from page import is_png, parse_page
+from typer.testing import CliRunner
+
+from moss_cli.cli.app import app
+from moss_cli.io.audio import pcm_sha256
+
+runner = CliRunner()
+ROWS = [
+    {"id": "alpha", "text": "The first sentence.", "seed": 1, "max_new_frames": 10},
+    {"id": "beta", "text": "A second sentence, a little longer.", "seed": 2, "max_new_frames": 10},
+    {"id": "gamma", "text": "Third.", "seed": 3, "max_new_frames": 10},
+]
+
+
+def _moss(*args):
+    return runner.invoke(app, [*map(str, args)])
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _synth(base: Path, name: str, rows) -> Path:
+    requests = base / f"{name}.jsonl"
+    requests.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = _moss("synth", requests, "--out", base / name)
+    assert result.exit_code == 0, result.output
+    return base / name
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """Two runs of the same requests, and one where beta's seed is 5 instead of 2."""
+    base = tmp_path_factory.mktemp("runs")
+    reseeded = [{**row, "seed": 5} if row["id"] == "beta" else row for row in ROWS]
+    return {
+        "a": _synth(base, "a", ROWS),
+        "again": _synth(base, "again", ROWS),
+        "reseeded": _synth(base, "reseeded", reseeded),
+    }
+
+
+def _copy(run: Path, tmp_path: Path, name: str) -> Path:
+    return Path(shutil.copytree(run, tmp_path / name))
+
+
+def _edit_manifest(run: Path, edit) -> None:
+    path = run / "manifest.csv"
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    rows = [r for r in (edit(dict(row)) for row in rows) if r is not None]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _cases(path: Path) -> dict[str, dict]:
+    return {c["id"]: c for c in json.loads(path.read_text())["cases"]}
+
+
+def test_two_runs_of_the_same_requests_are_identical_and_no_audio_is_decoded(runs, tmp_path):
+    result = _moss("diff", runs["a"], runs["again"], "--json", tmp_path / "d.json")
+    assert result.exit_code == 0, result.output
+    assert "IDENTICAL" in result.output
+    cases = _cases(tmp_path / "d.json")
+    assert {c["status"] for c in cases.values()} == {"identical"} and len(cases) == 3
+    assert not any(c["audio_compared"] for c in cases.values())  # equal hashes: nothing decoded
+
+
+def test_one_changed_seed_exits_1_and_names_the_seed_as_the_likely_cause(runs, tmp_path):
+    result = _moss("diff", runs["a"], runs["reseeded"], "--json", tmp_path / "d.json", "--junit", tmp_path / "d.xml")
+    assert result.exit_code == 1, result.output
+    assert "beta: seed 2 -> 5" in _flat(result.output)
+    cases = _cases(tmp_path / "d.json")
+    beta = cases["beta"]
+    assert beta["status"] == "differs" and beta["cause"] == "seed" and beta["detail"] == "seed 2 -> 5"
+    assert beta["audio_compared"] and beta["snr_db"] < 20 and beta["max_abs_diff"] > 0
+    assert cases["alpha"]["status"] == cases["gamma"]["status"] == "identical"
+    failures = list(ET.parse(tmp_path / "d.xml").getroot().iter("failure"))
+    assert [f.get("type") for f in failures] == ["seed"] and "seed 2 -> 5" in failures[0].get("message")
+
+
+def test_a_missing_directory_or_a_directory_without_manifest_exits_2(runs, tmp_path):
+    missing = _moss("diff", runs["a"], tmp_path / "nowhere")
+    assert missing.exit_code == 2 and "[B]: does not exist" in _flat(missing.output)
+    (tmp_path / "empty").mkdir()
+    empty = _moss("diff", tmp_path / "empty", runs["a"])
+    assert empty.exit_code == 2 and "[A]: no manifest.csv" in _flat(empty.output)
+    assert "Traceback" not in missing.output + empty.output
+
+
+def test_a_bad_manifest_exits_2_listing_every_problem_with_its_line(runs, tmp_path):
+    bad = _copy(runs["a"], tmp_path, "bad")
+    _edit_manifest(bad, lambda r: {**r, "pcm_sha256": "nope"} if r["id"] == "beta" else {**r, "id": "alpha"})
+    result = _moss("diff", runs["a"], bad)
+    out = _flat(result.output)
+    assert result.exit_code == 2, result.output
+    assert "manifest.csv:3 [pcm_sha256]: not a sha256" in out and "manifest.csv:4 [id]: duplicate id 'alpha'" in out
+    _edit_manifest(bad, lambda r: {k: v for k, v in r.items() if k != "codes_sha256"})
+    assert "missing column(s) codes_sha256" in _flat(_moss("diff", runs["a"], bad).output)
+
+
+def _requantise(run: Path, key: str, delta: int, update_manifest: bool) -> None:
+    """Change one sample of `key`'s audio by `delta` steps (a codec rounding differently would)."""
+    path = run / f"{key}.wav"
+    data, rate = sf.read(str(path), dtype="int16", always_2d=True)
+    data[len(data) // 2, 0] += delta
+    sf.write(str(path), data, rate, subtype="PCM_16")
+    if update_manifest:
+        _edit_manifest(run, lambda r: {**r, "pcm_sha256": pcm_sha256(data)} if r["id"] == key else r)
+
+
+def test_same_codes_with_slightly_other_pcm_fail_bitwise_and_pass_the_waveform_level(runs, tmp_path):
+    other = _copy(runs["a"], tmp_path, "other")
+    _requantise(other, "gamma", 3, update_manifest=True)
+    bitwise = _moss("diff", runs["a"], other, "--json", tmp_path / "b.json")
+    assert bitwise.exit_code == 1
+    gamma = _cases(tmp_path / "b.json")["gamma"]
+    assert gamma["cause"] == "codec-numeric" and gamma["codes_equal"] and not gamma["pcm_equal"]
+    assert 60 < gamma["snr_db"] and gamma["max_abs_diff"] == pytest.approx(3 / 32767)
+    assert _moss("diff", runs["a"], other, "--level", "waveform").exit_code == 0
+    assert _moss("diff", runs["a"], other, "--level", "waveform", "--min-snr-db", "1000").exit_code == 1
+    assert _moss("diff", runs["a"], other, "--level", "loose").exit_code == 2
+
+
+def test_a_file_changed_after_synthesis_and_ids_on_one_side_only_fail(runs, tmp_path):
+    touched = _copy(runs["a"], tmp_path, "touched")
+    _requantise(touched, "alpha", 1, update_manifest=False)
+    _edit_manifest(touched, lambda r: None if r["id"] == "gamma" else r)
+    result = _moss("diff", runs["a"], touched, "--json", tmp_path / "d.json", "--markdown", tmp_path / "d.md")
+    assert result.exit_code == 1
+    cases = _cases(tmp_path / "d.json")
+    assert cases["alpha"]["cause"] == "file-changed" and "no longer holds the audio" in cases["alpha"]["detail"]
+    assert cases["gamma"]["status"] == "only-a" and cases["beta"]["status"] == "identical"
+    assert "| gamma | only-a | missing |" in (tmp_path / "d.md").read_text()
+
+
+def test_a_golden_file_compares_with_a_run_of_the_same_requests(runs, tmp_path):
+    golden = tmp_path / "golden.json"
+    saved = _moss("audit-determinism", runs["a"].parent / "a.jsonl", "--scenarios", "repeat", "--save-golden", golden)
+    assert saved.exit_code == 0, saved.output
+    assert _moss("diff", golden, runs["a"]).exit_code == 0  # the audit's reference is what synth wrote
+    result = _moss("diff", golden, runs["reseeded"], "--json", tmp_path / "d.json")
+    assert result.exit_code == 1
+    assert _cases(tmp_path / "d.json")["beta"]["detail"] == "seed 2 -> 5"
+    not_golden = tmp_path / "x.json"
+    not_golden.write_text("{}")
+    assert "[A]: not a golden file" in _flat(_moss("diff", not_golden, runs["a"]).output)
+
+
+def test_report_dir_holds_the_page_the_clips_and_plots_of_each_differing_id_with_ids_escaped(runs, tmp_path):
+    odd = '<i>beta</i> & "co"'
+    sides = [_copy(runs[name], tmp_path, name) for name in ("a", "reseeded")]
+    for side in sides:
+        _edit_manifest(side, lambda r: {**r, "id": odd, "file": "beta.wav"} if r["id"] == "beta" else r)
+    result = _moss("diff", *sides, "--report-dir", tmp_path / "rep")
+    assert result.exit_code == 1, result.output
+    rep = tmp_path / "rep"
+    assert {"index.html", "diff.json", "junit.xml", "summary.md"} <= {p.name for p in rep.iterdir()}
+    page = parse_page(rep / "index.html")
+    assert odd in page.words and not page.all("i")
+    clips, plots = page.files("audio"), page.files("img")
+    assert len(clips) == 2 and all(sf.info(str(rep / c)).frames > 0 for c in clips)
+    assert len(plots) == 2 and all(is_png(rep / p) for p in plots)
+    assert "Plots drawn for 1 of 1 diverging pair(s)." in page.words and "seed 2 -> 5" in page.words

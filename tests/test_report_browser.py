@@ -1,0 +1,80 @@
+"""A real browser opens the report: headless Chromium loads index.html of a failing audit from the
+file system, runs its scripts, loads its images, and the DOM it renders is checked; a screenshot is
+saved into the report folder for a person to look at (`.ci/run` installs Debian's `chromium`)."""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from page import is_png, parse_page
+from typer.testing import CliRunner
+
+from moss_cli.cli.app import app
+
+CHROMIUM = next(
+    (found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))),
+    "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None,
+)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium not found (Debian package `chromium`; .ci/run installs it)"
+)
+TIMEOUT_S = 90  # a cold start on a busy 2-core machine takes a few seconds; a hung browser must not hang CI
+
+
+def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",  # CI containers run as root, where Chromium's sandbox refuses to start
+        "--disable-gpu",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",  # its own profile: parallel runs do not share a lock
+        "--enable-logging=stderr",  # console messages of the page go to stderr ("CONSOLE")
+        "--v=0",
+        *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+
+
+@pytest.mark.slow
+def test_headless_chromium_renders_the_report_of_a_failing_audit(tmp_path):
+    requests = tmp_path / "r.jsonl"
+    rows = [
+        {"id": "one", "text": "A first request for the browser.", "seed": 1, "max_new_frames": 10},
+        {"id": "two", "text": "And a second one.", "seed": 2, "max_new_frames": 10},
+    ]
+    requests.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    rep = tmp_path / "rep"
+    args = [str(requests), "--legacy-global-rng", "--scenarios", "batched", "--report-dir", str(rep)]
+    audit = CliRunner().invoke(app, ["audit-determinism", *args])
+    assert audit.exit_code == 1, audit.output
+    failures = json.loads((rep / "audit.json").read_text())["summary"]["failures"]
+    assert failures > 0
+    url = (rep / "index.html").resolve().as_uri()
+
+    # The DOM after load: the page's own script marks every image loaded or not, and counts errors.
+    shown = _chromium(tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom", url)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    dumped = tmp_path / "dom.html"  # checked well-formed like the file itself
+    dom = shown.stdout
+    dumped.write_text(dom if dom.startswith("<!DOCTYPE html>") else "<!DOCTYPE html>\n" + dom)
+    page = parse_page(dumped)
+    root = page.all("html")[0]
+    images = page.all("img")
+    assert len(images) == 2 * failures
+    assert root.get("data-images") == f"{len(images)}/{len(images)}"
+    assert all(img.get("data-loaded") == "yes" for img in images)
+    assert "data-errors" not in root  # no script error, no resource that failed to load
+    assert [a.get("class") for a in page.all("tr") if a.get("class") == "fail"] == ["fail"] * failures
+    assert len(page.all("audio")) == 2 * failures
+    console = [line for line in shown.stderr.splitlines() if "CONSOLE" in line]
+    assert not console, console
+
+    shot = rep / "screenshot.png"
+    taken = _chromium(tmp_path / "profile", "--window-size=1280,2400", f"--screenshot={shot}", url)
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    assert is_png(shot) and shot.stat().st_size > 20_000  # a rendered page, not a blank one
