@@ -24,7 +24,7 @@ from .server_scenarios import greedy
 
 BATCH_DEPENDENT, RUN_TO_RUN, SEED_IGNORED, UNSEEDED = "batch-dependent", "run-to-run", "seed-ignored", "unseeded"
 IDENTICAL = "identical"
-VERDICTS = (SEED_IGNORED, RUN_TO_RUN, BATCH_DEPENDENT, UNSEEDED)  # a request's verdict: the first that applies
+VERDICTS = (RUN_TO_RUN, BATCH_DEPENDENT, SEED_IGNORED, UNSEEDED)  # a request's verdict: the first that applies
 
 
 @dataclass(frozen=True)
