@@ -160,9 +160,10 @@ def test_pcm_answers_through_the_cli_use_the_servers_rate_header(tmp_path):
 
 
 def test_options_of_the_local_engine_are_refused_with_server(tmp_path):
-    result = _synth(_requests(tmp_path), tmp_path / "out", "http://127.0.0.1:1", "--max-batch", "2", "--stream")
+    url, local = "http://127.0.0.1:1", ["--max-batch", "2", "--no-batch-invariant", "--stream"]
+    result = _synth(_requests(tmp_path), tmp_path / "out", url, *local)
     assert result.exit_code == 2
-    assert "--max-batch, --stream: only for the local engine" in _one_line(result.output)
+    assert "--max-batch, --no-batch-invariant, --stream: only for the local engine" in _one_line(result.output)
 
 
 def test_bad_server_options_are_refused_before_anything_is_sent():

@@ -110,23 +110,7 @@ def audit_determinism(
             raise MossError("no scenario selected", field="--scenarios")
         check = None
         if server:
-            refuse_local_options(
-                {
-                    "--deploy": deploy is not None,
-                    "--allow-foreign-deploy": allow_foreign_deploy,
-                    "--model": model is not None,
-                    "--codec": codec is not None,
-                    "--legacy-global-rng": legacy_global_rng,
-                    "--no-batch-invariant": not batch_invariant,
-                    "--max-batch": max_batch is not None,
-                    "--threads": threads is not None,
-                    "--compile": compile,
-                    "--device": device != Device.auto,
-                    "--dtype": dtype != DType.auto,
-                    "--golden": golden is not None,
-                    "--save-golden": save_golden_path is not None,
-                }
-            )
+            refuse_local_options(ctx)
             settings = server_options(
                 server=server,
                 concurrency=concurrency,
@@ -142,9 +126,6 @@ def audit_determinism(
             command = settings.redact(command_line(ctx))
             result = _server_audit(
                 requests, chosen, level, min_snr_db, strict_unseeded, stagger_ms / 1000.0, settings, command
-            )
-            write_reports(
-                result, None, json_path=json_path, junit_path=junit, markdown_path=markdown, report_dir=report_dir
             )
         else:
             options = AuditOptions(
@@ -172,11 +153,11 @@ def audit_determinism(
                 raise MossError("golden file does not exist", file=golden, field="--golden")
             result = run_audit(options)
             check = check_golden(golden, result) if golden is not None else None
-            write_reports(
-                result, check, json_path=json_path, junit_path=junit, markdown_path=markdown, report_dir=report_dir
-            )
-            if save_golden_path is not None:
-                save_golden(save_golden_path, result)
+        write_reports(
+            result, check, json_path=json_path, junit_path=junit, markdown_path=markdown, report_dir=report_dir
+        )
+        if save_golden_path is not None:
+            save_golden(save_golden_path, result)
     render(stdout, result, check)
     if result.server:
         from ..audit.server_report import render_server

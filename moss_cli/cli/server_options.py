@@ -85,10 +85,34 @@ def server_options(
     )
 
 
-def refuse_local_options(given: dict[str, bool]) -> None:
-    """With --server the server's own settings decide: an option of the local engine would be
-    silently meaningless, so it is an error."""
-    named = [option for option, was_given in given.items() if was_given]
+# Parameters of `moss synth` / `moss audit-determinism` that configure the local engine or baseline.
+LOCAL_ONLY = (
+    "deploy",
+    "allow_foreign_deploy",
+    "model",
+    "codec",
+    "device",
+    "dtype",
+    "max_batch",
+    "threads",
+    "compile",
+    "legacy_global_rng",
+    "batch_invariant",
+    "stream",
+    "golden",
+    "save_golden_path",
+)
+
+
+def refuse_local_options(ctx: typer.Context) -> None:
+    """With --server the server's own settings decide: an option of the local engine given on the
+    command line would be silently meaningless, so it is an error."""
+    named = []
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name)
+        if param.name in LOCAL_ONLY and source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            off = ctx.params.get(param.name) is False and param.secondary_opts
+            named.append(param.secondary_opts[0] if off else param.opts[0])
     if named:
         raise MossError(
             f"{', '.join(named)}: only for the local engine, not with --server (the server's own deploy and "

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 
 def synth(
+    ctx: typer.Context,
     requests: Annotated[Path, typer.Argument(help="Request file: .jsonl, .csv or .txt (one utterance per line).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")] = Path(
         "out"
@@ -100,22 +101,7 @@ def synth(
     with user_errors():  # torch loads inside, not for --help
         run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force)
         if server:
-            refuse_local_options(
-                {
-                    "--deploy": deploy is not None,
-                    "--allow-foreign-deploy": allow_foreign_deploy,
-                    "--model": model is not None,
-                    "--codec": codec is not None,
-                    "--device": device != Device.auto,
-                    "--dtype": dtype != DType.auto,
-                    "--max-batch": max_batch is not None,
-                    "--threads": threads is not None,
-                    "--compile": compile,
-                    "--legacy-global-rng": legacy_global_rng,
-                    "--no-batch-invariant": not batch_invariant,
-                    "--stream": stream,
-                }
-            )
+            refuse_local_options(ctx)
             settings = server_options(
                 server=server,
                 concurrency=concurrency,
