@@ -8,6 +8,7 @@ from .. import __version__
 from . import config
 from .audit import audit_determinism
 from .bench import bench
+from .serve import serve
 from .synth import synth
 
 app = typer.Typer(
@@ -20,6 +21,7 @@ app = typer.Typer(
 app.command("synth")(synth)
 app.command("audit-determinism")(audit_determinism)
 app.command("bench")(bench)
+app.command("serve")(serve)
 app.add_typer(config.app, name="config")
 
 
