@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 from serve_helpers import pcm_hash, running
 
 from moss_cli.numerics import Numerics
@@ -57,21 +58,43 @@ def test_the_fast_numerics_serve_too_and_a_request_alone_repeats_itself():
     assert pcm_hash(first.content, "wav") == pcm_hash(again.content, "wav")
 
 
-def test_an_engine_failure_fails_its_requests_with_a_500_and_the_server_goes_on(monkeypatch):
-    with running(SynthOptions(device="cpu")) as (url, serving):
-        generation = serving.synth.generation
+@pytest.fixture(scope="module")
+def plain():
+    with running(SynthOptions(device="cpu")) as server:
+        yield server
 
-        def failing(prepared):  # an injected fault while the engine admits this request
-            if prepared.request.text == "explode":
-                raise RuntimeError("injected fault")
-            return generation(prepared)
 
-        monkeypatch.setattr(serving.synth, "generation", failing)
-        body = {"input": "Hello there.", "seed": 2, "max_new_tokens": 15}
-        before = pcm_hash(_post(url, body).content, "wav")
-        response = httpx.post(url + SPEECH_PATH, json={"input": "explode", "max_new_tokens": 5}, timeout=60)
-        assert response.status_code == 500
-        assert response.json()["error"]["type"] == "server_error"
-        assert serving.service.failures == 1
-        assert httpx.get(url + "/health", timeout=5).status_code == 200
-        assert pcm_hash(_post(url, body).content, "wav") == before
+def test_an_engine_failure_fails_its_requests_with_a_500_and_the_server_goes_on(plain, monkeypatch):
+    url, serving = plain
+    generation = serving.synth.generation
+
+    def failing(prepared):  # an injected fault while the engine admits this request
+        if prepared.request.text == "explode":
+            raise RuntimeError("injected fault")
+        return generation(prepared)
+
+    monkeypatch.setattr(serving.synth, "generation", failing)
+    body = {"input": "Hello there.", "seed": 2, "max_new_tokens": 15}
+    before = pcm_hash(_post(url, body).content, "wav")
+    response = httpx.post(url + SPEECH_PATH, json={"input": "explode", "max_new_tokens": 5}, timeout=60)
+    assert response.status_code == 500
+    assert response.json()["error"]["type"] == "server_error"
+    assert serving.service.failures == 1
+    assert httpx.get(url + "/health", timeout=5).status_code == 200
+    assert pcm_hash(_post(url, body).content, "wav") == before
+
+
+def test_an_unexpected_error_in_a_handler_is_a_500_in_the_openai_shape(plain, monkeypatch):
+    url, serving = plain
+
+    def broken(body):
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(serving.intake, "prepare", broken)
+    response = httpx.post(url + SPEECH_PATH, json={"input": "Hello."}, timeout=60)
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["message"] == "internal error: ValueError"
+    assert error["type"] == error["code"] == "server_error"
+    monkeypatch.undo()
+    assert _post(url, {"input": "Hello.", "max_new_tokens": 5}).status_code == 200

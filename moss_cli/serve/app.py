@@ -87,6 +87,10 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
     async def http_error(request, error: HTTPException) -> JSONResponse:  # unknown routes, wrong methods
         return await api_error(request, ApiError(error.status_code, str(error.detail)))
 
+    @app.exception_handler(Exception)
+    async def server_error(request, error: Exception) -> JSONResponse:  # a bug: still the OpenAI shape (and logged)
+        return await api_error(request, ApiError(500, f"internal error: {type(error).__name__}"))
+
     @app.get(HEALTH_PATH)
     async def health() -> dict:
         if not service.ready:
