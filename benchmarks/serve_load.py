@@ -291,7 +291,7 @@ def print_report(report: LoadReport) -> None:
         f"p95 {r.latency_p95_s:.3f} s, most requests in flight together {r.max_in_flight}"
     )
     print(
-        f"  good: {r.ok}/{r.good} got 200 and exactly their audio alone; mismatched {r.mismatched}; "
+        f"  good: {r.ok}/{r.good * r.rounds} got 200 and exactly their audio alone; mismatched {r.mismatched}; "
         f"failed {r.failed_good}"
     )
     print(f"  bad: statuses {r.bad_statuses}; not 4xx {r.bad_not_4xx}")
