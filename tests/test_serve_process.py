@@ -64,6 +64,21 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits_0(tmp_path):
     assert "moss serve: stopped" in (tmp_path / "serve.log").read_text()
 
 
+@pytest.mark.slow  # a real process
+def test_ctrl_c_stops_an_idle_server_with_exit_0(tmp_path):
+    port = load.free_port()
+    process = load.start_server(port, tmp_path / "serve.log")
+    try:
+        load.wait_healthy(f"http://127.0.0.1:{port}", process)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    log = (tmp_path / "serve.log").read_text()
+    assert "moss serve: stopped" in log and "Traceback" not in log
+
+
 def test_without_fastapi_serve_exits_2_with_the_install_command(tmp_path):
     shadow = tmp_path / "shadow" / "fastapi"
     shadow.mkdir(parents=True)
