@@ -104,6 +104,9 @@ class Service:
         # stream (batch-dependent, the negative control); one endless run would make even a request
         # sent alone differ from its repeat.
         legacy = self.synth.options.legacy_global_rng
+        # Every request is decoded chunk by chunk as it is generated (stream=True), whether its client
+        # streams or not: one engine run serves both, and each request is decoded on its own. In the
+        # batch-invariant mode the streamed PCM is bitwise the offline PCM of `moss synth`.
         while True:
             source = _Taken(self._arrivals, end_when_idle=legacy)
             try:
