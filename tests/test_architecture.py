@@ -11,7 +11,8 @@ LAYERS = {
     "audit": 5,
     "diff": 5,
     "bench": 5,
-    "synth": 5,  # synth: a compatibility re-export of pipeline + job
+    "synth": 5,
+    "serve": 5,  # synth: a compatibility re-export of pipeline + job
     "pipeline": 4,
     "speech_api": 4,
     "api": 3,
