@@ -38,6 +38,8 @@ HEADER_CODES_SHA256 = "x-moss-codes-sha256"
 HEADER_MAX_IN_FLIGHT = "x-moss-max-in-flight"  # most requests in the engine's batch while it ran
 HEADER_STOP_REASON = "x-moss-stop-reason"  # stop | max_frames | empty
 HEADER_SAMPLE_RATE = "x-moss-sample-rate"
+HEADER_CHANNELS = "x-moss-channels"  # interleaved channels of a `pcm` body
+HEADER_REQUEST_ID = "x-request-id"  # the id moss serve gave the request (its logs use it)
 
 
 def data_uri(path: Path) -> str:

@@ -56,3 +56,14 @@ def test_left_pad_puts_pad_token_and_pad_codes_before_shorter_prompts(talker32):
     assert torch.all(ids[0, :gap, 0] == cfg.pad_token_id) and torch.all(ids[0, :gap, 1:] == cfg.audio_pad_code)
     assert torch.equal(ids[0, gap:], a) and torch.equal(ids[1], b)
     assert mask[0].tolist() == [False] * gap + [True] * a.shape[0] and mask[1].all()
+
+
+def test_template_lengths_are_remembered_for_a_bounded_number_of_field_values(talker32, monkeypatch):
+    from moss_cli.model import prompt
+
+    monkeypatch.setattr(prompt, "TEMPLATE_LENGTHS_KEPT", 3)
+    builder = prompt.PromptBuilder(talker32.prompts.tokenizer, talker32.config)
+    for i in range(5):  # a server meets a new instruction with every request
+        fields = {"instruction": f"voice number {i}"}
+        assert builder.length("Hello.", **fields) == builder.build("Hello.", **fields).shape[0]
+    assert len(builder._template_lengths) == 3

@@ -134,3 +134,15 @@ def test_bad_references_are_rejected_at_validation_with_the_request_line(tmp_pat
 def _write(path: Path, samples: np.ndarray, rate: int) -> Path:
     sf.write(str(path), samples.astype(np.float32), rate, subtype="PCM_16")
     return path
+
+
+def test_a_forgotten_reference_is_read_and_encoded_again_with_the_same_codes(synth, tmp_path):
+    wav = tmp_path / "voice.wav"
+    wav.write_bytes((EXAMPLES / "reference-voice.wav").read_bytes())
+    reference = synth.voices.reference(wav)
+    codes = synth.voices.codes(reference)
+    assert synth.voices.reference(wav) is reference  # cached while it is in use
+    synth.voices.forget(reference)
+    again = synth.voices.reference(wav)
+    assert again is not reference and again == reference
+    assert torch.equal(synth.voices.codes(again), codes)

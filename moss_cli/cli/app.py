@@ -9,6 +9,7 @@ from . import config
 from .audit import audit_determinism
 from .bench import bench
 from .diff import diff
+from .serve import serve
 from .synth import synth
 
 app = typer.Typer(
@@ -22,6 +23,7 @@ app.command("synth")(synth)
 app.command("audit-determinism")(audit_determinism)
 app.command("bench")(bench)
 app.command("diff")(diff)
+app.command("serve")(serve)
 app.add_typer(config.app, name="config")
 
 

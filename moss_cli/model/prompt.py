@@ -46,6 +46,9 @@ def max_token_bytes(tokenizer) -> int:
     return longest
 
 
+TEMPLATE_LENGTHS_KEPT = 1024  # distinct prompt-field values whose template length is remembered
+
+
 class PromptBuilder:
     def __init__(self, tokenizer, cfg: TalkerConfig) -> None:
         self.tokenizer = tokenizer
@@ -80,6 +83,8 @@ class PromptBuilder:
     def _template_length(self, fields: dict[str, Any]) -> int:
         key = tuple(sorted((k, field_text(v)) for k, v in fields.items()))
         if key not in self._template_lengths:
+            if len(self._template_lengths) >= TEMPLATE_LENGTHS_KEPT:  # a server sees endless instructions
+                del self._template_lengths[next(iter(self._template_lengths))]  # the oldest
             self._template_lengths[key] = self.build("", **fields).shape[0]
         return self._template_lengths[key]
 

@@ -35,6 +35,11 @@ class Voices:
             self._codes[reference.sha256] = codes[:, 0, : int(lengths[0])].T.cpu()
         return self._codes[reference.sha256]
 
+    def forget(self, reference: Reference) -> None:
+        """Drop what is cached for a reference (a server's voices come and go; a job keeps its own)."""
+        self._read.pop(reference.path, None)
+        self._codes.pop(reference.sha256, None)
+
     def frames(self, reference: Reference) -> int:
         return reference.samples // self.models.codec_config.downsample_rate
 

@@ -1,0 +1,92 @@
+"""`moss serve`: vllm-omni's speech API (`POST /v1/audio/speech`) served by moss's engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from .common import Device, DType, stderr, stdout, user_errors
+from .options import (
+    AllowForeignDeploy,
+    BatchInvariant,
+    CodecOption,
+    DeployOption,
+    DeviceOption,
+    DTypeOption,
+    LegacyGlobalRng,
+    MaxBatchOption,
+    ModelOption,
+    ThreadsOption,
+    synth_options,
+)
+
+INSTALL = "pip install 'moss-tts-repro[serve]'"
+
+
+def serve(
+    deploy: DeployOption = None,
+    allow_foreign_deploy: AllowForeignDeploy = False,
+    model: ModelOption = None,
+    codec: CodecOption = None,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8091,
+    max_batch: MaxBatchOption = None,
+    legacy_global_rng: LegacyGlobalRng = False,
+    batch_invariant: BatchInvariant = True,
+    allowed_media_dir: Annotated[
+        Optional[Path],
+        typer.Option(help="Let ref_audio name files (paths or file:// URIs) inside this folder; others are refused."),
+    ] = None,
+    device: DeviceOption = Device.auto,
+    dtype: DTypeOption = DType.auto,
+    threads: ThreadsOption = None,
+    access_log: Annotated[bool, typer.Option(help="Log every HTTP request (uvicorn's access log).")] = False,
+) -> None:
+    """Serve the OpenAI-compatible speech API: one engine, every request joins its running batch.
+
+    Endpoints: POST /v1/audio/speech, GET /v1/models, GET /health. SIGTERM or Ctrl-C stops
+    accepting, finishes the requests in flight, and exits 0. Exit 2: bad options or config,
+    the port is taken, or FastAPI/uvicorn are not installed."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        message = escape(f"moss serve needs FastAPI and uvicorn ({e}); install them: {INSTALL}")
+        stderr.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    with user_errors():
+        from ..serve.server import listen, prepare, run  # torch loads here, not for --help
+
+        options = synth_options(
+            deploy=deploy,
+            model=model,
+            codec=codec,
+            device=device,
+            dtype=dtype,
+            max_batch=max_batch,
+            legacy_global_rng=legacy_global_rng,
+            batch_invariant=batch_invariant,
+            threads=threads,
+            allow_foreign_deploy=allow_foreign_deploy,
+        )
+        serving = prepare(options, allowed_media_dir=allowed_media_dir)
+        sock = listen(host, port)
+        serving.start()
+        bound = sock.getsockname()[1]
+        mode = "batch-invariant" if batch_invariant else "fast (batch-dependent rounding)"
+        if legacy_global_rng:
+            mode += ", legacy global RNG"
+
+        def ready() -> None:
+            stdout.print(
+                f"moss serve: {serving.intake.model_name} on {serving.synth.device} ({mode}), max batch "
+                f"{serving.service.max_batch}, listening on http://{host}:{bound}",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+        run(serving, sock, access_log=access_log, on_ready=ready)
+    stdout.print("moss serve: stopped", highlight=False)

@@ -1,0 +1,186 @@
+"""The HTTP routes (FastAPI): `POST /v1/audio/speech`, `GET /v1/models`, `GET /health`, with
+OpenAI-style errors for everything a client can get wrong."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from .. import __version__
+from ..io.audio import codes_sha256
+from ..pipeline import SynthResult
+from ..speech_api import (
+    HEADER_CHANNELS,
+    HEADER_CODES_SHA256,
+    HEADER_FRAMES,
+    HEADER_MAX_IN_FLIGHT,
+    HEADER_REQUEST_ID,
+    HEADER_SAMPLE_RATE,
+    HEADER_SEED,
+    HEADER_SEED_SOURCE,
+    HEADER_STOP_REASON,
+    HEALTH_PATH,
+    MEDIA_TYPES,
+    MODELS_PATH,
+    SPEECH_PATH,
+)
+from .audio import encode, wav_stream_header
+from .errors import ApiError, invalid
+from .limits import BodyLimit
+from .requests import Ask, Intake
+from .service import Service, Ticket, Unavailable
+
+log = logging.getLogger("moss.serve")
+
+
+class SpeechBody(BaseModel):
+    """The JSON types of vllm-omni's speech request (strict: "5" is not a seed); values are checked
+    afterwards by the request-file rules, and fields moss does not know are named there (400)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    input: str
+    model: str | None = None
+    voice: str | None = None
+    instructions: str | None = None
+    language: str | None = None
+    response_format: str | None = None
+    stream: bool | None = None
+    stream_format: str | None = None
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    max_new_tokens: int | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    repetition_penalty: float | None = None
+    extra_params: dict[str, Any] | None = None
+    speed: float | None = None
+    task_type: str | None = None
+
+
+def create_app(service: Service, intake: Intake) -> FastAPI:
+    app = FastAPI(title="moss serve", version=__version__)
+    app.add_middleware(BodyLimit, limit=intake.limits.body_bytes)
+    synth, started = service.synth, int(time.time())
+    rate, channels = synth.codec_config.sampling_rate, synth.codec_config.channels
+
+    @app.exception_handler(ApiError)
+    async def api_error(request, error: ApiError) -> JSONResponse:
+        return JSONResponse(error.body(), status_code=error.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request, error: RequestValidationError) -> JSONResponse:
+        return await api_error(request, from_validation(error.errors()))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request, error: HTTPException) -> JSONResponse:  # unknown routes, wrong methods
+        return await api_error(request, ApiError(error.status_code, str(error.detail)))
+
+    @app.exception_handler(Exception)
+    async def server_error(request, error: Exception) -> JSONResponse:  # a bug: still the OpenAI shape (and logged)
+        return await api_error(request, ApiError(500, f"internal error: {type(error).__name__}"))
+
+    @app.get(HEALTH_PATH)
+    async def health() -> dict:
+        if not service.ready:
+            raise ApiError(503, "the engine is not running")
+        return {"status": "ok", "model": intake.model_name, "max_batch": service.max_batch}
+
+    @app.get(MODELS_PATH)
+    async def models() -> dict:
+        entry = {"id": intake.model_name, "object": "model", "created": started, "owned_by": "moss"}
+        return {"object": "list", "data": [entry]}
+
+    @app.post(SPEECH_PATH)
+    async def speech(body: SpeechBody) -> Response:
+        ask = await run_in_threadpool(intake.prepare, body.model_dump(exclude_unset=True))
+        loop = asyncio.get_running_loop()
+        arrived: asyncio.Queue = asyncio.Queue()  # chunks (bytes), then the result or the error
+
+        def done(outcome: SynthResult | BaseException) -> None:  # in the engine thread
+            intake.release(ask)  # the engine is done with its reference copy
+            hand_over(loop, arrived.put_nowait, outcome)
+
+        chunk = (lambda data: hand_over(loop, arrived.put_nowait, data)) if ask.stream else None
+        try:
+            service.submit(Ticket(ask.prepared, done, chunk))
+        except Unavailable as e:
+            intake.release(ask)
+            raise ApiError(503, str(e)) from None
+        headers = {
+            HEADER_REQUEST_ID: ask.prepared.request.id,
+            HEADER_SEED: "none" if ask.prepared.effective.seed is None else str(ask.prepared.effective.seed),
+            HEADER_SEED_SOURCE: ask.prepared.effective.seed_source,
+            HEADER_SAMPLE_RATE: str(rate),
+            HEADER_CHANNELS: str(channels),
+        }
+        media_type = MEDIA_TYPES[ask.response_format]
+        if ask.stream:
+            return StreamingResponse(streamed(ask, arrived, rate, channels), media_type=media_type, headers=headers)
+        outcome = await arrived.get()  # no chunks come for a request that does not stream
+        if isinstance(outcome, BaseException):
+            raise ApiError(500, f"synthesis failed: {type(outcome).__name__}: {outcome}")
+        headers.update(result_headers(outcome))
+        content = await run_in_threadpool(encode, outcome.pcm, rate, ask.response_format)
+        return Response(content, media_type=media_type, headers=headers)
+
+    return app
+
+
+async def streamed(ask: Ask, arrived: asyncio.Queue, rate: int, channels: int):
+    """The body of a streaming response: each chunk's PCM as the engine decodes it."""
+    if ask.response_format == "wav":
+        yield wav_stream_header(rate, channels)
+    while True:
+        item = await arrived.get()
+        if isinstance(item, bytes):
+            if item:
+                yield item
+        elif isinstance(item, BaseException):  # too late for a status: the stream ends unfinished
+            log.error("request %s failed while streaming: %s", ask.prepared.request.id, item)
+            raise RuntimeError(f"synthesis failed: {item}")
+        else:
+            return
+
+
+def result_headers(result: SynthResult) -> dict[str, str]:
+    """What the engine did for the request (known once it is finished; not sent when streaming)."""
+    return {
+        HEADER_FRAMES: str(result.frames),
+        HEADER_CODES_SHA256: codes_sha256(result.codes),
+        HEADER_MAX_IN_FLIGHT: str(result.batch_size_seen),
+        HEADER_STOP_REASON: result.stop_reason,
+    }
+
+
+def hand_over(loop: asyncio.AbstractEventLoop, put: Callable[[Any], None], item: Any) -> None:
+    """From the engine thread to the request's event loop (gone if the server is stopping hard)."""
+    try:
+        loop.call_soon_threadsafe(put, item)
+    except RuntimeError:
+        pass
+
+
+def from_validation(errors: list[dict]) -> ApiError:
+    """FastAPI's validation errors as one OpenAI error naming the first field."""
+    if errors and errors[0].get("type") == "json_invalid":
+        reason = errors[0].get("ctx", {}).get("error", "malformed")
+        return ApiError(422, f"the body is not valid JSON ({reason})", None, "invalid_json")
+    if errors and tuple(errors[0].get("loc", ())) == ("body",):  # not an object at all
+        return ApiError(422, "the body must be a JSON object, sent as Content-Type: application/json")
+    problems = []
+    for error in errors:
+        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        problems.append((where or None, error.get("msg", "invalid")))
+    return invalid(problems or [(None, "invalid body")], 422)

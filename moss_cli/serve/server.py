@@ -1,0 +1,106 @@
+"""`moss serve` as a process: load the models, start the engine thread, listen, and on SIGTERM or
+Ctrl-C stop accepting, let every request in flight finish, then stop the engine and return."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import MossError
+from ..pipeline import Synthesizer, SynthOptions
+from .requests import Intake, Limits
+from .service import Service
+
+TINY_NAME = "moss-tts-local-tiny"
+ENGINE_STOP_S = 600.0  # after the last response the engine has nothing left; this only bounds a hang
+
+
+@dataclass
+class Serving:
+    """Everything a server runs on (tests start it in-process; `moss serve` in its main thread)."""
+
+    synth: Synthesizer
+    service: Service
+    intake: Intake
+
+    @property
+    def app(self):
+        from .app import create_app
+
+        return create_app(self.service, self.intake)
+
+    def start(self) -> Serving:
+        """Load the models and start the engine thread."""
+        self.service.start()
+        return self
+
+    def close(self, timeout: float | None = ENGINE_STOP_S) -> bool:
+        stopped = self.service.close(timeout)
+        self.intake.close()
+        return stopped
+
+
+def model_name(options: SynthOptions) -> str:
+    """What /v1/models lists and a body's `model` must match: the checkpoint's folder name."""
+    return TINY_NAME if options.model is None else Path(options.model).resolve().name
+
+
+def prepare(options: SynthOptions, *, allowed_media_dir: Path | None = None, limits: Limits | None = None) -> Serving:
+    """Check the options, deploy config and checkpoint configs, as `moss synth` does (MossError:
+    exit 2); no weights load yet, so a bad option or a taken port fails fast."""
+    if allowed_media_dir is not None and not allowed_media_dir.is_dir():
+        raise MossError("is not a directory", file=allowed_media_dir, field="--allowed-media-dir")
+    synth = Synthesizer(options)  # the same checks and warnings as `moss synth`
+    service = Service(synth, max_batch=options.max_batch)
+    intake = Intake(
+        synth, limits or Limits.of(synth), model_name=model_name(options), allowed_media_dir=allowed_media_dir
+    )
+    return Serving(synth, service, intake)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before uvicorn starts, so a taken port is a clear error (exit 2)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as e:
+        raise MossError(f"cannot listen on {host}:{port} ({e.strerror or e})", field="--port") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(serving: Serving, sock: socket.socket, *, access_log: bool = False, on_ready: Callable[[], None] | None = None):
+    """Serve until SIGTERM or Ctrl-C, then finish what is in flight and stop the engine."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        serving.app,
+        log_level="info" if access_log else "warning",
+        access_log=access_log,
+        timeout_graceful_shutdown=None,  # in-flight requests finish, however long they take
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT and then re-raises the signal to the handlers
+    # it found. These ask for the same shutdown: before uvicorn has its own handlers (a signal while
+    # it starts) that is what they do; after, they make the re-raise harmless, and the exit is 0.
+    def stop(*_) -> None:
+        server.should_exit = True
+
+    quiet = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if on_ready is not None:
+            on_ready()
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in quiet.items():
+            signal.signal(sig, handler)
+        serving.close()
+        logging.getLogger("moss.serve").info("stopped")

@@ -1,0 +1,87 @@
+"""Helpers for the `moss serve` tests: a real uvicorn server on 127.0.0.1 (in this process, on a
+free port, stopped by the fixture), response bodies as PCM, and `moss synth` results to compare."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from moss_cli.io.audio import pcm_sha256
+from moss_cli.job import synthesize
+from moss_cli.pipeline import SynthOptions
+from moss_cli.serve.audio import wav_stream_header
+from moss_cli.serve.server import Serving, listen, prepare
+from moss_cli.speech_api import HEALTH_PATH
+
+START_S = 30.0  # bounded waits: a server that does not come up or go down fails the test
+
+
+@contextmanager
+def running(options: SynthOptions, **start_options):
+    """Start a server in this process; yield (base URL, Serving); stop it and its engine."""
+    import httpx
+    import uvicorn
+
+    serving: Serving = prepare(options, **start_options).start()
+    sock = listen("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(serving.app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        deadline = time.monotonic() + START_S
+        while not server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        assert httpx.get(url + HEALTH_PATH, timeout=5).status_code == 200
+        yield url, serving
+    finally:
+        server.should_exit = True
+        thread.join(START_S)
+        assert not thread.is_alive(), "the server did not stop"
+        assert serving.close(START_S), "the engine did not stop"
+
+
+def pcm_of(content: bytes, response_format: str, *, streamed: bool = False, channels: int = 2) -> np.ndarray:
+    """The int16 samples [samples, channels] of a response body."""
+    if response_format == "pcm":
+        return np.frombuffer(content, dtype="<i2").reshape(-1, channels)
+    if streamed:  # a streaming WAV's sizes say "unknown": the samples are everything after the header
+        header = wav_stream_header(48_000, channels)
+        assert content[: len(header)] == header
+        return np.frombuffer(content[len(header) :], dtype="<i2").reshape(-1, channels)
+    samples, _ = sf.read(io.BytesIO(content), dtype="int16", always_2d=True)
+    return samples
+
+
+def pcm_hash(content: bytes, response_format: str, **kwargs) -> str:
+    return pcm_sha256(pcm_of(content, response_format, **kwargs))
+
+
+def local_synth(records: list[dict], folder: Path, deploy: Path | None = None) -> dict[str, dict]:
+    """`moss synth` of the same requests: manifest rows by id."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "requests.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = synthesize(path, folder / "out", SynthOptions(device="cpu", deploy=deploy))
+    return {row["id"]: row for row in summary.rows}
+
+
+def serve_load():
+    """benchmarks/serve_load.py as a module: its process helpers and the load test itself."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "serve_load.py"
+    spec = importlib.util.spec_from_file_location("serve_load", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("serve_load", module)  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module

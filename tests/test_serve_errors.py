@@ -1,0 +1,164 @@
+"""Bad requests get OpenAI-style errors naming the field (400 values, 413 sizes, 422 types and
+malformed JSON), `ref_audio` reads only inline data or files inside --allowed-media-dir, and the
+server keeps serving afterwards."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+from serve_helpers import local_synth, pcm_hash, running
+
+from moss_cli.pipeline import Synthesizer, SynthOptions
+from moss_cli.serve.requests import Limits
+from moss_cli.speech_api import HEADER_CODES_SHA256, SPEECH_PATH, data_uri
+
+VOICE = Path(__file__).resolve().parent.parent / "examples" / "reference-voice.wav"
+GOOD = {"input": "Hello there.", "seed": 1, "max_new_tokens": 12}
+REF_LIMIT = 200_000  # the example voice is 96 kB
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("media")
+    (folder / "voices").mkdir()
+    (folder / "voices" / "voice.wav").write_bytes(VOICE.read_bytes())
+    outside = tmp_path_factory.mktemp("outside") / "secret.wav"
+    outside.write_bytes(VOICE.read_bytes())
+    os.symlink(outside, folder / "voices" / "escape.wav")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(media):
+    options = SynthOptions(device="cpu", max_batch=4)
+    limits = Limits.of(Synthesizer(options), ref_audio_bytes=REF_LIMIT)
+    with running(options, allowed_media_dir=media, limits=limits) as (url, serving):
+        yield url, serving
+
+
+def _post(url: str, body) -> httpx.Response:
+    # json.dumps escapes what httpx would refuse to encode (a lone surrogate is legal JSON)
+    content = json.dumps(body).encode()
+    return httpx.post(url + SPEECH_PATH, content=content, headers={"content-type": "application/json"}, timeout=60)
+
+
+def _error(response: httpx.Response, status: int, param: str | None) -> str:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param and error["message"]
+    return error["message"]
+
+
+@pytest.mark.parametrize(
+    "change, param",
+    [
+        ({"top_p": 3}, "top_p"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"language": "Klingon"}, "language"),
+        ({"extra_params": {"colour": "red"}}, "extra_params.colour"),
+        ({"extra_params": {"tokens": -1}}, "extra_params.tokens"),
+        ({"speaker": "x"}, "speaker"),
+        ({"response_format": "mp3"}, "response_format"),
+        ({"response_format": "flac", "stream": True}, "response_format"),
+        ({"ref_text": "a transcript without audio"}, "ref_text"),
+        ({"seed": 2**64}, "seed"),
+        ({"input": "   "}, "input"),
+        ({"input": "\ud800"}, "input"),
+    ],
+)
+def test_a_bad_value_is_a_400_naming_its_field(server, change, param):
+    _error(_post(server[0], {**GOOD, **change}), 400, param)
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({**GOOD, "seed": "5"}, "seed"),  # a string is not a seed
+        ({**GOOD, "seed": 1.0}, "seed"),
+        ({**GOOD, "stream": "yes"}, "stream"),
+        ({"seed": 1}, "input"),
+        ([GOOD], None),
+    ],
+)
+def test_a_wrong_type_is_a_422_naming_its_field(server, body, param):
+    _error(_post(server[0], body), 422, param)
+
+
+def test_malformed_json_or_a_body_that_is_no_json_object_is_a_422(server):
+    url = server[0] + SPEECH_PATH
+    response = httpx.post(url, content=b'{"input": "x",', headers={"content-type": "application/json"}, timeout=10)
+    assert "not valid JSON" in _error(response, 422, None)
+    response = httpx.post(url, content=b'{"input": "x"}', headers={"content-type": "text/plain"}, timeout=10)
+    assert "application/json" in _error(response, 422, None)
+
+
+def test_an_unknown_model_is_a_404_and_unknown_routes_keep_the_error_shape(server):
+    _error(_post(server[0], {**GOOD, "model": "tts-1"}), 404, "model")
+    _error(httpx.get(server[0] + "/v1/nothing", timeout=5), 404, None)
+
+
+def test_a_text_longer_than_the_model_can_hold_is_a_413(server):
+    too_long = server[1].intake.limits.text_bytes + 1
+    _error(_post(server[0], {**GOOD, "input": "a" * too_long}), 413, "input")
+
+
+def test_a_body_over_the_limit_is_a_413_whether_declared_or_streamed(server):
+    url, serving = server
+    limit = serving.intake.limits.body_bytes
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:  # declared: refused unread
+        sock.sendall(
+            f"POST {SPEECH_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {limit + 1}\r\n\r\n".encode()
+        )
+        assert sock.recv(1024).startswith(b"HTTP/1.1 413")
+
+    def chunks():  # no Content-Length: counted as it arrives
+        yield b'{"input": "'
+        for _ in range(limit // 65536 + 2):
+            yield b"a" * 65536
+        yield b'"}'
+
+    response = httpx.post(url + SPEECH_PATH, content=chunks(), headers={"content-type": "application/json"}, timeout=30)
+    _error(response, 413, None)
+
+
+def test_reference_paths_are_refused_outside_the_allowed_folder(server, media):
+    url = server[0]
+    assert "allowed-media-dir" in _error(_post(url, {**GOOD, "ref_audio": str(VOICE)}), 400, "ref_audio")
+    for escape in ("../outside/secret.wav", "voices/escape.wav", "voices/../../x.wav", "voices/missing.wav"):
+        _error(_post(url, {**GOOD, "ref_audio": escape}), 400, "ref_audio")
+    for url_ref in ("http://127.0.0.1:1/voice.wav", "https://example.com/voice.wav"):
+        assert "never fetches" in _error(_post(url, {**GOOD, "ref_audio": url_ref}), 400, "ref_audio")
+    _error(_post(url, {**GOOD, "ref_audio": "data:audio/wav;base64,!!!"}), 400, "ref_audio")
+    _error(_post(url, {**GOOD, "ref_audio": "data:audio/wav;base64,UklGRjAwMDBXQVZF"}), 400, "ref_audio")  # not audio
+    big = "data:audio/wav;base64," + base64.b64encode(b"\0" * (REF_LIMIT + 10)).decode()
+    _error(_post(url, {**GOOD, "ref_audio": big}), 413, "ref_audio")
+
+
+def test_reference_voices_inline_or_allowed_clone_exactly_as_moss_synth(server, media, tmp_path):
+    url, serving = server
+    record = {"id": "voice", "text": "Hello there.", "seed": 1, "max_new_frames": 12, "ref_audio": str(VOICE)}
+    local = local_synth([record], tmp_path)["voice"]
+    for ref in (data_uri(VOICE), "voices/voice.wav", f"file://{media / 'voices' / 'voice.wav'}"):
+        response = _post(url, {**GOOD, "ref_audio": ref})
+        assert response.status_code == 200, response.text
+        assert pcm_hash(response.content, "wav") == local["pcm_sha256"], ref
+        assert response.headers[HEADER_CODES_SHA256] == local["codes_sha256"]
+    assert list(serving.intake.folder.iterdir()) == []  # private copies removed once done
+    assert serving.synth.voices._read == {}  # and the voices forgotten
+
+
+def test_the_server_still_serves_after_every_bad_request(server):
+    url = server[0]
+    for bad in ({"top_p": 9}, {"seed": "x"}, {"ref_audio": "/etc/passwd"}):
+        assert _post(url, {**GOOD, **bad}).status_code in (400, 422)
+    assert httpx.get(url + "/health", timeout=5).status_code == 200
+    assert _post(url, GOOD).status_code == 200
