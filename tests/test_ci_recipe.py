@@ -6,11 +6,12 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from speech_servers import Behaviour, serving  # tests/ is on sys.path
+from speech_servers import unused_port  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "github-actions-audit.yml"
@@ -103,37 +104,49 @@ def test_server_recipe_starts_a_server_waits_for_health_with_a_bound_and_audits_
     assert any("kill" in s.get("run", "") for s in steps if s.get("if") == "always()")  # the server is stopped
 
 
-@pytest.mark.slow
-def test_server_recipe_wait_and_audit_steps_run_against_a_live_server(tmp_path):
-    """The recipe's own shell, run here against a small server that wants a token: it waits for
-    /health, audits, writes the reports, and the token appears nowhere."""
+@pytest.mark.slow  # a real moss serve process
+def test_server_recipe_steps_start_moss_serve_wait_audit_and_stop_it(tmp_path):
+    """The recipe's own shell, run here: it starts moss serve, waits for /health, audits it with a
+    token header, writes the reports (the token appears nowhere) and stops the server."""
+    port = str(unused_port())
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "moss").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m moss_cli "$@"\n')
     (bin_dir / "moss").chmod(0o755)
-    (tmp_path / "few.jsonl").write_text('{"id": "a", "text": "Short.", "seed": 3, "max_new_frames": 3}\n')
+    (tmp_path / "few.jsonl").write_text('{"id": "a", "text": "Short.", "seed": 3, "max_new_frames": 8}\n')
     steps = {s.get("name", ""): s.get("run", "") for s in _steps(SERVER_RECIPE)}
+    start = next(run for name, run in steps.items() if name.startswith("Start")).replace("8091", port)
     wait = next(run for name, run in steps.items() if name.startswith("Wait"))
     audit = next(run for name, run in steps.items() if name == "Audit the server")
     audit = audit.replace("moss audit-determinism \\", "moss audit-determinism few.jsonl --stagger-ms 10 \\")
+    stop = next(run for name, run in steps.items() if name.startswith("Stop"))
     token = "recipe-token-4321"
-    with serving(Behaviour(token=token, moss_headers=True)) as url:
-        env = {
-            **os.environ,
-            "PATH": f"{bin_dir}:{os.environ['PATH']}",
-            "PYTHONPATH": str(ROOT),
-            "MOSS_SERVER_URL": url,
-            "TTS_TOKEN": token,
-        }
-        done = [
-            subprocess.run(
-                ["bash", "-eo", "pipefail", "-c", run], cwd=tmp_path, env=env, capture_output=True, text=True
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+        "MOSS_SERVER_URL": f"http://127.0.0.1:{port}",
+        "TTS_TOKEN": token,
+    }
+    done = []
+    try:
+        for run in (start, wait, audit):
+            done.append(
+                subprocess.run(
+                    ["bash", "-eo", "pipefail", "-c", run], cwd=tmp_path, env=env, capture_output=True, text=True
+                )
             )
-            for run in (wait, audit)
-        ]
+    finally:
+        stopped = subprocess.run(["bash", "-c", stop], cwd=tmp_path, env=env, capture_output=True, text=True)
     for step in done:
-        assert step.returncode == 0, step.stdout + step.stderr
+        assert step.returncode == 0, step.stdout + step.stderr + (tmp_path / "server.log").read_text()
         assert token not in step.stdout + step.stderr
+    assert stopped.returncode == 0
     report = tmp_path / "audit-report"
-    assert {"junit.xml", "summary.md", "audit.json"} <= {p.name for p in report.iterdir()}
+    assert {"junit.xml", "summary.md", "audit.json", "index.html"} <= {p.name for p in report.iterdir()}
     assert all(token not in p.read_text() for p in report.glob("*.*"))
+    pid = int((tmp_path / "server.pid").read_text())
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:  # SIGTERM: it finishes, then exits
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists()

@@ -225,6 +225,7 @@ def _in_flight(run: ServerRun, got: list[tuple[Send, Reply]]) -> dict:
                 "sent_s": round(r.sent_s, 4),
                 "wall_s": round(r.wall_s, 4),
                 "attempts": r.attempts,
+                "server_request_id": r.server_id,
             }
             for s, r in got
             if s.audited

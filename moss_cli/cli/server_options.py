@@ -46,11 +46,18 @@ SampleRateOption = Annotated[
     typer.Option(
         "--sample-rate",
         min=1,
-        help="--server with --response-format pcm: the sample rate when the server sends none (default 24000).",
+        help="--server with --response-format pcm: the sample rate when the server sends none "
+        "(x-moss-sample-rate; default 24000).",
     ),
 ]
 ChannelsOption = Annotated[
-    int, typer.Option("--channels", min=1, help="--server with --response-format pcm: interleaved channels.")
+    int,
+    typer.Option(
+        "--channels",
+        min=1,
+        help="--server with --response-format pcm: interleaved channels when the server does not say "
+        "(x-moss-channels).",
+    ),
 ]
 ServedModelOption = Annotated[
     Optional[str],

@@ -179,21 +179,25 @@ class SpeechClient:
                 raise _Transient(self.options.redact(message), status)
             raise self._fail(message, request, status)
         headers = moss_headers(response.headers)
-        rate = self.options.sample_rate or DEFAULT_PCM_RATE
-        if api.HEADER_SAMPLE_RATE in headers and headers[api.HEADER_SAMPLE_RATE].isdigit():
-            rate = int(headers[api.HEADER_SAMPLE_RATE])
+        # Raw PCM says nothing of its layout: the server's headers where sent, else the options.
+        rate = _positive(headers.get(api.HEADER_SAMPLE_RATE)) or self.options.sample_rate or DEFAULT_PCM_RATE
+        channels = _positive(headers.get(api.HEADER_CHANNELS)) or self.options.channels
         try:
             pcm, rate = decode_audio(
                 response.content,
                 str(body.get("response_format", self.options.response_format)),
                 response.headers.get("content-type", ""),
                 sample_rate=rate,
-                channels=self.options.channels,
+                channels=channels,
             )
         except NotAudio as e:
             fmt = body.get("response_format", self.options.response_format)
             raise self._fail(f"{what}: HTTP {status}, but the body is not {fmt} audio: {e}", request, status) from None
         return Reply(request, context, pcm, rate, headers)
+
+
+def _positive(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() and int(value) > 0 else None
 
 
 async def all_or_nothing(jobs: Iterable[Awaitable]) -> list:

@@ -67,6 +67,11 @@ class Reply:
     def stop_reason(self) -> str | None:
         return self.headers.get(api.HEADER_STOP_REASON)
 
+    @property
+    def server_id(self) -> str | None:
+        """The id the server gave the request (moss serve's logs use it)."""
+        return self.headers.get(api.HEADER_REQUEST_ID)
+
 
 MOSS_HEADERS = (
     api.HEADER_SEED,
@@ -76,6 +81,8 @@ MOSS_HEADERS = (
     api.HEADER_MAX_IN_FLIGHT,
     api.HEADER_STOP_REASON,
     api.HEADER_SAMPLE_RATE,
+    api.HEADER_CHANNELS,
+    api.HEADER_REQUEST_ID,
 )
 
 

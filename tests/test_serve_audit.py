@@ -1,0 +1,194 @@
+"""The server audit and `synth --server` against a real `moss serve` process (tiny model): it passes
+bitwise with requests that really ran together; the legacy global RNG is batch-dependent; a deploy
+without a seed is unseeded; synthesis through the server equals local synthesis bitwise and
+survives a killed client."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from serve_helpers import serve_load  # tests/ is on sys.path
+from typer.testing import CliRunner
+
+from moss_cli.cli.app import app
+
+pytestmark = pytest.mark.slow  # real server processes
+ROOT = Path(__file__).resolve().parent.parent
+load = serve_load()
+runner = CliRunner()
+RECORDS = [
+    {"id": "seeded-a", "text": "A request with its own seed.", "seed": 11, "max_new_frames": 16},
+    {"id": "seeded-zero", "text": "Seed zero is a seed too.", "seed": 0, "max_new_frames": 12},
+    {"id": "unseeded-a", "text": "No seed: the deploy seed decides.", "max_new_frames": 20},
+    {"id": "unseeded-b", "text": "A longer unseeded request, still running when others finish.", "max_new_frames": 28},
+]
+JOB = [
+    {"id": f"job-{i:02d}", "text": f"Line {i} of a batch job.", "max_new_frames": 40, **({"seed": i} if i % 2 else {})}
+    for i in range(16)
+]
+
+
+def _file(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+@contextmanager
+def moss_serve(folder: Path, *options: str):
+    """`moss serve` in its own process on a free port; yields its URL; stopped with SIGTERM."""
+    port = load.free_port()
+    process = load.start_server(port, folder / f"serve-{port}.log", *options)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        load.wait_healthy(url, process)
+        yield url
+    finally:
+        code, _ = load.stop_server(process)
+        assert code == 0, (folder / f"serve-{port}.log").read_text()
+
+
+def _audit(url: str, requests: Path, report: Path, *extra) -> tuple[int, dict, str]:
+    result = runner.invoke(
+        app,
+        [
+            "audit-determinism",
+            str(requests),
+            "--server",
+            url,
+            "--stagger-ms",
+            "30",
+            "--json",
+            str(report),
+            *map(str, extra),
+        ],
+    )
+    return result.exit_code, json.loads(report.read_text()) if report.exists() else {}, result.output
+
+
+@pytest.fixture(scope="module")
+def seeded_server(tmp_path_factory):
+    with moss_serve(tmp_path_factory.mktemp("serve")) as url:
+        yield url
+
+
+def test_moss_serve_passes_bitwise_with_requests_that_really_ran_together(seeded_server, tmp_path):
+    code, report, output = _audit(
+        seeded_server, _file(tmp_path / "r.jsonl", RECORDS), tmp_path / "a.json", "--level", "bitwise"
+    )
+    assert code == 0, output
+    assert {v["verdict"] for v in report["server"]["requests"].values()} == {"identical"}
+    runs = report["server"]["runs"]
+    for scenario in ("concurrent", "shuffled", "seeded-neighbours", "length-mix", "voices"):
+        [run] = [run for label, run in runs.items() if label.startswith(f"{scenario}/")]
+        assert run["max_in_flight_server"] > 1, scenario  # the engine's batch held several of them
+    assert runs["reference/alone"]["max_in_flight_server"] == 1
+    assert report["server"]["codes"] == "x-moss-codes-sha256 header"
+    assert report["summary"]["failures"] == 0 and report["summary"]["cases"] > 0
+
+
+def test_synth_through_moss_serve_equals_local_synth_bitwise(seeded_server, tmp_path):
+    requests = _file(tmp_path / "job.jsonl", JOB)
+    local = runner.invoke(app, ["synth", str(requests), "--out", str(tmp_path / "local")])
+    served = runner.invoke(
+        app,
+        ["synth", str(requests), "--out", str(tmp_path / "served"), "--server", seeded_server, "--concurrency", "4"],
+    )
+    assert local.exit_code == 0 and served.exit_code == 0, local.output + served.output
+    same = [
+        "id",
+        "seed",
+        "seed_source",
+        "frames",
+        "duration_s",
+        "sample_rate",
+        "channels",
+        "codes_sha256",
+        "pcm_sha256",
+        "stop_reason",
+        "file",
+    ]
+    a = pd.read_csv(tmp_path / "local" / "manifest.csv", dtype={"id": str})[same]
+    b = pd.read_csv(tmp_path / "served" / "manifest.csv", dtype={"id": str})[same]
+    pd.testing.assert_frame_equal(a, b)
+    for row in a.itertuples():
+        assert (tmp_path / "local" / row.file).read_bytes() == (tmp_path / "served" / row.file).read_bytes()
+    # Raw PCM (stereo here) decodes by the server's rate and channel headers to the same samples.
+    pcm = runner.invoke(
+        app,
+        ["synth", str(requests), "--out", str(tmp_path / "pcm"), "--server", seeded_server, "--response-format", "pcm"],
+    )
+    assert pcm.exit_code == 0, pcm.output
+    c = pd.read_csv(tmp_path / "pcm" / "manifest.csv", dtype={"id": str})[same]
+    pd.testing.assert_frame_equal(a, c)
+
+
+def test_synth_through_moss_serve_resumes_after_the_client_is_killed(seeded_server, tmp_path):
+    requests = _file(tmp_path / "job.jsonl", JOB)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "moss_cli", "synth", str(requests), "--out", str(out), "--server", seeded_server]
+    env = {**load.os.environ, "PYTHONPATH": str(ROOT), "CI": "1"}
+    process = subprocess.Popen([*command, "--concurrency", "2"], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list(out.glob("*.wav"))) < 2:
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline, "no output files in time"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait(30)
+    assert len(list(out.glob("*.wav"))) < len(JOB)  # killed mid-run
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    manifest = pd.read_csv(out / "manifest.csv", dtype={"id": str})
+    assert list(manifest["id"]) == [r["id"] for r in JOB]
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == sorted(f"{r['id']}.wav" for r in JOB) + [
+        "manifest.csv"
+    ]
+    clean = runner.invoke(app, ["synth", str(requests), "--out", str(tmp_path / "clean"), "--server", seeded_server])
+    assert clean.exit_code == 0
+    expected = pd.read_csv(tmp_path / "clean" / "manifest.csv", dtype={"id": str})
+    assert list(manifest["pcm_sha256"]) == list(expected["pcm_sha256"])
+
+
+def test_legacy_global_rng_is_batch_dependent(tmp_path):
+    with moss_serve(tmp_path, "--legacy-global-rng") as url:
+        code, report, output = _audit(
+            url,
+            _file(tmp_path / "r.jsonl", RECORDS),
+            tmp_path / "a.json",
+            "--level",
+            "bitwise",
+            "--scenarios",
+            "concurrent,seeded-neighbours",
+        )
+    assert code == 1, output
+    assert "batch-dependent" in report["summary"]["causes"]
+    assert all(case["verdict"] == "pass" for case in report["cases"] if case["scenario"] == "repeat")
+    assert "batch-dependent" in " ".join(output.split())
+
+
+def test_a_deploy_without_a_seed_is_unseeded_and_fails_only_when_strict(tmp_path):
+    deploy = ROOT / "recipes" / "moss_tts_local_tiny_unseeded.yaml"
+    requests = _file(tmp_path / "r.jsonl", RECORDS)
+    with moss_serve(tmp_path, "--deploy", str(deploy)) as url:
+        code, report, output = _audit(url, requests, tmp_path / "a.json", "--scenarios", "repeat,concurrent")
+        strict, strict_report, _ = _audit(
+            url, requests, tmp_path / "s.json", "--scenarios", "repeat", "--strict-unseeded"
+        )
+    assert code == 0, output
+    verdicts = {key: v["verdict"] for key, v in report["server"]["requests"].items()}
+    assert verdicts == {
+        "seeded-a": "identical",
+        "seeded-zero": "identical",
+        "unseeded-a": "unseeded",
+        "unseeded-b": "unseeded",
+    }
+    assert report["reference"]["unseeded-a"]["seed_source"] == "none"
+    assert strict == 1 and strict_report["summary"]["causes"] == {"unseeded": 2}
