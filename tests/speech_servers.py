@@ -176,3 +176,35 @@ def serving(behaviour: Behaviour, start_timeout: float = 10.0) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@contextmanager
+def resetting(start_timeout: float = 5.0) -> Iterator[str]:
+    """A server that accepts each connection, reads the request and closes without answering (a
+    reset connection, as a crashing worker or a proxy gives)."""
+    sock = free_socket()
+    sock.listen()
+    sock.settimeout(0.1)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(start_timeout)
+                try:
+                    conn.recv(65536)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        sock.close()

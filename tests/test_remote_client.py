@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from speech_servers import RATE, Behaviour, serving, synthesize, unused_port  # tests/ is on sys.path
+from speech_servers import RATE, Behaviour, resetting, serving, synthesize, unused_port  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
@@ -75,6 +75,16 @@ def test_5xx_answers_are_re_sent_up_to_retries_and_each_re_send_is_reported(tmp_
     reported = [line for line in result.output.splitlines() if line.startswith("retry:")]
     assert len(reported) == 2 and all("HTTP 503" in line for line in reported)
     assert len(list((tmp_path / "out").glob("*.wav"))) == 2
+
+
+def test_a_reset_connection_is_re_sent_and_reported_then_an_error_naming_the_request(tmp_path):
+    with resetting() as url:
+        result = _synth(_requests(tmp_path, 1), tmp_path / "out", url, "--retries", "1")
+    assert result.exit_code == 2
+    lines = result.output.splitlines()
+    assert sum(line.startswith("retry:") for line in lines) == 1
+    message = _one_line(result.output)
+    assert "request 'r0' (synth)" in message and "connection lost" in message and "(after 2 attempts)" in message
 
 
 def test_without_retries_a_503_is_an_error_and_4xx_is_never_re_sent(tmp_path):
