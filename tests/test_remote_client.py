@@ -61,7 +61,7 @@ def test_a_refused_connection_exits_2_and_says_so(tmp_path):
 
 
 def test_a_server_slower_than_the_timeout_exits_2_naming_the_request(tmp_path):
-    with serving(Behaviour(hold_s=3.0)) as url:
+    with serving(Behaviour(hold_s=1.0)) as url:
         result = _synth(_requests(tmp_path, 1), tmp_path / "out", url, "--timeout", "0.3")
     assert result.exit_code == 2
     assert "request 'r0' (synth)" in _one_line(result.output)
