@@ -47,6 +47,7 @@ class Behaviour:
     deploy_seed_elsewhere: bool = False  # unseeded requests draw from another stream than an explicit seed 42
     seen: list[dict] = field(default_factory=list)  # bodies received
     headers_seen: list[dict] = field(default_factory=list)
+    queries_seen: list[str] = field(default_factory=list)
 
 
 def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
@@ -85,6 +86,7 @@ def make_app(behaviour: Behaviour) -> FastAPI:
         body = await request.json()
         behaviour.seen.append(body)
         behaviour.headers_seen.append(dict(request.headers))
+        behaviour.queries_seen.append(request.url.query)
         number = next(counter)
         if behaviour.token is not None:
             given = request.headers.get("authorization", "")

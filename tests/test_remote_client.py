@@ -97,7 +97,7 @@ def test_without_retries_a_503_is_an_error_and_4xx_is_never_re_sent(tmp_path):
 
 
 def test_auth_headers_and_url_credentials_never_reach_the_terminal_or_any_report(tmp_path, monkeypatch):
-    token, password = "s3cret-token-value", "pw-hidden-value"
+    token, password, key = "s3cret-token-value", "pw-hidden-value", "query-key-value"
     summary = tmp_path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     behaviour = Behaviour(token=token, moss_headers=True)
@@ -108,7 +108,7 @@ def test_auth_headers_and_url_credentials_never_reach_the_terminal_or_any_report
                 "audit-determinism",
                 str(_requests(tmp_path)),
                 "--server",
-                url,
+                f"{url}/?key={key}",  # a gateway's key in the query
                 "--header",
                 f"Authorization: Bearer {token}",
                 "--scenarios",
@@ -120,14 +120,15 @@ def test_auth_headers_and_url_credentials_never_reach_the_terminal_or_any_report
         wrong = _synth(_requests(tmp_path), tmp_path / "a", url, "--header", "Authorization: Bearer wrong-one-123")
         basic = _synth(_requests(tmp_path), tmp_path / "b", url.replace("http://", f"http://user:{password}@"))
     assert audit.exit_code == 0, audit.output
-    assert behaviour.headers_seen[0]["authorization"] == f"Bearer {token}"  # it was sent
+    assert behaviour.headers_seen[0]["authorization"] == f"Bearer {token}"  # they were sent
+    assert behaviour.queries_seen[0] == f"key={key}"
     # The server echoes what it got; the client blanks it out (a token, or basic auth's base64).
     assert wrong.exit_code == basic.exit_code == 2 and "HTTP 401" in wrong.output and "HTTP 401" in basic.output
     assert "wrong-one-123" not in wrong.output and "dXNlcjpwdy1oaWRkZW4tdmFsdWU" not in basic.output
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".json", ".xml", ".md", ".html")]
     assert {p.name for p in written} >= {"audit.json", "junit.xml", "summary.md", "step-summary.md", "index.html"}
     for text in [audit.output, basic.output, *(p.read_text() for p in written)]:
-        assert token not in text and password not in text
+        assert token not in text and password not in text and key not in text
 
 
 def test_a_malformed_header_is_refused_without_echoing_its_value():

@@ -89,6 +89,7 @@ class SpeechClient:
         limit = self.options.concurrency
         self._http = httpx.AsyncClient(
             base_url=self.options.base_url,
+            params=httpx.QueryParams(self.options.query),
             headers=dict(self.options.headers),
             timeout=httpx.Timeout(self.options.timeout_s),
             limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),

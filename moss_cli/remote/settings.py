@@ -49,7 +49,14 @@ class ServerOptions:
 
     @property
     def base_url(self) -> str:
-        return self.url.rstrip("/")
+        """The URL without its query (which `query` carries to every request)."""
+        parts = urlsplit(self.url)
+        return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+    @property
+    def query(self) -> str:
+        """A query in --server (e.g. a gateway's `?key=...`), sent with every request."""
+        return urlsplit(self.url).query
 
     @property
     def public_url(self) -> str:
