@@ -173,7 +173,7 @@ class Auditor:
             self.synth.chunk_schedule,
             mixups.warnings,
             scenario_s,
-            compile_seconds() if self.options.synth.compile else None,
+            compile_s=compile_seconds() if self.options.synth.compile else None,
         )
 
     def _judge(self, scenario: str, run: Run, reference_run: Run, key: str, ref: Output, out: Output) -> Case:
