@@ -12,24 +12,27 @@ from dataclasses import dataclass
 # these keep CPU cost flat up to a batch of 8 and a codec chunk of 64 steps.
 ENGINE_BLOCK = 8
 CODEC_TILE = 64
+WIDE_UNIT = 4  # a padded single block grows in steps of this many rows (where the platform allows it)
 
 
 @dataclass(frozen=True)
 class Numerics:
-    """`batch_invariant`: every decode step is padded to a multiple of `engine_block` rows (one
-    block for the batch where the platform is verified to allow it, `wide_blocks`; else blocks of
-    exactly `engine_block` rows) and every codec matrix product runs in tiles of `codec_tile` rows,
+    """`batch_invariant`: every decode step is padded, either to one block of a multiple of
+    `wide_unit` rows for the whole batch (`wide_blocks`, where the platform is verified to give a row
+    the same bits at every such size and at `engine_block`) or to blocks of exactly `engine_block`
+    rows (anywhere) and every codec matrix product runs in tiles of `codec_tile` rows,
     so a request's logits, codes and PCM do not depend on its neighbours. Off: unpadded shapes and
     plain kernels (faster; a row's last bits then follow the batch)."""
 
     batch_invariant: bool = True
     engine_block: int = ENGINE_BLOCK
     codec_tile: int = CODEC_TILE
-    wide_blocks: bool = True  # one block padded to a multiple of engine_block rows, where verified invariant
+    wide_blocks: bool = True  # one block padded to a multiple of wide_unit rows, where verified invariant
+    wide_unit: int = WIDE_UNIT
 
     def __post_init__(self) -> None:
-        if self.engine_block < 1 or self.codec_tile < 1:
-            raise ValueError("engine_block and codec_tile must be at least 1")
+        if self.engine_block < 1 or self.codec_tile < 1 or self.wide_unit < 1:
+            raise ValueError("engine_block, wide_unit and codec_tile must be at least 1")
 
     @property
     def engine_rows(self) -> int | None:

@@ -37,7 +37,7 @@ def _run(talker, numerics: Numerics, count: int):
 def test_one_padded_block_gives_the_bits_of_fixed_blocks(talker32):
     wide, wide_codes, wide_logits = _run(talker32, Numerics(), 13)
     fixed, fixed_codes, fixed_logits = _run(talker32, Numerics(wide_blocks=False), 13)
-    assert wide.wide and not fixed.wide  # this CPU's products are row-invariant at 8 and 16 rows
+    assert wide.wide and not fixed.wide  # this CPU gives a row the same bits at 4, 8, 12 and 16 rows
     assert wide_codes.keys() == fixed_codes.keys()
     assert all(torch.equal(wide_codes[k], fixed_codes[k]) for k in wide_codes)
     assert wide_logits.keys() == fixed_logits.keys()
@@ -50,11 +50,31 @@ def test_the_engine_keeps_fixed_blocks_where_a_product_depends_on_the_row_count(
 
     monkeypatch.setattr(row_probe, "_VERDICTS", {})
     monkeypatch.setattr(row_probe, "F", SimpleNamespace(linear=rounding_by_row_count))
-    assert not row_probe.wide_blocks_are_invariant(talker32.model, 8, 16)
+    assert not row_probe.wide_blocks_are_invariant(talker32.model, 4, 8, 16)
     monkeypatch.undo()
-    assert row_probe.wide_blocks_are_invariant(talker32.model, 8, 16)
+    assert row_probe.wide_blocks_are_invariant(talker32.model, 4, 8, 16)
 
 
-def test_a_batch_that_fits_one_block_needs_no_probe(talker32, monkeypatch):
-    monkeypatch.setattr(row_probe, "_same_rows", lambda *a: False)
-    assert row_probe.wide_blocks_are_invariant(talker32.model, 8, 8)
+def test_a_small_batch_is_probed_against_the_fixed_block_too(talker32, monkeypatch):
+    """With --max-batch 4 the padded block never exceeds 4 rows, but another run may use fixed
+    8-row blocks: 4 and 8 rows must agree, or both runs use fixed blocks."""
+
+    def differs_at_eight(x, weight, bias=None):
+        return F.linear(x, weight, bias) + (x.shape[0] % 8 == 0) * 1e-6
+
+    monkeypatch.setattr(row_probe, "_VERDICTS", {})
+    monkeypatch.setattr(row_probe, "F", SimpleNamespace(linear=differs_at_eight))
+    assert not row_probe.wide_blocks_are_invariant(talker32.model, 4, 8, 4)
+
+
+def test_a_lone_request_pays_for_one_padding_unit_not_a_whole_fixed_block(talker32):
+    engine = Engine(talker32.model, max_batch=8, numerics=Numerics())
+    seen = []
+    original = engine._step_block
+    engine._step_block = lambda rows, size, finished, frames: (
+        seen.append(size),
+        original(rows, size, finished, frames),
+    )[1]
+    request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=1)
+    list(engine.run([request]))
+    assert engine.wide and set(seen) == {4}

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from ..device import resolve_device, resolve_dtype
 from ..engine.compiled import compile_seconds
+from ..engine.row_probe import ONE_BLOCK, step_layout
 from ..engine.scheduler import Engine, FrameEvent, GenerationRequest
 from ..errors import MossError
 from ..model.codec import AudioCodec
@@ -171,6 +172,15 @@ def _floor_step(model: MossTTSLocal, rows: int) -> float:
     return time.perf_counter() - start
 
 
+def padded_rows(model: MossTTSLocal, numerics: Numerics, batch: int, compile: bool) -> int:
+    """Rows a decode step of `batch` requests really computes (the floor is measured at that size)."""
+    layout = step_layout(model, numerics, batch, compile)
+    if layout == "unpadded":
+        return batch
+    unit = numerics.wide_unit if layout == ONE_BLOCK else numerics.engine_block
+    return unit * math.ceil(batch / unit)
+
+
 def _peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -222,9 +232,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                     _codec_seconds(codec, cfg.n_vq, batch, options.frames, device) for _ in range(options.repeats)
                 )
                 ttfa = _ttfa(model, codec, numerics, prompts, batch, options.frames, options.compile)
-                rows = (
-                    numerics.engine_block * math.ceil(batch / numerics.engine_block) if numerics.engine_rows else batch
-                )
+                rows = padded_rows(model, numerics, batch, options.compile)
                 floor = statistics.median(_floor_step(model, rows) for _ in range(max(options.repeats, 3)))
             audio_s = batch * options.frames / frame_rate
             talker_s = prefill + step * options.frames

@@ -34,11 +34,11 @@ def _weights(model: MossTTSLocal) -> dict[tuple[int, int, bool], torch.Tensor]:
     return found
 
 
-def _same_rows(product, inputs: tuple[torch.Tensor, ...], sizes: list[int], block: int) -> bool:
+def _same_rows(product, inputs: tuple[torch.Tensor, ...], sizes: list[int], offset: int) -> bool:
     """Whether `product(*inputs)` gives rows start..start+n the same bits when given only those rows."""
     full = product(*inputs)
     for rows in sizes:
-        for start in (0, block) if rows + block <= full.shape[0] else (0,):
+        for start in (0, offset) if rows + offset <= full.shape[0] else (0,):
             part = product(*(x[start : start + rows] for x in inputs))
             if not torch.equal(part, full[start : start + rows]):
                 return False
@@ -46,17 +46,17 @@ def _same_rows(product, inputs: tuple[torch.Tensor, ...], sizes: list[int], bloc
 
 
 @torch.inference_mode()
-def wide_blocks_are_invariant(model: MossTTSLocal, block: int, max_rows: int) -> bool:
+def wide_blocks_are_invariant(model: MossTTSLocal, unit: int, block: int, max_rows: int) -> bool:
     """True when every product of a decode step gives each row the same bits for any multiple of
-    `block` rows up to `max_rows` (rounded up), here and now."""
-    top = block * -(-max_rows // block)
-    if top <= block:
-        return True  # one block is all there will ever be
+    `unit` rows up to `max_rows` (rounded up) and at `block` rows, here and now. Including the fixed
+    block's size keeps the bits the same whichever layout a run picks (a different --max-batch may
+    pick the other)."""
+    top = max(unit * -(-max_rows // unit), block)
     param = next(model.parameters())
     weights = _weights(model)
     cfg = model.cfg.backbone
     key = (tuple(sorted(weights)), cfg.num_kv_heads, cfg.head_dim, param.dtype, param.device)
-    key = (*key, torch.get_num_threads(), block, top)
+    key = (*key, torch.get_num_threads(), unit, block, top)
     if key in _VERDICTS:
         return _VERDICTS[key]
     generator = torch.Generator(device=param.device).manual_seed(0)
@@ -64,16 +64,16 @@ def wide_blocks_are_invariant(model: MossTTSLocal, block: int, max_rows: int) ->
     def randn(*shape):
         return torch.randn(*shape, generator=generator, device=param.device, dtype=param.dtype)
 
-    rows, sizes = top + block, list(range(block, top + 1, block))
+    rows, sizes = top + unit, sorted({*range(unit, top + 1, unit), block})
     verdict = True
     for (out, inp, bias), weight in weights.items():
         shift = randn(out) if bias else None
-        verdict = verdict and _same_rows(lambda x: F.linear(x, weight, shift), (randn(rows, inp),), sizes, block)
+        verdict = verdict and _same_rows(lambda x: F.linear(x, weight, shift), (randn(rows, inp),), sizes, unit)
     if verdict:  # decode attention: each row's batched products over its kv heads, query group and keys
         exact = torch.float64 if param.dtype == torch.float64 else torch.float32
         query = randn(rows, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim).to(exact)
         keys = randn(rows, cfg.num_kv_heads, cfg.head_dim, 2 * 64).to(exact)
-        verdict = _same_rows(torch.matmul, (query, keys), sizes, block)
+        verdict = _same_rows(torch.matmul, (query, keys), sizes, unit)
     _VERDICTS[key] = verdict
     return verdict
 
@@ -84,6 +84,7 @@ def step_layout(model: MossTTSLocal, numerics: Numerics, max_batch: int, compile
     block = numerics.engine_rows
     if not block:
         return "unpadded"
-    if numerics.wide_blocks and not compile and wide_blocks_are_invariant(model, block, max_batch):
+    unit = numerics.wide_unit
+    if numerics.wide_blocks and not compile and wide_blocks_are_invariant(model, unit, block, max_batch):
         return ONE_BLOCK
     return f"blocks of {block}"

@@ -114,6 +114,7 @@ class Engine:
         # One padded block for the whole batch, where verified invariant (a compiled frame keeps one shape).
         self.layout = step_layout(model, numerics, max_batch, compile)
         self.wide = self.layout == ONE_BLOCK
+        self.wide_unit = numerics.wide_unit
 
     def _generator(self, seed: int | None) -> torch.Generator | None:
         if self.legacy_global_rng or seed is None:
@@ -198,18 +199,18 @@ class Engine:
     def _step(self, running: list[_Running], frames: bool) -> Iterator[Event]:
         """Decode one frame for every running request, then feed the continuing ones to the backbone.
 
-        Batch-invariant mode pads the step to a multiple of `block_rows` rows: one padded block for
-        the whole batch where this platform's products are verified to give a row the same bits at
-        every such row count (`row_probe`), else separate blocks of exactly `block_rows` rows (GEMM
+        Batch-invariant mode pads the step: to one block of a multiple of `wide_unit` rows for the
+        whole batch where this platform's products are verified to give a row the same bits at every
+        such row count (`row_probe`), else to separate blocks of exactly `block_rows` rows (GEMM
         libraries may round a row differently for other row counts; cuBLAS picks other kernels). In
         both modes each row attends over its own keys only (BlockedDecode) and draws from its own
         random stream (`FrameStep`); the fast mode just does not pad.
         """
-        block = self.block_rows
+        block, n = self.block_rows, len(running)
         if not block:
-            blocks = [(list(running), len(running))]
+            blocks = [(list(running), n)]
         elif self.wide:
-            blocks = [(list(running), block * -(-len(running) // block))]
+            blocks = [(list(running), self.wide_unit * -(-n // self.wide_unit))]
         else:
             blocks = [(running[i : i + block], block) for i in range(0, len(running), block)]
         finished: set[int] = set()
