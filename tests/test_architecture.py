@@ -11,6 +11,7 @@ LAYERS = {
     "audit": 5,
     "bench": 5,
     "synth": 5,  # synth: a compatibility re-export of pipeline + job
+    "scaleout": 5,  # synth and audit on Ray workers: drives job and audit
     "pipeline": 4,
     "speech_api": 4,
     "api": 3,

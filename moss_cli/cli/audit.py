@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,18 +10,24 @@ import typer
 
 from ..audit.scenarios import SCENARIOS
 from ..errors import MossError
-from .common import Device, DType, stderr, stdout, user_errors
+from .common import Device, DType, ray_event, stderr, stdout, user_errors
 from .options import (
     AllowForeignDeploy,
     BatchInvariant,
     CodecOption,
+    CpusPerWorkerOption,
     DeployOption,
     DeviceOption,
     DTypeOption,
+    GpusPerWorkerOption,
     LegacyGlobalRng,
     MaxBatchOption,
     ModelOption,
+    RayAddressOption,
+    RayOption,
     ThreadsOption,
+    WorkersOption,
+    ray_cluster,
     synth_options,
 )
 
@@ -51,6 +58,11 @@ def audit_determinism(
     ] = None,
     save_golden_path: Annotated[Optional[Path], typer.Option("--save-golden", help="Save a golden baseline.")] = None,
     golden: Annotated[Optional[Path], typer.Option(help="Compare against a golden baseline; drift fails.")] = None,
+    ray: RayOption = False,
+    ray_address: RayAddressOption = None,
+    workers: WorkersOption = None,
+    gpus_per_worker: GpusPerWorkerOption = None,
+    cpus_per_worker: CpusPerWorkerOption = None,
 ) -> None:
     """Synthesise the same requests in many batch compositions and compare each with its output alone.
 
@@ -66,6 +78,11 @@ def audit_determinism(
             {"--json": json_path, "--junit": junit, "--markdown": markdown, "--save-golden": save_golden_path},
             report_dir,
         )
+        cluster = ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker)
+        if cluster is not None:  # the same audit, its runs on Ray workers
+            from ..scaleout.audit import audit_on_ray
+
+            run_audit = partial(audit_on_ray, cluster, on_event=ray_event)
         chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip())
         if not chosen:
             raise MossError("no scenario selected", field="--scenarios")

@@ -11,18 +11,24 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from .common import Device, DType, interactive, stderr, stdout, user_errors
+from .common import Device, DType, interactive, ray_event, stderr, stdout, user_errors
 from .options import (
     AllowForeignDeploy,
     BatchInvariant,
     CodecOption,
+    CpusPerWorkerOption,
     DeployOption,
     DeviceOption,
     DTypeOption,
+    GpusPerWorkerOption,
     LegacyGlobalRng,
     MaxBatchOption,
     ModelOption,
+    RayAddressOption,
+    RayOption,
     ThreadsOption,
+    WorkersOption,
+    ray_cluster,
     synth_options,
 )
 
@@ -65,6 +71,11 @@ def synth(
         bool, typer.Option(help="Exit 1 when a request produced no audio (its stop head fired at the first frame).")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")] = False,
+    ray: RayOption = False,
+    ray_address: RayAddressOption = None,
+    workers: WorkersOption = None,
+    gpus_per_worker: GpusPerWorkerOption = None,
+    cpus_per_worker: CpusPerWorkerOption = None,
 ) -> None:
     """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv.
 
@@ -74,6 +85,11 @@ def synth(
     with user_errors():
         from ..job import synthesize  # torch loads here, not for --help
 
+        cluster = ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker)
+        if cluster is not None:  # the same job, synthesised by Ray workers
+            from ..scaleout.synth import synthesize_on_ray
+
+            synthesize = partial(synthesize_on_ray, cluster, on_event=ray_event)
         options = synth_options(
             deploy=deploy,
             model=model,
