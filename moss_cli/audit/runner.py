@@ -130,7 +130,7 @@ class Auditor:
     def _runner(self, run: Run, key: str):
         """What re-runs the part of `run` that holds `key` (only as far as needed), for attribution:
         here a callable taking a logits hook, for `record`."""
-        prepared, max_batch = next(piece for piece in run.pieces() if key in {p.request.id for p in piece[0]})
+        prepared, max_batch = run.piece_of(key)
         return lambda hook: self._run(prepared, max_batch, hook, run.stream)
 
     _record = staticmethod(record_logits)  # records a `_runner`'s logits (scaleout: on a worker)

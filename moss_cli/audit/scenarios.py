@@ -59,6 +59,10 @@ class Run:
             return [(shard, self.max_batch) for shard in self.shards]
         return [(self.prepared, self.max_batch)]
 
+    def piece_of(self, key: str) -> tuple[list[Prepared], int]:
+        """The engine run (requests, max batch) that holds request `key`."""
+        return next(piece for piece in self.pieces() if key in {p.request.id for p in piece[0]})
+
 
 def _neighbours(
     synth: Synthesizer, count: int, prefix: str, *, seed_base: int, frames: list[int], greedy: bool

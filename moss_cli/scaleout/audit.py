@@ -9,8 +9,7 @@ from typing import Callable, Iterator
 
 from ..audit.runner import AuditOptions, Auditor, AuditResult
 from ..audit.scenarios import Run
-from ..interrupts import interrupts_as_exceptions
-from .cluster import ClusterOptions, Session, driver_options, worker_options
+from .cluster import ClusterOptions, Session, driver_options, ray_session, worker_options
 from .dispatch import Dispatcher, Task, VoiceBytes
 from .worker import SynthWorker
 
@@ -24,7 +23,12 @@ class RayAuditor(Auditor):
         workers = session.start(SynthWorker, worker, self.synth.device.type, worker.batch_invariant)
         # One engine run per worker at a time: a run's batches are the scenario's, not a mix of runs.
         self.dispatcher = Dispatcher(
-            session.ray, workers, capacity=1, max_attempts=session.cluster.max_attempts, on_event=session.on_event
+            session.ray,
+            workers,
+            capacity=1,
+            max_attempts=session.cluster.max_attempts,
+            environment=session.environment if worker.batch_invariant else None,
+            on_event=session.on_event,
         )
 
     def _execute_all(self, runs: list[Run]) -> Iterator[dict]:
@@ -55,8 +59,7 @@ class RayAuditor(Auditor):
 
     def _runner(self, run: Run, key: str):
         """The piece of `run` holding `key`, replayed on a worker by `_record`."""
-        prepared, max_batch = next(piece for piece in run.pieces() if key in {p.request.id for p in piece[0]})
-        return prepared, max_batch, run.stream
+        return (*run.piece_of(key), run.stream)
 
     def _record(self, piece, key: str, last_frame: int, perturb) -> dict:
         prepared, max_batch, stream = piece
@@ -73,5 +76,5 @@ def audit_on_ray(
 ) -> AuditResult:
     """The audit with its runs on Ray workers (same checks, same reports)."""
     options = AuditOptions(**{**options.__dict__, "synth": driver_options(options.synth, cluster)})
-    with interrupts_as_exceptions(), Session(cluster, on_event) as session:
+    with ray_session(cluster, on_event) as session:
         return RayAuditor(options, session).run()

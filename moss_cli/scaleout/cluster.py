@@ -13,11 +13,14 @@ import dataclasses
 import logging
 import math
 import os
+import signal
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..errors import MossError
+from ..interrupts import Interrupted, as_interrupted, interrupts_as_exceptions
 from ..threads import default_threads, talker_parameters
 
 INSTALL = "pip install 'moss-tts-repro[ray]'"
@@ -85,6 +88,17 @@ def worker_options(synth, cluster: ClusterOptions):
     )
 
 
+@contextmanager
+def ray_session(cluster: ClusterOptions, on_event: Callable[[str], None] | None = None) -> Iterator["Session"]:
+    """A Session for one command. SIGINT and SIGTERM end it through `Session.close` (no worker or
+    local Ray outlives the run) with the signal's own exit code."""
+    try:
+        with interrupts_as_exceptions(), Session(cluster, on_event) as session:
+            yield session
+    except KeyboardInterrupt as e:
+        raise as_interrupted(e) from None
+
+
 class Session:
     """Ray for one run: joins a Ray this process already started (a notebook, the tests) and leaves
     it running; otherwise connects to `address` (or RAY_ADDRESS), or starts a single-node Ray on
@@ -94,10 +108,12 @@ class Session:
         self.ray = import_ray()
         self.cluster = cluster
         self.on_event = on_event or (lambda message: None)
-        self.started = False
+        self.started = False  # this session connected (or started a local Ray): it disconnects at the end
+        self.where = "the Ray this process runs"
         self.workers: list = []
         self.group = None
-        self.environment: dict = {}
+        self.pids: list[int] = []  # the workers' processes as started (tests kill one)
+        self.environment: dict = {}  # what every worker reported (the audit's report shows it)
 
     def __enter__(self) -> "Session":
         return self
@@ -110,11 +126,15 @@ class Session:
         if ray.is_initialized():
             return
         common = dict(log_to_driver=False, logging_level=logging.WARNING)
+        sigterm = signal.getsignal(signal.SIGTERM)  # ray.init puts in its own, which exits without cleaning up
         address = self.cluster.address or os.environ.get("RAY_ADDRESS")
+        self.started = True  # from here on: a signal in the middle of ray.init still shuts it down
         try:
             if address:
                 ray.init(address=address, **common)
+                self.where = f"the Ray cluster at {address}"
             else:
+                self.where = "a local Ray started for this run"
                 wanted = math.ceil((self.cluster.workers or 1) * self.cluster.cpus_per_worker)
                 ray.init(
                     address="local",
@@ -124,7 +144,13 @@ class Session:
                 )
         except ConnectionError as e:
             raise MossError(f"cannot reach the Ray cluster at {address}: {e}", field="--ray-address") from None
-        self.started = True
+        except SystemExit as e:  # Ray's own SIGTERM handler, active while ray.init runs
+            if e.code != signal.SIGTERM:
+                raise
+            raise Interrupted(signal.SIGTERM) from None
+        finally:
+            if sigterm is not None and signal.getsignal(signal.SIGTERM) is not sigterm:
+                signal.signal(signal.SIGTERM, sigterm)
 
     def start(self, worker_class, options, device: str, batch_invariant: bool) -> list:
         """Start the workers and wait until each has loaded its models; returns their handles."""
@@ -137,10 +163,12 @@ class Session:
         self.connect()
         bundle = self.cluster.resources(device)
         count = self._worker_count(bundle)
+        each = ", ".join(f"{amount:g} {name}" for name, amount in bundle.items())
+        self.on_event(f"starting {count} worker(s) on {self.where}, {each} each; they load the models first")
         self.group = placement_group([bundle] * count, strategy="SPREAD")
         ready, _ = ray.wait([self.group.ready()], timeout=self.cluster.start_timeout_s)
         if not ready:
-            raise MossError(f"Ray did not grant {count} workers x {bundle} in time (is the cluster busy?)")
+            raise MossError(f"Ray did not grant {count} workers their resources in time (is the cluster busy?)")
         actor = ray.remote(worker_class)
         accelerators = {k: v for k, v in bundle.items() if k != "CPU"}
         self.workers = [
@@ -158,7 +186,8 @@ class Session:
         try:
             infos = ray.get([w.ready.remote() for w in self.workers], timeout=self.cluster.start_timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise MossError(f"the workers did not load their models within {self.cluster.start_timeout_s:.0f} s")
+            limit = self.cluster.start_timeout_s
+            raise MossError(f"the workers did not load their models within {limit:.0f} s", field="--ray") from None
         except ray.exceptions.RayTaskError as e:  # the worker's own error (e.g. its models would not load)
             raise (e.cause if isinstance(e.cause, BaseException) else e) from None
         except ray.exceptions.RayError as e:  # the worker process itself failed

@@ -68,9 +68,11 @@ class Dispatcher:
         *,
         capacity: int,
         max_attempts: int,
+        environment: dict | None = None,
         on_event: Callable[[str], None] | None = None,
     ) -> None:
         self.ray, self.workers, self.capacity, self.max_attempts = ray, workers, capacity, max_attempts
+        self.environment = environment  # what a restarted worker must report again to rejoin
         self.on_event = on_event or (lambda message: None)
         self.state = ["up"] * len(workers)  # up | restarting (Ray is restarting it) | dead
         self.load = [0] * len(workers)
@@ -139,10 +141,14 @@ class Dispatcher:
 
     def _rejoin(self, worker: int, ping) -> None:
         try:
-            self.ray.get(ping)
+            info = self.ray.get(ping)
         except self.ray.exceptions.RayError:
             self.state[worker] = "dead"  # Ray gave up restarting it (max_restarts)
             self.on_event(f"worker {worker} is gone for good")
+            return
+        if self.environment is not None and info["environment"] != self.environment:
+            self.state[worker] = "dead"  # restarted somewhere that computes differently
+            self.on_event(f"worker {worker} restarted on a node that differs from the others; it takes no work")
             return
         self.state[worker] = "up"
         self.on_event(f"worker {worker} restarted and takes work again")

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import MossError
-from ..interrupts import interrupts_as_exceptions
 from ..job import SynthSummary, synthesize
 from ..pipeline import Prepared, Synthesizer, SynthOptions, SynthResult
-from .cluster import ClusterOptions, Session, driver_options, worker_options
+from .cluster import ClusterOptions, Session, driver_options, ray_session, worker_options
 from .dispatch import Dispatcher, Task, VoiceBytes
 from .worker import SynthWorker
 
@@ -35,6 +34,7 @@ class RaySynth:
             workers,
             capacity=IN_FLIGHT_PER_SLOT * synth.max_batch,
             max_attempts=cluster.max_attempts,
+            environment=self.session.environment if options.batch_invariant else None,
             on_event=self.session.on_event,
         )
 
@@ -71,8 +71,7 @@ def synthesize_on_ray(
         raise MossError(
             "--stream writes each file progressively on this machine; it does not combine with --ray", field="--stream"
         )
-    # SIGTERM too ends the run through Session.close, so no worker or local Ray outlives it.
-    with interrupts_as_exceptions(), Session(cluster, on_event) as session:
+    with ray_session(cluster, on_event) as session:
         runner = RaySynth(session)
         if runner_seen:
             runner_seen(runner)

@@ -24,12 +24,14 @@ import torch
 from ..audit.attribution import record_logits
 from ..audit.environment import environment
 from ..engine.arrivals import Arrivals
+from ..io.atomic import atomic_path
 from ..pipeline import Prepared, Synthesizer, SynthOptions, SynthResult
 from ..pipeline.streaming import Chunk
 
 # Environment of every worker process, set before it imports torch: idle OpenMP threads sleep
 # instead of spinning against the other workers on the node (see moss_cli.threads).
 WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+VOICES = Path(tempfile.gettempdir()) / "moss-voices"  # reference voices by content hash, one copy per node
 
 
 @dataclass
@@ -41,8 +43,8 @@ class StreamRecord:
 
 class SynthWorker:
     def __init__(self, options: SynthOptions) -> None:
-        # A constructor that raises makes Ray restart the actor in a loop; the error is reported by
-        # `ready` instead, which the driver calls before sending any work.
+        # A load error is kept and raised by `ready`, which the driver calls before sending any work:
+        # it then sees the original exception (a MossError stays one: exit 2 with its message).
         self.error: BaseException | None = None
         try:
             self.synth = Synthesizer(options)
@@ -51,7 +53,6 @@ class SynthWorker:
         except Exception as e:  # noqa: BLE001 (any failure to load is the driver's to report)
             self.error = e
             return
-        self.voices = Path(tempfile.mkdtemp(prefix="moss-worker-voices-"))
         self.arrivals: Arrivals[Prepared] = Arrivals()
         self.waiting: dict[str, concurrent.futures.Future] = {}
         self.engine: threading.Thread | None = None
@@ -119,12 +120,14 @@ class SynthWorker:
 
     def _localise(self, p: Prepared, voice: bytes | None) -> Prepared:
         """A reference voice's bytes come from the driver (no shared file system needed for them);
-        they are stored once per content in the worker's own folder."""
+        they are stored once per content on the node, where every worker and later run finds them."""
         if p.reference is None or voice is None:
             return p
-        path = self.voices / f"{p.reference.sha256}{p.reference.path.suffix}"
+        path = VOICES / f"{p.reference.sha256}{p.reference.path.suffix}"
         if not path.exists():
-            path.write_bytes(voice)
+            VOICES.mkdir(parents=True, exist_ok=True)
+            with atomic_path(path) as tmp:  # another worker on the node may be reading it
+                tmp.write_bytes(voice)
         return dataclasses.replace(p, reference=dataclasses.replace(p.reference, path=path))
 
 
