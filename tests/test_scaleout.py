@@ -225,3 +225,21 @@ def test_the_sharded_scenario_splits_the_requests_two_ways_each_request_once():
         assert sorted(i for piece in pieces for i in piece) == sorted(ids)
         splits.append(sorted(map(sorted, pieces)))
     assert [len(run.pieces()) for run in runs] == [2, 3] and splits[0] != splits[1]
+
+
+def test_bad_requests_are_refused_on_the_driver_as_locally_before_any_worker_starts(monkeypatch, tmp_path):
+    pytest.importorskip("ray")
+    from moss_cli.scaleout.cluster import Session
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("a worker started")
+
+    monkeypatch.setattr(Session, "start", no_workers)
+    bad = tmp_path / "bad.jsonl"
+    lines = ['{"id": "a", "text": "fine"}', '{"id": "b", "text": ""}', '{"id": "c", "text": "x", "max_new_frames": 0}']
+    bad.write_text("\n".join(lines) + "\n")
+    local = cli.invoke(app, ["synth", str(bad), "--out", str(tmp_path / "local")])
+    on_ray = cli.invoke(app, ["synth", str(bad), "--ray", "--workers", "2", "--out", str(tmp_path / "ray")])
+    assert local.exit_code == on_ray.exit_code == 2
+    assert on_ray.output == local.output and ":2 [text]" in on_ray.output and ":3 [max_new_frames]" in on_ray.output
+    assert not (tmp_path / "ray").exists()

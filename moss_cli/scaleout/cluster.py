@@ -66,7 +66,16 @@ def driver_options(options, cluster: ClusterOptions):
     its dtype for "auto"), which the driver never loads weights on."""
     import torch
 
-    return dataclasses.replace(options, device=torch.device(cluster.worker_device(options.device)))
+    name = cluster.worker_device(options.device)
+    try:
+        device = torch.device(name)
+    except RuntimeError:  # "npu" exists only once torch_npu is imported
+        try:
+            import torch_npu  # noqa: F401
+        except ImportError:
+            raise MossError("NPU workers need torch_npu on the driver too (it plans with their device)") from None
+        device = torch.device(name)
+    return dataclasses.replace(options, device=device)
 
 
 def worker_options(synth, cluster: ClusterOptions):
