@@ -90,31 +90,42 @@ def synth_options(
     )
 
 
+RAY_PANEL = "On a Ray cluster (docs/scale-out.md)"
 RayOption = Annotated[
     bool,
     typer.Option(
         "--ray",
-        help="Run on Ray workers (pip install 'moss-tts-repro[ray]'): a local Ray started for the run, "
+        rich_help_panel=RAY_PANEL,
+        help="Run on Ray workers (pip install 'moss-tts-repro\\[ray]'): a local Ray started for the run, "
         "or the cluster of --ray-address / RAY_ADDRESS.",
     ),
 ]
 RayAddressOption = Annotated[
     Optional[str],
-    typer.Option("--ray-address", help="The Ray cluster to join: auto, host:port or ray://host:port (implies --ray)."),
+    typer.Option(
+        "--ray-address",
+        rich_help_panel=RAY_PANEL,
+        help="The Ray cluster to join: auto, host:port or ray://host:port (implies --ray).",
+    ),
 ]
 WorkersOption = Annotated[
     Optional[int],
     typer.Option(
         "--workers",
+        rich_help_panel=RAY_PANEL,
         min=1,
         help="Ray workers, each with its own models and engine (default: one per --gpus-per-worker GPUs, else 1).",
     ),
 ]
 GpusPerWorkerOption = Annotated[
-    Optional[float], typer.Option("--gpus-per-worker", min=0, help="GPUs (NPUs with --device npu) per Ray worker.")
+    Optional[float],
+    typer.Option(
+        "--gpus-per-worker", min=0, rich_help_panel=RAY_PANEL, help="GPUs (NPUs with --device npu) per Ray worker."
+    ),
 ]
 CpusPerWorkerOption = Annotated[
-    Optional[float], typer.Option("--cpus-per-worker", min=0.01, help="CPUs per Ray worker (default 1).")
+    Optional[float],
+    typer.Option("--cpus-per-worker", min=0.01, rich_help_panel=RAY_PANEL, help="CPUs per Ray worker (default 1)."),
 ]
 
 
