@@ -16,6 +16,18 @@ class Interrupted(KeyboardInterrupt):
         self.signum = int(signum)
 
 
+_received: list[int] = []  # the last signal a handler below turned into an exception
+
+
+def as_interrupted(error: KeyboardInterrupt) -> KeyboardInterrupt:
+    """`error` as the `Interrupted` of the signal that raised it: a library that catches the
+    exception a signal handler raised (Ray's `ray.wait`) raises a bare KeyboardInterrupt instead,
+    which would turn SIGTERM's exit code 143 into SIGINT's 130."""
+    if isinstance(error, Interrupted) or not _received:
+        return error
+    return Interrupted(_received[-1])
+
+
 @contextmanager
 def interrupts_as_exceptions():
     """SIGTERM (and SIGINT) raise `Interrupted`, so the run stops through the normal cleanup path."""
@@ -24,6 +36,7 @@ def interrupts_as_exceptions():
         return
 
     def handler(signum, frame):
+        _received[:] = [signum]
         raise Interrupted(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}

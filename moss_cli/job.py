@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Protocol
 
 from .config.requests import read_requests
 from .engine.compiled import compile_seconds
@@ -17,9 +17,20 @@ from .io.fingerprint import checkpoint_fingerprint
 from .io.manifest import manifest_row
 from .io.output_dir import OutputDir
 from .io.resume import request_fingerprint, run_settings
-from .pipeline import Synthesizer, SynthOptions, SynthResult
+from .pipeline import Prepared, Synthesizer, SynthOptions, SynthResult
 
 STOP_REASONS = ("stop", "max_frames", "empty")
+
+
+class RemoteRunner(Protocol):
+    """Synthesis somewhere else (e.g. Ray workers, moss_cli.scaleout): this process validates, plans
+    the resume and writes every output; the runner only computes."""
+
+    def start(self, synth: Synthesizer) -> None:
+        """Get ready to synthesise (models load there; their errors surface here, before any output)."""
+
+    def run(self, prepared: list[Prepared]) -> Iterable[SynthResult]:
+        """Each request's result as soon as it is done, in any order, once each."""
 
 
 @dataclass
@@ -92,9 +103,11 @@ def synthesize(
     stream: bool = False,
     on_start: Callable[[int, int], None] | None = None,
     on_result: Callable[[SynthResult], None] | None = None,
+    runner: RemoteRunner | None = None,
 ) -> SynthSummary:
     """Validate everything, then synthesise into `out` (audio files + manifest.csv), resuming a
-    previous run of the same command. `dry_run` stops after validation and writes nothing."""
+    previous run of the same command. `dry_run` stops after validation and writes nothing.
+    `runner`: synthesise there instead of in this process (the outputs are written here all the same)."""
     OutputDir.check(out, audio_format)
     synth = Synthesizer(options)  # configs and tokenizer only: enough to bound and check the requests
     requests = read_requests(requests_path, max_line_bytes=synth.max_line_bytes)  # before any weights load
@@ -130,12 +143,15 @@ def synthesize(
             threads=synth.threads,
         )
 
-    synth.load()
+    if runner is None:
+        synth.load()
+    else:
+        runner.start(synth)
     outdir.open(force)
     todo = [p for p in prepared if p.request.id not in done]
     if on_start:
         on_start(len(prepared), len(done))
-    rate, channels = synth.codec.sample_rate, synth.codec.channels
+    rate, channels = synth.codec_config.sampling_rate, synth.codec_config.channels  # no weights needed here
     writers: dict[str, ProgressiveAudio] = {}  # streaming: files grow chunk by chunk
 
     def sink(rid: str):
@@ -145,7 +161,11 @@ def synthesize(
     start = time.perf_counter()
     try:
         with interrupts_as_exceptions():
-            for result in synth.run(todo, stream=stream, sinks=sink if stream else None):
+            if runner is None:
+                results = synth.run(todo, stream=stream, sinks=sink if stream else None)
+            else:
+                results = runner.run(todo)
+            for result in results:
                 rid = result.request.id
                 row = manifest_row(result, rate, channels, outdir.names[rid])
                 if stream:

@@ -14,6 +14,7 @@ LAYERS = {
     "synth": 5,  # synth: a compatibility re-export of pipeline + job
     "serve": 5,  # moss serve: the speech API over one running engine
     "remote_job": 5,  # synth --server: the job's output directory, through a server
+    "scaleout": 5,  # synth and audit on Ray workers: drives job and audit
     "pipeline": 4,
     "remote": 4,  # the speech-API client: requests in, audio out (the pipeline's counterpart for a server)
     "speech_api": 4,

@@ -65,3 +65,22 @@ def test_arrivals_refuse_requests_after_close():
     with pytest.raises(RuntimeError):
         arrivals.put(object())
     assert list(arrivals) == []
+
+
+def test_a_finished_request_is_delivered_while_the_source_stays_open(synth):
+    """A long-running engine (moss serve, a Ray worker) never closes its source: each result must
+    come out when it is done, not when a later request finishes or the source closes."""
+    prepared = synth.prepare(_requests(2))
+    arrivals: Arrivals = Arrivals()
+    results = []
+    worker = threading.Thread(target=lambda: results.extend(synth.run(arrivals, max_batch=2)), daemon=True)
+    worker.start()
+    arrivals.put(prepared[0])
+    arrivals.put(prepared[1])
+    deadline = time.monotonic() + 30
+    while len(results) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sorted(r.request.id for r in results) == ["r0", "r1"]
+    assert worker.is_alive()  # still open for more
+    arrivals.close()
+    worker.join(timeout=30)

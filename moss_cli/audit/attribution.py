@@ -89,11 +89,19 @@ def record_logits(run_fn, key: str, last_frame: int, perturb: LogitsHook | None)
 
 
 def attribute(
-    run_reference, run_other, key: str, frame: int, codebook: int | str, n_vq: int, perturb: LogitsHook | None = None
+    run_reference,
+    run_other,
+    key: str,
+    frame: int,
+    codebook: int | str,
+    n_vq: int,
+    perturb: LogitsHook | None = None,
+    record=record_logits,
 ) -> Attribution:
-    """Re-run both compositions (callables taking a logits hook) and classify the first divergence."""
-    ref = record_logits(run_reference, key, frame, perturb)
-    oth = record_logits(run_other, key, frame, perturb)
+    """Re-run both compositions (callables taking a logits hook, or whatever `record` replays: Ray
+    workers replay theirs) and classify the first divergence."""
+    ref = record(run_reference, key, frame, perturb)
+    oth = record(run_other, key, frame, perturb)
     draw = (frame, STOP_HEAD if codebook == STOP else int(codebook))
     head = head_name(draw[1])
     if draw not in ref or draw not in oth:

@@ -6,13 +6,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from ..config.requests import read_requests
 from ..engine.compiled import compile_seconds
 from ..engine.scheduler import LogitsHook
 from ..errors import MossError
 from ..synth import Prepared, Synthesizer, SynthOptions
-from .attribution import Attribution, attribute, codec_numeric
+from .attribution import Attribution, attribute, codec_numeric, record_logits
 from .builtin import builtin_requests
 from .compare import Comparison, Output, compare, output_of
 from .environment import environment
@@ -109,32 +110,37 @@ class Auditor:
         self.prepared = self.synth.prepare(requests, options.requests)
         self.max_batch = options.max_batch or self.synth.max_batch
 
+    def _outputs(self, prepared: list[Prepared], results) -> dict[str, Output]:
+        seeds_used = not self.synth.options.legacy_global_rng  # the legacy global RNG ignores them
+        content = {p.request.id: request_content(p, seeds_used) for p in prepared}
+        return {r.request.id: output_of(r, content[r.request.id]) for r in results}
+
     def _run(
         self, prepared: list[Prepared], max_batch: int, hook: LogitsHook | None = None, stream: bool = False
     ) -> dict[str, Output]:
-        seeds_used = not self.synth.options.legacy_global_rng  # the legacy global RNG ignores them
-        content = {p.request.id: request_content(p, seeds_used) for p in prepared}
-        return {
-            r.request.id: output_of(r, content[r.request.id])
-            for r in self.synth.run(
-                prepared, max_batch=max_batch, logits_hook=hook or self.options.perturb, stream=stream
-            )
-        }
+        hook = hook or self.options.perturb
+        return self._outputs(prepared, self.synth.run(prepared, max_batch=max_batch, logits_hook=hook, stream=stream))
 
     def _execute(self, run: Run, hook: LogitsHook | None = None) -> dict[str, Output]:
-        if run.alone:
-            outputs = {}
-            for p in run.prepared:
-                outputs.update(self._run([p], 1, hook))
-            return outputs
-        return self._run(run.prepared, run.max_batch, hook, run.stream)
+        outputs = {}
+        for prepared, max_batch in run.pieces():
+            outputs.update(self._run(prepared, max_batch, hook, run.stream))
+        return outputs
+
+    def _execute_all(self, runs: list[Run]) -> Iterator[dict[str, Output]]:
+        """Each run's outputs, in order (moss_cli.scaleout runs them on Ray workers at once)."""
+        return map(self._execute, runs)
 
     def _runner(self, run: Run, key: str):
-        """A callable that re-runs `run` (only as far as needed) with a logits hook, for attribution."""
-        if run.alone:
-            only = [p for p in run.prepared if p.request.id == key]
-            return lambda hook: self._run(only, 1, hook)
-        return lambda hook: self._execute(run, hook)
+        """What re-runs the part of `run` that holds `key` (only as far as needed), for attribution:
+        here a callable taking a logits hook, for `record`."""
+        prepared, max_batch = run.piece_of(key)
+        return lambda hook: self._run(prepared, max_batch, hook, run.stream)
+
+    _record = staticmethod(record_logits)  # records a `_runner`'s logits (scaleout: on a worker)
+
+    def _environment(self) -> dict:
+        return environment(self.synth)
 
     def run(self) -> AuditResult:
         with tempfile.TemporaryDirectory(prefix="moss-audit-") as workdir:  # generated voice clips
@@ -144,14 +150,19 @@ class Auditor:
         start = time.perf_counter()
         audited = {p.request.id: p for p in self.prepared}
         reference_run = Run("alone", self.prepared, 1, alone=True)
-        reference = self._execute(reference_run)
+        planned = [
+            (scenario, build_runs(scenario, self.synth, self.prepared, self.max_batch, workdir))
+            for scenario in self.options.scenarios
+        ]
+        executed = self._execute_all([reference_run] + [run for _, runs in planned for run in runs])
+        reference = next(executed)
         mixups = MixUpLog(list(audited))
         mixups.add("reference", reference_run.label, reference)
         cases, outputs, scenario_s = [], {}, {}
-        for scenario in self.options.scenarios:
+        for scenario, runs in planned:
             began = time.perf_counter()
-            for run in build_runs(scenario, self.synth, self.prepared, self.max_batch, workdir):
-                got = self._execute(run)
+            for run in runs:
+                got = next(executed)
                 outputs[(scenario, run.label)] = got
                 mixups.add(scenario, run.label, got)
                 for key in audited:
@@ -160,7 +171,7 @@ class Auditor:
                     case.wall_s = got[key].wall_s + time.perf_counter() - judged
                     cases.append(case)
             scenario_s[scenario] = time.perf_counter() - began
-        env = environment(self.synth)
+        env = self._environment()
         return AuditResult(
             self.options,
             cases,
@@ -168,7 +179,7 @@ class Auditor:
             reference,
             outputs,
             time.perf_counter() - start,
-            self.synth.codec.sample_rate,
+            self.synth.codec_config.sampling_rate,
             list(audited),
             self.synth.chunk_schedule,
             mixups.warnings,
@@ -177,7 +188,7 @@ class Auditor:
         )
 
     def _judge(self, scenario: str, run: Run, reference_run: Run, key: str, ref: Output, out: Output) -> Case:
-        cmp = compare(ref, out, self.synth.codec.sample_rate)
+        cmp = compare(ref, out, self.synth.codec_config.sampling_rate)
         case = Case(scenario, run.label, key, ref.seed_source, "pass", cmp)
         if not violates(cmp, self.options.level, self.options.min_snr_db):
             return case
@@ -199,6 +210,7 @@ class Auditor:
                 cmp.first_codebook,
                 self.synth.talker_config.n_vq,
                 self.options.perturb,
+                record=self._record,
             )
         return case
 

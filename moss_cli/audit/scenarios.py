@@ -26,6 +26,7 @@ SCENARIOS = (
     "staggered",
     "voices",
     "streaming",
+    "sharded",
 )
 SHUFFLE_SEED = 1234
 NEIGHBOUR_TEXTS = [
@@ -43,10 +44,24 @@ class Run:
     max_batch: int
     alone: bool = False  # every request in a run of its own (the reference)
     stream: bool = False  # decode chunk by chunk while generating (compared with offline decode)
+    shards: list[list[Prepared]] | None = None  # split into engine runs of their own (with --ray, on workers)
 
     @property
     def keys(self) -> list[str]:
         return [p.request.id for p in self.prepared]
+
+    def pieces(self) -> list[tuple[list[Prepared], int]]:
+        """The engine runs this run is made of, each (requests, max batch): one per request when
+        alone, one per shard when sharded, else one."""
+        if self.alone:
+            return [([p], 1) for p in self.prepared]
+        if self.shards is not None:
+            return [(shard, self.max_batch) for shard in self.shards]
+        return [(self.prepared, self.max_batch)]
+
+    def piece_of(self, key: str) -> tuple[list[Prepared], int]:
+        """The engine run (requests, max batch) that holds request `key`."""
+        return next(piece for piece in self.pieces() if key in {p.request.id for p in piece[0]})
 
 
 def neighbour_requests(count: int, prefix: str, *, seed_base: int, frames: list[int], greedy: bool) -> list[Request]:
@@ -133,4 +148,16 @@ def build_runs(
     if name == "streaming":
         schedule = " ".join(str(c) for c in synth.chunk_schedule)
         return [Run(f"streamed-chunks-{schedule.replace(' ', '-')}-then-repeat", audited, max_batch, stream=True)]
+    if name == "sharded":  # as if split across workers: each shard is an engine run of its own
+        size = -(-n // 3)
+        backwards = audited[::-1]
+        return [
+            Run("2-shards-alternating", audited, max_batch, shards=[s for s in (audited[0::2], audited[1::2]) if s]),
+            Run(
+                "3-shards-contiguous-reversed",
+                audited,
+                max_batch,
+                shards=[backwards[i : i + size] for i in range(0, n, size)],
+            ),
+        ]
     raise ValueError(f"unknown scenario {name!r}")

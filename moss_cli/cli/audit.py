@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,19 +12,25 @@ from rich.markup import escape
 from ..audit.scenarios import SCENARIOS
 from ..audit.server_scenarios import SERVER_SCENARIOS
 from ..errors import MossError
-from .common import Device, DType, command_line, stderr, stdout, user_errors
+from .common import Device, DType, command_line, ray_event, stderr, stdout, user_errors
 from .options import (
     AllowForeignDeploy,
     BatchInvariant,
     CodecOption,
     CompileOption,
+    CpusPerWorkerOption,
     DeployOption,
     DeviceOption,
     DTypeOption,
+    GpusPerWorkerOption,
     LegacyGlobalRng,
     MaxBatchOption,
     ModelOption,
+    RayAddressOption,
+    RayOption,
     ThreadsOption,
+    WorkersOption,
+    ray_cluster,
     synth_options,
 )
 from .server_options import (
@@ -87,6 +94,11 @@ def audit_determinism(
     sample_rate: SampleRateOption = None,
     channels: ChannelsOption = 1,
     served_model: ServedModelOption = None,
+    ray: RayOption = False,
+    ray_address: RayAddressOption = None,
+    workers: WorkersOption = None,
+    gpus_per_worker: GpusPerWorkerOption = None,
+    cpus_per_worker: CpusPerWorkerOption = None,
 ) -> None:
     """Synthesise the same requests in many batch compositions and compare each with its output alone.
 
@@ -151,6 +163,11 @@ def audit_determinism(
             )
             if golden is not None and not golden.is_file():
                 raise MossError("golden file does not exist", file=golden, field="--golden")
+            cluster = ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker)
+            if cluster is not None:  # the same audit, its runs on Ray workers
+                from ..scaleout.audit import audit_on_ray
+
+                run_audit = partial(audit_on_ray, cluster, on_event=ray_event)
             result = run_audit(options)
             check = check_golden(golden, result) if golden is not None else None
         write_reports(

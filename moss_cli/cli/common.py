@@ -40,6 +40,11 @@ def interactive() -> bool:
     return stderr.is_terminal and not os.environ.get("CI")
 
 
+def ray_event(message: str) -> None:
+    """What happened to the Ray workers of a run (a worker died, restarted), as one line."""
+    stderr.print(f"[yellow]ray:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """Warnings about the user's files read like our errors: `warning: file:line: message`."""
     where = f"{filename}:{lineno}: " if lineno else ""

@@ -98,3 +98,68 @@ def synth_options(
         allow_foreign_deploy=allow_foreign_deploy,
         compile=compile,
     )
+
+
+RAY_PANEL = "On a Ray cluster (docs/scale-out.md)"
+RayOption = Annotated[
+    bool,
+    typer.Option(
+        "--ray",
+        rich_help_panel=RAY_PANEL,
+        help="Run on Ray workers (pip install 'moss-tts-repro\\[ray]'): a local Ray started for the run, "
+        "or the cluster of --ray-address / RAY_ADDRESS.",
+    ),
+]
+RayAddressOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--ray-address",
+        rich_help_panel=RAY_PANEL,
+        help="The Ray cluster to join: auto, host:port or ray://host:port (implies --ray).",
+    ),
+]
+WorkersOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--workers",
+        rich_help_panel=RAY_PANEL,
+        min=1,
+        help="Ray workers, each with its own models and engine (default: one per --gpus-per-worker GPUs, else 1).",
+    ),
+]
+GpusPerWorkerOption = Annotated[
+    Optional[float],
+    typer.Option(
+        "--gpus-per-worker", min=0, rich_help_panel=RAY_PANEL, help="GPUs (NPUs with --device npu) per Ray worker."
+    ),
+]
+CpusPerWorkerOption = Annotated[
+    Optional[float],
+    typer.Option("--cpus-per-worker", min=0.01, rich_help_panel=RAY_PANEL, help="CPUs per Ray worker (default 1)."),
+]
+
+
+def ray_cluster(ray: bool, address: str | None, workers, gpus_per_worker, cpus_per_worker):
+    """The Ray cluster a command runs on, or None for a local run (Ray options without --ray are an error)."""
+    from ..errors import MossError
+    from ..scaleout.cluster import ClusterOptions  # plain values: Ray itself is imported only when it runs
+
+    if not ray and address is None:
+        given = [
+            name
+            for name, value in (
+                ("--workers", workers),
+                ("--gpus-per-worker", gpus_per_worker),
+                ("--cpus-per-worker", cpus_per_worker),
+            )
+            if value is not None
+        ]
+        if given:
+            raise MossError(f"{', '.join(given)} only apply with --ray", field=given[0])
+        return None
+    return ClusterOptions(
+        address=address,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker or 0.0,
+        cpus_per_worker=cpus_per_worker if cpus_per_worker is not None else 1.0,
+    )

@@ -108,6 +108,11 @@ LOCAL_ONLY = (
     "stream",
     "golden",
     "save_golden_path",
+    "ray",
+    "ray_address",
+    "workers",
+    "gpus_per_worker",
+    "cpus_per_worker",
 )
 
 

@@ -12,19 +12,25 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .common import Device, DType, interactive, stderr, stdout, user_errors
+from .common import Device, DType, interactive, ray_event, stderr, stdout, user_errors
 from .options import (
     AllowForeignDeploy,
     BatchInvariant,
     CodecOption,
     CompileOption,
+    CpusPerWorkerOption,
     DeployOption,
     DeviceOption,
     DTypeOption,
+    GpusPerWorkerOption,
     LegacyGlobalRng,
     MaxBatchOption,
     ModelOption,
+    RayAddressOption,
+    RayOption,
     ThreadsOption,
+    WorkersOption,
+    ray_cluster,
     synth_options,
 )
 from .server_options import (
@@ -91,6 +97,11 @@ def synth(
     sample_rate: SampleRateOption = None,
     channels: ChannelsOption = 1,
     served_model: ServedModelOption = None,
+    ray: RayOption = False,
+    ray_address: RayAddressOption = None,
+    workers: WorkersOption = None,
+    gpus_per_worker: GpusPerWorkerOption = None,
+    cpus_per_worker: CpusPerWorkerOption = None,
 ) -> None:
     """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv.
 
@@ -120,6 +131,7 @@ def synth(
                 out,
                 run,
                 stream,
+                ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker),
                 synth_options(
                     deploy=deploy,
                     model=model,
@@ -146,8 +158,14 @@ def synth(
         raise typer.Exit(1)
 
 
-def _locally(requests: Path, out: Path, run: dict, stream: bool, options) -> SynthSummary:
+def _locally(requests: Path, out: Path, run: dict, stream: bool, cluster, options) -> SynthSummary:
+    """This process validates and writes; the engine runs here, or on Ray workers with --ray."""
     from ..job import synthesize
+
+    if cluster is not None:
+        from ..scaleout.synth import synthesize_on_ray
+
+        synthesize = partial(synthesize_on_ray, cluster, on_event=ray_event)
 
     if interactive():
         with progress_bar() as (on_start, on_result):

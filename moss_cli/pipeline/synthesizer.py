@@ -236,7 +236,11 @@ class Synthesizer(Models):
                 audio = decoder.finish() if decoder else torch.zeros(self.codec.channels, 0)  # no frames at all
                 yield self._result(by_key.pop(result.key), result, audio, decoder)
             return
-        for group in self._decode_groups(engine.run(generations(), wait=wait)):
+        results = engine.run(generations(), wait=wait)
+        # A live source never ends, so a group would wait for the next request to finish (forever
+        # once the engine idles): decode each result at once (the same bits in batch-invariant mode).
+        groups = self._decode_groups(results) if wait is None else ([result] for result in results)
+        for group in groups:
             for result, audio in zip(group, self.decode_many([r.codes for r in group])):
                 yield self._result(by_key.pop(result.key), result, audio, None)
 
