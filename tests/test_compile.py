@@ -80,3 +80,29 @@ def test_bench_with_compile_reports_compile_time(tmp_path):
     (row,) = json.loads(out.read_text())["results"]
     assert row["compile_s"] is not None and row["compile_s"] >= 0
     assert json.loads(out.read_text())["setup"]["compile"] is True
+
+
+def test_a_compiled_server_answers_concurrent_requests_with_the_audio_each_gets_alone(synth):
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from serve_helpers import pcm_hash, running
+
+    from moss_cli.io.manifest import pcm_sha256
+    from moss_cli.speech_api import HEADER_MAX_IN_FLIGHT, SPEECH_PATH
+
+    texts = [f"served and compiled, number {i}" for i in range(5)]
+    alone = {}
+    for i, text in enumerate(texts):
+        (result,) = synth.run(synth.prepare([Request(id=f"s{i}", text=text, line=1, seed=i)]), max_batch=1)
+        alone[i] = pcm_sha256(result.pcm)
+    with running(SynthOptions(device="cpu", compile=True)) as (url, _):
+
+        def post(i):
+            return httpx.post(url + SPEECH_PATH, json={"input": texts[i], "seed": i}, timeout=120)
+
+        with ThreadPoolExecutor(len(texts)) as pool:
+            answers = list(pool.map(post, range(len(texts))))
+    assert all(a.status_code == 200 for a in answers)
+    assert [pcm_hash(a.content, "wav") for a in answers] == [alone[i] for i in range(len(texts))]
+    assert max(int(a.headers[HEADER_MAX_IN_FLIGHT]) for a in answers) > 1

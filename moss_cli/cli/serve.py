@@ -13,6 +13,7 @@ from .options import (
     AllowForeignDeploy,
     BatchInvariant,
     CodecOption,
+    CompileOption,
     DeployOption,
     DeviceOption,
     DTypeOption,
@@ -43,6 +44,7 @@ def serve(
     device: DeviceOption = Device.auto,
     dtype: DTypeOption = DType.auto,
     threads: ThreadsOption = None,
+    compile: CompileOption = False,
     access_log: Annotated[bool, typer.Option(help="Log every HTTP request (uvicorn's access log).")] = False,
 ) -> None:
     """Serve the OpenAI-compatible speech API: one engine, every request joins its running batch.
@@ -71,6 +73,7 @@ def serve(
             batch_invariant=batch_invariant,
             threads=threads,
             allow_foreign_deploy=allow_foreign_deploy,
+            compile=compile,
         )
         serving = prepare(options, allowed_media_dir=allowed_media_dir)
         sock = listen(host, port)
