@@ -55,20 +55,10 @@ def moss_serve(folder: Path, *options: str):
         assert code == 0, (folder / f"serve-{port}.log").read_text()
 
 
-def _audit(url: str, requests: Path, report: Path, *extra) -> tuple[int, dict, str]:
+def _audit(url: str, requests: Path, report: Path, *extra, stagger_ms: str | None = "30") -> tuple[int, dict, str]:
+    stagger = ["--stagger-ms", stagger_ms] if stagger_ms is not None else []
     result = runner.invoke(
-        app,
-        [
-            "audit-determinism",
-            str(requests),
-            "--server",
-            url,
-            "--stagger-ms",
-            "30",
-            "--json",
-            str(report),
-            *map(str, extra),
-        ],
+        app, ["audit-determinism", str(requests), "--server", url, *stagger, "--json", str(report), *map(str, extra)]
     )
     return result.exit_code, json.loads(report.read_text()) if report.exists() else {}, result.output
 
@@ -80,13 +70,13 @@ def seeded_server(tmp_path_factory):
 
 
 def test_moss_serve_passes_bitwise_with_requests_that_really_ran_together(seeded_server, tmp_path):
-    code, report, output = _audit(
-        seeded_server, _file(tmp_path / "r.jsonl", RECORDS), tmp_path / "a.json", "--level", "bitwise"
-    )
+    requests = _file(tmp_path / "r.jsonl", RECORDS)
+    code, report, output = _audit(seeded_server, requests, tmp_path / "a.json", "--level", "bitwise", stagger_ms=None)
     assert code == 0, output
     assert {v["verdict"] for v in report["server"]["requests"].values()} == {"identical"}
+    assert report["server"]["stagger"].startswith("auto")  # spaced by the measured time alone: they overlap
     runs = report["server"]["runs"]
-    for scenario in ("concurrent", "shuffled", "seeded-neighbours", "length-mix", "voices"):
+    for scenario in ("concurrent", "shuffled", "seeded-neighbours", "length-mix", "voices", "staggered"):
         [run] = [run for label, run in runs.items() if label.startswith(f"{scenario}/")]
         assert run["max_in_flight_server"] > 1, scenario  # the engine's batch held several of them
     assert runs["reference/alone"]["max_in_flight_server"] == 1

@@ -35,7 +35,7 @@ class ServerAuditOptions:
     level: str = "codes"
     min_snr_db: float = 60.0
     strict_unseeded: bool = False
-    stagger_s: float = 0.25
+    stagger_s: float | None = None  # None: a quarter of a request's time alone (measured by the reference run)
     on_retry: Callable[[Retry], None] | None = field(default=None, repr=False)
     command: str | None = None  # the command line, as the reports show it (secrets already blanked)
 
@@ -113,7 +113,11 @@ class ServerAuditor:
         async with SpeechClient(opts.server, opts.on_retry) as client:
             models = await client.models()
             reference_run = ServerRun("alone", [Send(r) for r in self.requests], together=False)
+            began = time.perf_counter()
             replies = await self._send(client, reference_run, "reference")
+            stagger_s = opts.stagger_s
+            if stagger_s is None:  # sends must overlap for "staggered" to mean anything, on a fast server too
+                stagger_s = min(max((time.perf_counter() - began) / len(replies) / 4, 0.005), 1.0)
             reference = {s.request.id: served_output(s, r) for s, r in replies}
             reported = {s.request.id: (r.seed, r.seed_source) for s, r in replies}
             mixups = MixUpLog(keys)
@@ -130,7 +134,7 @@ class ServerAuditor:
                         scenario,
                         self.requests,
                         concurrency=opts.server.concurrency,
-                        stagger_s=opts.stagger_s,
+                        stagger_s=stagger_s,
                         workdir=workdir,
                     )
                 if scenario == "voices" and (refused := await self._refuses_voices(client, workdir)):
@@ -162,7 +166,8 @@ class ServerAuditor:
             "model_sent": opts.server.model,
             "response_format": opts.server.response_format,
             "concurrency": opts.server.concurrency,
-            "stagger_s": opts.stagger_s,
+            "stagger_s": round(stagger_s, 4),
+            "stagger": "given" if opts.stagger_s is not None else "auto: a quarter of a request's time alone",
             "timeout_s": opts.server.timeout_s,
             "retries_allowed": opts.server.retries,
             "codes": "x-moss-codes-sha256 header"

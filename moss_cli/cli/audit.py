@@ -85,8 +85,14 @@ def audit_determinism(
     server: ServerOption = None,
     concurrency: ConcurrencyOption = 8,
     stagger_ms: Annotated[
-        float, typer.Option("--stagger-ms", min=0, help="--server, scenario staggered: milliseconds between sends.")
-    ] = 250.0,
+        Optional[float],
+        typer.Option(
+            "--stagger-ms",
+            min=0,
+            help="--server, scenario staggered: milliseconds between sends (default: a quarter of the time a "
+            "request takes alone, so that they overlap).",
+        ),
+    ] = None,
     timeout: TimeoutOption = 300.0,
     retries: RetriesOption = 0,
     header: HeaderOption = None,
@@ -137,7 +143,14 @@ def audit_determinism(
             # The reports show the command: never with a header's value or the URL's credentials.
             command = settings.redact(command_line(ctx))
             result = _server_audit(
-                requests, chosen, level, min_snr_db, strict_unseeded, stagger_ms / 1000.0, settings, command
+                requests,
+                chosen,
+                level,
+                min_snr_db,
+                strict_unseeded,
+                None if stagger_ms is None else stagger_ms / 1000.0,
+                settings,
+                command,
             )
         else:
             options = AuditOptions(
