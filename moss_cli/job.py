@@ -18,6 +18,7 @@ from .io.manifest import manifest_row
 from .io.output_dir import OutputDir
 from .io.resume import request_fingerprint, run_settings
 from .pipeline import Prepared, Synthesizer, SynthOptions, SynthResult
+from .pipeline.environment import environment
 
 STOP_REASONS = ("stop", "max_frames", "empty")
 
@@ -31,6 +32,10 @@ class RemoteRunner(Protocol):
 
     def run(self, prepared: list[Prepared]) -> Iterable[SynthResult]:
         """Each request's result as soon as it is done, in any order, once each."""
+
+    @property
+    def environment(self) -> dict | None:
+        """What computed the results (as pipeline.environment reports it), once started; None if unknown."""
 
 
 @dataclass
@@ -182,6 +187,9 @@ def synthesize(
         outdir.write_manifest()
         raise
     wall = time.perf_counter() - start
+    recorded = environment(synth) if runner is None else runner.environment
+    if recorded:
+        outdir.write_environment(recorded)
     manifest, ordered = outdir.write_manifest()  # input order, whatever finished first
     return SynthSummary(
         len(ordered),

@@ -135,6 +135,21 @@ def test_same_codes_with_slightly_other_pcm_fail_bitwise_and_pass_the_waveform_l
     assert _moss("diff", runs["a"], other, "--level", "loose").exit_code == 2
 
 
+def test_runs_from_two_machines_name_the_environment_fields_that_differ(runs, tmp_path):
+    recorded = json.loads((runs["a"] / ".moss" / "environment.json").read_text())
+    assert {"device", "dtype", "threads", "torch_version", "talker_checkpoint"} <= set(recorded)
+    elsewhere = _copy(runs["a"], tmp_path, "elsewhere")  # as if synthesised on another machine
+    other = {**recorded, "threads": 8, "torch_version": "9.9"}
+    (elsewhere / ".moss" / "environment.json").write_text(json.dumps(other))
+    _requantise(elsewhere, "gamma", 3, update_manifest=True)
+    result = _moss("diff", runs["a"], elsewhere, "--json", tmp_path / "e.json")
+    assert result.exit_code == 1
+    report = json.loads((tmp_path / "e.json").read_text())
+    assert set(report["environment_changes"]) == {"threads", "torch_version"}
+    gamma = _cases(tmp_path / "e.json")["gamma"]
+    assert gamma["cause"] == "environment" and "threads" in gamma["detail"] and "torch_version" in gamma["detail"]
+
+
 def test_a_file_changed_after_synthesis_and_ids_on_one_side_only_fail(runs, tmp_path):
     touched = _copy(runs["a"], tmp_path, "touched")
     _requantise(touched, "alpha", 1, update_manifest=False)

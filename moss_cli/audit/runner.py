@@ -12,11 +12,11 @@ from ..config.requests import read_requests
 from ..engine.compiled import compile_seconds
 from ..engine.scheduler import LogitsHook
 from ..errors import MossError
+from ..pipeline.environment import environment
 from ..synth import Prepared, Synthesizer, SynthOptions
 from .attribution import Attribution, attribute, codec_numeric, record_logits
 from .builtin import builtin_requests
 from .compare import Comparison, Output, compare, output_of
-from .environment import environment
 from .mixups import MixUp, MixUpLog, request_content
 from .scenarios import SCENARIOS, Run, build_runs
 

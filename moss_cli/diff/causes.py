@@ -1,5 +1,5 @@
 """Why an id differs between two runs, as far as the two sides record it: a seed or a setting the
-manifests show, a request fingerprint the journals hold, an environment field golden files hold;
+manifests show, a request fingerprint the journals hold, an environment field both sides record;
 by elimination, the numbers of the machine (the talker's when the codes differ, else the codec's)."""
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ class DiffResult:
     level: str
     min_snr_db: float
     cases: list[DiffCase]
-    environment_changes: dict[str, tuple] = field(default_factory=dict)  # golden sides: field -> (a, b)
+    environment_changes: dict[str, tuple] = field(default_factory=dict)  # field -> (a, b), where both record it
     elapsed_s: float = 0.0
 
     @property
@@ -143,7 +143,7 @@ def _judge(case: DiffCase, pair: _Pair, level: str, min_snr_db: float, environme
 
 
 def environment_changes(a, b) -> dict[str, tuple]:
-    """Fields both golden files record with different values."""
+    """Fields both sides record (golden files, run directories) with different values."""
     if a.environment is None or b.environment is None:
         return {}
     return {k: (v, b.environment[k]) for k, v in a.environment.items() if k in b.environment and b.environment[k] != v}

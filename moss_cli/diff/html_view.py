@@ -98,7 +98,7 @@ def diff_view(doc: dict) -> PageView:
     changes = doc.get("environment_changes") or {}
     if changes:
         changed = [[k, str(v["a"]), str(v["b"])] for k, v in changes.items()]
-        sections.append(("Environment (golden files)", [Table(["environment field changed", "A", "B"], changed)]))
+        sections.append(("Environment", [Table(["environment field changed", "A", "B"], changed)]))
     verdict = outcome(s)
     level = s["level"] + (f" (min SNR {s['min_snr_db']} dB)" if s["level"] == "waveform" else "")
     return PageView(

@@ -14,6 +14,7 @@ from ..audit.golden import load_golden
 from ..config.request_fields import Problem
 from ..config.requests import RequestFileError
 from ..errors import MossError
+from ..io.output_dir import read_environment
 from ..io.resume import Journal
 
 MANIFEST = "manifest.csv"
@@ -30,7 +31,7 @@ class Side:
     kind: str  # "run" | "golden"
     rows: dict[str, dict]  # id -> the row (strings as read; "seed" an int or None; "frames" an int or None)
     fingerprints: dict[str, str] = field(default_factory=dict)  # id -> the journal's request fingerprint
-    environment: dict | None = None  # recorded by a golden file
+    environment: dict | None = None  # recorded by a golden file or a run directory
 
     def audio(self, key: str) -> Path | None:
         """The audio file of `key` on a run side (None for a golden file, which keeps no audio)."""
@@ -150,4 +151,4 @@ def load_side(path: Path, label: str) -> Side:
         for key, entry in journal.entries.items()
         if key in rows and entry.row.get("pcm_sha256") == rows[key]["pcm_sha256"]
     }
-    return Side(label, folder, "run", rows, fingerprints)
+    return Side(label, folder, "run", rows, fingerprints, environment=read_environment(folder))

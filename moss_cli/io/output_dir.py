@@ -8,14 +8,27 @@ are removed; the manifest is written atomically, in input order."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import MossError
+from .atomic import write_text_atomic
 from .audio import FORMATS, write_audio
 from .manifest import write_manifest
 from .resume import Journal, orphan_files, plan_resume, remove_stale_temporaries
+
+ENVIRONMENT = ".moss/environment.json"  # what computed the audio (device, dtype, threads, torch, checkpoints)
+
+
+def read_environment(out: Path) -> dict | None:
+    """The environment an output directory records, or None (an older or a server run)."""
+    try:
+        found = json.loads((out / ENVIRONMENT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 class OutputDir:
@@ -69,6 +82,11 @@ class OutputDir:
         if pcm is not None:
             write_audio(self.path(rid), pcm, sample_rate, self.format)
         self.rows[rid] = row
+
+    def write_environment(self, environment: dict) -> None:
+        """Recorded for `moss diff`: it names the fields that differ between two machines' runs (the
+        run that wrote the directory last; requests resumed from an earlier run kept their files)."""
+        write_text_atomic(self.out / ENVIRONMENT, json.dumps(environment, indent=2, sort_keys=True) + "\n")
 
     def write_manifest(self) -> tuple[Path, list[dict]]:
         """The manifest of every finished request, in input order (a partial one after an interrupt)."""

@@ -38,6 +38,10 @@ class RaySynth:
             on_event=self.session.on_event,
         )
 
+    @property
+    def environment(self) -> dict | None:
+        return self.session.environment or None  # the workers' (they all reported the same)
+
     def run(self, prepared: list[Prepared]) -> Iterator[SynthResult]:
         by_id = {p.request.id: p for p in prepared}
         tasks = (Task(p.request.id, self._submitter(p)) for p in prepared)

@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from ..audit.attribution import record_logits
-from ..audit.environment import environment
 from ..engine.arrivals import Arrivals
 from ..io.atomic import atomic_path
 from ..pipeline import Prepared, Synthesizer, SynthOptions, SynthResult
+from ..pipeline.environment import environment
 from ..pipeline.streaming import Chunk
 
 # Environment of every worker process, set before it imports torch: idle OpenMP threads sleep

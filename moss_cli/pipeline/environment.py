@@ -1,4 +1,5 @@
-"""The environment a result depends on, recorded in golden baselines."""
+"""The environment a result depends on: recorded in golden baselines, audit reports and the output
+directory of `moss synth` (so `moss diff` can name what changed between two machines)."""
 
 from __future__ import annotations
 
