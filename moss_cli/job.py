@@ -5,6 +5,7 @@ stopping cleanly on SIGINT/SIGTERM. The pipeline (moss_cli.pipeline) does the sy
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
@@ -118,9 +119,7 @@ def synthesize(
     requests = read_requests(requests_path, max_line_bytes=synth.max_line_bytes)  # before any weights load
     prepared = synth.prepare(requests, requests_path)
     outdir = OutputDir(out, audio_format, [p.request.id for p in prepared], requests_path)
-    sources: dict[str, int] = {}
-    for p in prepared:
-        sources[p.effective.seed_source] = sources.get(p.effective.seed_source, 0) + 1
+    sources = dict(Counter(p.effective.seed_source for p in prepared))
     budget = sum(p.max_new_frames for p in prepared)
 
     # What an earlier run of the same command already finished (a dry run reports it too).
@@ -187,7 +186,7 @@ def synthesize(
         outdir.write_manifest()
         raise
     wall = time.perf_counter() - start
-    recorded = environment(synth) if runner is None else runner.environment
+    recorded = environment(synth, checkpoints) if runner is None else runner.environment
     if recorded:
         outdir.write_environment(recorded)
     manifest, ordered = outdir.write_manifest()  # input order, whatever finished first

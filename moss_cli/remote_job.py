@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -146,10 +147,8 @@ def synthesize_remote(
         resumed=len(done),
     )
     if dry_run:
-        sources: dict[str, int] = {}
-        for r in requests:
-            source = "request" if r.seed is not None else "server"  # the server decides the others
-            sources[source] = sources.get(source, 0) + 1
+        # The server seeds the requests that carry no seed of their own.
+        sources = dict(Counter("request" if r.seed is not None else "server" for r in requests))
         return SynthSummary(
             len(requests), 0.0, 0.0, out, None, list(done.values()), dry_run=True, seed_sources=sources, **summary
         )
@@ -166,9 +165,7 @@ def synthesize_remote(
         raise
     wall = time.perf_counter() - start
     manifest, ordered = outdir.write_manifest()
-    sources = {}
-    for row in ordered:
-        sources[row["seed_source"]] = sources.get(row["seed_source"], 0) + 1
+    sources = dict(Counter(row["seed_source"] for row in ordered))
     return SynthSummary(
         len(ordered),
         sum(row["duration_s"] for row in ordered),

@@ -35,7 +35,14 @@ def deploy_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def environment(synth) -> dict:
+def environment(synth, checkpoints: dict[str, str] | None = None) -> dict:
+    """`checkpoints`: the talker's and codec's fingerprints when the caller has them already (hashing
+    a real checkpoint reads up to a gigabyte)."""
+    if checkpoints is None:
+        checkpoints = {
+            "talker": checkpoint_fingerprint(synth.talker_path),
+            "codec": checkpoint_fingerprint(synth.codec_path),
+        }
     device = synth.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     deploy = synth.deploy.path
@@ -47,8 +54,8 @@ def environment(synth) -> dict:
         "device_name": name,
         "dtype": str(synth.dtype).replace("torch.", ""),
         "threads": torch.get_num_threads(),
-        "talker_checkpoint": checkpoint_fingerprint(synth.talker_path),
-        "codec_checkpoint": checkpoint_fingerprint(synth.codec_path),
+        "talker_checkpoint": checkpoints["talker"],
+        "codec_checkpoint": checkpoints["codec"],
         "deploy": str(deploy) if deploy else "built-in",
         "deploy_sha256": deploy_sha256(deploy) if deploy else "built-in",
         "legacy_global_rng": synth.options.legacy_global_rng,
