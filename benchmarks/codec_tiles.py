@@ -1,11 +1,13 @@
-"""What the codec's fixed tiles cost: plain vs tiled decode, with the batched-product tiles of 0.1.0
-("bmm", a product over a broadcast weight) and the per-tile products used now ("per-tile"), in
-float32 and bfloat16.
+"""What the codec's fixed tiles cost: plain decode vs the batch-invariant tiled decode, with the
+last tile of each product padded whole (any platform) or only to the unit the probe verified.
 
-    python benchmarks/codec_tiles.py [--d-model 768] [--layers 2] [--frames 50] [--repeats 3]
+    python benchmarks/codec_tiles.py [--shapes v2|small] [--frames 50] [--repeats 4] \
+        [--dtype bfloat16|float32] [--threads 2]
 
-A random codec in the v2 layout with every stage at `--d-model` decodes `--frames` frames (50 =
-4 s); each figure is the median of the repeats, all variants in one process, 1 thread.
+`--shapes v2` is a random decoder at the published v2 sizes (stage 0: 32 layers, d=1280, 20 heads,
+FFN 5120; stages 1-5: 12 layers, d=768, 12 heads, FFN 3072; about 1.06 B decoder parameters; the
+encoder, unused by decode, is shrunk). `--frames 50` is 4 s of audio. The three variants run
+alternately on one set of weights in one process; the table gives medians with [min-max].
 """
 
 from __future__ import annotations
@@ -15,81 +17,73 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
-import moss_cli.model.codec as codec_module
+from moss_cli.api import codec_tiles
 from moss_cli.assets.build import CodecSizes, codec_config
 from moss_cli.model.codec import AudioCodec
 from moss_cli.model.config import CodecConfig
-from moss_cli.model.layers import blocked_linear
+from moss_cli.model.layers import RowTiles
+from moss_cli.numerics import INVARIANT
 
 
-def bmm_tiles(x, weight, bias=None, block=None):
-    """0.1.0's fixed tiles: one batched product over the weight broadcast to every tile."""
-    if not block:
-        return F.linear(x, weight, bias)
-    flat = x.reshape(-1, x.shape[-1])
-    rows = flat.shape[0]
-    flat = F.pad(flat, (0, 0, 0, (-rows) % block))
-    tiles = flat.shape[0] // block
-    out = torch.bmm(flat.view(tiles, block, -1), weight.t().expand(tiles, -1, -1)).reshape(-1, weight.shape[0])
-    if bias is not None:
-        out = out + bias
-    return out[:rows].reshape(*x.shape[:-1], weight.shape[0])
-
-
-def random_codec(cfg: CodecConfig, tile: int | None, dtype: torch.dtype) -> AudioCodec:
-    with torch.device("meta"):
-        codec = AudioCodec(cfg, tile=tile)
-    codec = codec.to_empty(device="cpu").to(dtype)
-    with torch.no_grad():
-        for p in codec.parameters():
-            p.normal_(0, 0.02)
-    codec.quantizer.float()
-    return codec.eval()
+def v2_config(small: bool) -> CodecConfig:
+    d = 256 if small else 768
+    raw = codec_config(
+        CodecSizes(
+            d_model=d, heads=d // 64, layers=2 if small else 12, code_dim=128, rvq_dim=64, quantizers=32,
+            codebook=1024, codebook_dim=8,
+        )
+    )  # fmt: skip
+    for stage in raw["encoder_kwargs"]:
+        if stage["module_type"] == "Transformer":
+            stage.update(num_layers=1)
+    for stage in raw["decoder_kwargs"]:
+        if stage["module_type"] == "Transformer":
+            stage.update(dim_feedforward=4 * d)
+    if not small:
+        raw["decoder_kwargs"][0].update(d_model=1280, num_heads=20, dim_feedforward=5120, num_layers=32)
+    return CodecConfig.from_dict(raw, "random v2-shaped codec")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--d-model", type=int, default=768)
-    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--shapes", choices=["v2", "small"], default="v2")
     parser.add_argument("--frames", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    sizes = CodecSizes(
-        d_model=args.d_model,
-        heads=args.d_model // 64,
-        layers=args.layers,
-        code_dim=128,
-        rvq_dim=64,
-        quantizers=16,
-        codebook=1024,
-        codebook_dim=8,
-    )
-    cfg = CodecConfig.from_dict(codec_config(sizes), "random codec")
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    with torch.device("meta"):
+        codec = AudioCodec(v2_config(args.shapes == "small"))
+    codec = codec.to_empty(device="cpu").to(dtype)
+    with torch.no_grad():
+        for p in codec.parameters():
+            p.normal_(0, 0.02)
+    codec.quantizer.float()  # as load_codec
+    codec.eval()
+    verified = codec_tiles(codec, INVARIANT)
+    variants = {"plain": None, "tiles, padded whole": RowTiles(64, 64), f"tiles, padded to {verified.unit}": verified}
     codes = torch.randint(0, 1024, (12, 1, args.frames))
-    for dtype in (torch.float32, torch.bfloat16):
-        codecs = {"plain": random_codec(cfg, None, dtype), "tiled": random_codec(cfg, 64, dtype)}
-        seconds = {}
-        for impl_name, impl in (("bmm", bmm_tiles), ("per-tile", blocked_linear)):
-            codec_module.blocked_linear = impl
-            for name, codec in codecs.items():
-                with torch.inference_mode():
-                    codec.decode(codes)
-                    runs = []
-                    for _ in range(args.repeats):
-                        start = time.perf_counter()
-                        codec.decode(codes)
-                        runs.append(time.perf_counter() - start)
-                seconds[(impl_name, name)] = statistics.median(runs)
-        codec_module.blocked_linear = blocked_linear
-        for impl_name in ("bmm", "per-tile"):
-            plain, tiled = seconds[(impl_name, "plain")], seconds[(impl_name, "tiled")]
-            print(
-                f"{str(dtype):>15} {impl_name:>8}: plain {plain:.3f} s, tiled {tiled:.3f} s, tiled/plain "
-                f"{tiled / plain:.2f}"
-            )
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    pcm = {}
+    with torch.inference_mode():
+        codec.decode(codes)  # warm-up
+        for _ in range(args.repeats):
+            for name, tiles in variants.items():
+                codec.tiles = tiles
+                start = time.perf_counter()
+                pcm[name] = codec.decode(codes)
+                seconds[name].append(time.perf_counter() - start)
+    params = sum(p.numel() for p in codec.decoder.parameters()) / 1e9
+    print(f"{args.shapes} decoder ({params:.2f} B params), {args.dtype}, {args.threads} threads, {args.frames} frames")
+    plain = statistics.median(seconds["plain"])
+    for name, runs in seconds.items():
+        median = statistics.median(runs)
+        print(f"{name:>22}: {median:.3f} s [{min(runs):.3f}-{max(runs):.3f}]  / plain {median / plain:.3f}")
+    tiled = [name for name in variants if name != "plain"]
+    print("tiled variants bitwise equal:", torch.equal(pcm[tiled[0]], pcm[tiled[1]]))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from .device import resolve_device, resolve_dtype
 from .engine.generate import generate_invariant, generate_padded
 from .engine.sampling import Generators
 from .errors import CheckpointError, MossError
+from .gemm_probe import linears_agree
 from .model.checkpoint import (
     checkpoint_dir,
     load_tokenizer,
@@ -22,6 +23,7 @@ from .model.checkpoint import (
 )
 from .model.codec import AudioCodec, adapt_projections, canonical_codec_key
 from .model.config import TalkerConfig
+from .model.layers import RowTiles
 from .model.prompt import PromptBuilder, left_pad
 from .model.talker import MossTTSLocal
 from .numerics import Numerics
@@ -141,7 +143,7 @@ def load_codec(
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     with torch.device("meta"):
-        codec = AudioCodec(cfg, tile=numerics.codec_rows if numerics is not None else None)
+        codec = AudioCodec(cfg)
     keys = {canonical_codec_key(k) for k in tensor_files(directory)}
     with torch.device("meta"):
         adapt_projections(codec, keys)
@@ -153,7 +155,23 @@ def load_codec(
         rename=canonical_codec_key,
         float32_params=lambda name: name.startswith("quantizer."),
     )
+    codec.tiles = codec_tiles(codec, numerics)
     return codec.eval()
 
 
-__all__ = ["Talker", "load_talker", "load_codec", "MossError", "CheckpointError"]
+def codec_tiles(codec: AudioCodec, numerics: Numerics | None) -> RowTiles | None:
+    """The codec's row tiles under `numerics` (None: plain kernels). The last, partial tile of a
+    product is padded only to `numerics.wide_unit` rows where this platform gives a row the same
+    bits at every such row count as in a full tile (so the waveform is the same as with full
+    padding, at a fraction of a short clip's cost); elsewhere to a whole tile."""
+    if numerics is None or numerics.codec_rows is None:
+        return None
+    rows, unit = numerics.codec_rows, numerics.wide_unit
+    device = next(codec.parameters()).device
+    sizes = range(unit, rows + 1, unit)
+    if numerics.wide_blocks and unit < rows and linears_agree(codec.tiled_shapes(), unit, sizes, device):
+        return RowTiles(rows, unit)
+    return RowTiles(rows, rows)
+
+
+__all__ = ["Talker", "load_talker", "load_codec", "codec_tiles", "MossError", "CheckpointError"]

@@ -27,6 +27,7 @@ LAYERS = {
     "errors": 1,
     "validation": 1,
     "numerics": 1,
+    "gemm_probe": 1,  # does a GEMM give a row the same bits at other row counts (engine and codec)
     "sampling_params": 1,
     "threads": 1,
     "device": 1,

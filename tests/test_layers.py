@@ -90,14 +90,31 @@ def test_causal_mask_for_queries_at_the_end_of_the_keys():
 def test_blocked_linear_gives_a_row_the_same_bits_whatever_rows_come_with_it(dtype):
     """The codec's fixed tiles: a time step's projection does not depend on the sequence or chunk
     length it is computed in, and it matches F.linear closely."""
-    from moss_cli.model.layers import blocked_linear
+    from moss_cli.model.layers import RowTiles, blocked_linear
 
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(96, 48, generator=gen).to(dtype)
     bias = torch.randn(96, generator=gen).to(dtype)
     x = torch.randn(300, 48, generator=gen).to(dtype)
-    whole = blocked_linear(x, weight, bias, 64)
+    whole = blocked_linear(x, weight, bias, RowTiles(64, 64))
     for start, length in ((0, 1), (5, 3), (64, 64), (100, 137), (299, 1)):
-        part = blocked_linear(x[start : start + length], weight, bias, 64)
+        part = blocked_linear(x[start : start + length], weight, bias, RowTiles(64, 64))
         assert torch.equal(part, whole[start : start + length]), (start, length)
     torch.testing.assert_close(whole.float(), F.linear(x, weight, bias).float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_short_last_tile_padded_to_a_verified_unit_gives_the_bits_of_a_whole_tile(dtype):
+    """Where the probe finds that this platform rounds a row the same at every multiple of 4 rows,
+    the last tile is padded to 4 rows, not 64, and no bit changes."""
+    from moss_cli.gemm_probe import linears_agree
+    from moss_cli.model.layers import RowTiles, blocked_linear
+
+    gen = torch.Generator().manual_seed(1)
+    weight = torch.randn(96, 48, generator=gen).to(dtype)
+    x = torch.randn(150, 48, generator=gen).to(dtype)
+    if not linears_agree({(96, 48, False, dtype)}, 4, range(4, 65, 4), torch.device("cpu")):
+        pytest.skip("this platform rounds a row differently at some multiple of 4 rows")
+    whole = blocked_linear(x, weight, None, RowTiles(64, 64))
+    for length in (1, 5, 64, 70, 150):
+        assert torch.equal(blocked_linear(x[:length], weight, None, RowTiles(64, 4)), whole[:length]), length

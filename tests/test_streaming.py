@@ -61,7 +61,7 @@ def test_streamed_pcm_is_bitwise_the_offline_pcm(invariant_codec, schedule, size
 
 
 def test_without_fixed_tiles_streaming_stays_within_rounding_of_offline(codec):
-    assert codec.tile is None  # the plain kernels: chunk boundaries may change the last bits
+    assert codec.tiles is None  # the plain kernels: chunk boundaries may change the last bits
     codes = torch.randint(0, 128, (60, 6))
     offline = codec.decode(codes.T.unsqueeze(1))[0]
     stream = StreamingDecode(codec, [1, 15])
@@ -107,3 +107,31 @@ def test_audit_voices_and_streaming_pass_at_bitwise_level(tmp_path):
     assert report["streaming"]["schedule"] == [1, 15]
     used = next(iter(report["streaming"]["chunks"].values()))
     assert all(sizes[0] == 1 for sizes in used.values())
+
+
+def test_the_invariant_codec_pads_a_short_tile_only_where_that_changes_no_bit(invariant_codec, monkeypatch):
+    """On this CPU every multiple of 4 rows gives a row the bits of a full 64-row tile, so a short
+    clip's last tile is padded to 4 rows; its waveform is the one full padding gives."""
+    from types import SimpleNamespace
+
+    import torch.nn.functional as F
+
+    from moss_cli import gemm_probe
+    from moss_cli.api import codec_tiles
+    from moss_cli.model.layers import RowTiles
+
+    assert invariant_codec.tiles == RowTiles(64, 4)
+    codes = torch.randint(0, 128, (6, 2, 37))
+    short = invariant_codec.decode(codes)
+    invariant_codec.tiles = RowTiles(64, 64)
+    try:
+        assert torch.equal(invariant_codec.decode(codes), short)
+    finally:
+        invariant_codec.tiles = RowTiles(64, 4)
+
+    def rounding_by_row_count(x, weight, bias=None):  # a library that rounds differently per M
+        return F.linear(x, weight, bias) + x.shape[0] * 1e-6
+
+    monkeypatch.setattr(gemm_probe, "_VERDICTS", {})
+    monkeypatch.setattr(gemm_probe, "F", SimpleNamespace(linear=rounding_by_row_count))
+    assert codec_tiles(invariant_codec, INVARIANT) == RowTiles(64, 64)

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
+from moss_cli import gemm_probe
 from moss_cli.engine import row_probe
 from moss_cli.engine.scheduler import Engine, GenerationRequest
 from moss_cli.numerics import Numerics
@@ -48,8 +49,8 @@ def test_the_engine_keeps_fixed_blocks_where_a_product_depends_on_the_row_count(
     def rounding_by_row_count(x, weight, bias=None):  # a library that rounds differently per M
         return F.linear(x, weight, bias) + x.shape[0] * 1e-6
 
-    monkeypatch.setattr(row_probe, "_VERDICTS", {})
-    monkeypatch.setattr(row_probe, "F", SimpleNamespace(linear=rounding_by_row_count))
+    monkeypatch.setattr(gemm_probe, "_VERDICTS", {})
+    monkeypatch.setattr(gemm_probe, "F", SimpleNamespace(linear=rounding_by_row_count))
     assert not row_probe.wide_blocks_are_invariant(talker32.model, 4, 8, 16)
     monkeypatch.undo()
     assert row_probe.wide_blocks_are_invariant(talker32.model, 4, 8, 16)
@@ -62,8 +63,8 @@ def test_a_small_batch_is_probed_against_the_fixed_block_too(talker32, monkeypat
     def differs_at_eight(x, weight, bias=None):
         return F.linear(x, weight, bias) + (x.shape[0] % 8 == 0) * 1e-6
 
-    monkeypatch.setattr(row_probe, "_VERDICTS", {})
-    monkeypatch.setattr(row_probe, "F", SimpleNamespace(linear=differs_at_eight))
+    monkeypatch.setattr(gemm_probe, "_VERDICTS", {})
+    monkeypatch.setattr(gemm_probe, "F", SimpleNamespace(linear=differs_at_eight))
     assert not row_probe.wide_blocks_are_invariant(talker32.model, 4, 8, 4)
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..api import load_codec, load_talker
+from ..api import codec_tiles, load_codec, load_talker
 from ..assets import TINY_CODEC, TINY_TALKER
 from ..assets.build import CodecSizes, TalkerSizes, codec_config, talker_config
 from ..errors import MossError
@@ -118,9 +118,10 @@ def load_models(options: BenchOptions, device: torch.device, dtype: torch.dtype)
 
         def codec_for(numerics: Numerics) -> AudioCodec:
             with torch.device("meta"):
-                codec = AudioCodec(codec_cfg, tile=numerics.codec_rows)
+                codec = AudioCodec(codec_cfg)
             codec = _random(codec.to_empty(device=device).to(dtype), 1).eval()
             codec.quantizer.float()  # as load_codec: the quantizer always stays float32
+            codec.tiles = codec_tiles(codec, numerics)
             return codec
 
         what = f"random {options.random_weights} ({talker_parameters(cfg) / 1e6:.0f} M talker parameters)"

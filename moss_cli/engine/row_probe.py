@@ -14,35 +14,24 @@ One differing bit anywhere and the engine keeps its fixed blocks. The audit rema
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from ..gemm_probe import Shape, linears_agree, rows_agree
 from ..model.talker import MossTTSLocal
 from ..numerics import Numerics
 
 ONE_BLOCK = "one padded block"
-_VERDICTS: dict[tuple, bool] = {}  # per shapes, dtype, device and thread count, in this process
+_VERDICTS: dict[tuple, bool] = {}  # attention products, per shapes, dtype, device and thread count
 
 
-def _weights(model: MossTTSLocal) -> dict[tuple[int, int, bool], torch.Tensor]:
-    """One weight per distinct (out, in, has bias) among the products of a decode step."""
-    found: dict[tuple[int, int, bool], torch.Tensor] = {}
+def _shapes(model: MossTTSLocal) -> set[Shape]:
+    """The distinct (out, in, has bias, dtype) among the products of a decode step."""
+    found: set[Shape] = set()
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
-            found.setdefault((*module.weight.shape, module.bias is not None), module.weight)
+            found.add((*module.weight.shape, module.bias is not None, module.weight.dtype))
     for table in model.audio_embeddings:  # the audio heads are tied to these tables
-        found.setdefault((*table.weight.shape, False), table.weight)
+        found.add((*table.weight.shape, False, table.weight.dtype))
     return found
-
-
-def _same_rows(product, inputs: tuple[torch.Tensor, ...], sizes: list[int], offset: int) -> bool:
-    """Whether `product(*inputs)` gives rows start..start+n the same bits when given only those rows."""
-    full = product(*inputs)
-    for rows in sizes:
-        for start in (0, offset) if rows + offset <= full.shape[0] else (0,):
-            part = product(*(x[start : start + rows] for x in inputs))
-            if not torch.equal(part, full[start : start + rows]):
-                return False
-    return True
 
 
 @torch.inference_mode()
@@ -52,30 +41,26 @@ def wide_blocks_are_invariant(model: MossTTSLocal, unit: int, block: int, max_ro
     block's size keeps the bits the same whichever layout a run picks (a different --max-batch may
     pick the other)."""
     top = max(unit * -(-max_rows // unit), block)
+    sizes = sorted({*range(unit, top + 1, unit), block})
     param = next(model.parameters())
-    weights = _weights(model)
+    if not linears_agree(_shapes(model), unit, sizes, param.device):
+        return False
+    # decode attention: each row's batched products over its kv heads, query group and keys
     cfg = model.cfg.backbone
-    key = (tuple(sorted(weights)), cfg.num_kv_heads, cfg.head_dim, param.dtype, param.device)
-    key = (*key, torch.get_num_threads(), unit, block, top)
-    if key in _VERDICTS:
-        return _VERDICTS[key]
-    generator = torch.Generator(device=param.device).manual_seed(0)
+    exact = torch.float64 if param.dtype == torch.float64 else torch.float32
+    key = (cfg.num_kv_heads, cfg.num_heads, cfg.head_dim, exact, str(param.device), torch.get_num_threads(), unit)
+    key = (*key, tuple(sizes))
+    if key not in _VERDICTS:
+        generator = torch.Generator(device=param.device).manual_seed(0)
 
-    def randn(*shape):
-        return torch.randn(*shape, generator=generator, device=param.device, dtype=param.dtype)
+        def randn(*shape):
+            return torch.randn(*shape, generator=generator, device=param.device, dtype=exact)
 
-    rows, sizes = top + unit, sorted({*range(unit, top + 1, unit), block})
-    verdict = True
-    for (out, inp, bias), weight in weights.items():
-        shift = randn(out) if bias else None
-        verdict = verdict and _same_rows(lambda x: F.linear(x, weight, shift), (randn(rows, inp),), sizes, unit)
-    if verdict:  # decode attention: each row's batched products over its kv heads, query group and keys
-        exact = torch.float64 if param.dtype == torch.float64 else torch.float32
-        query = randn(rows, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim).to(exact)
-        keys = randn(rows, cfg.num_kv_heads, cfg.head_dim, 2 * 64).to(exact)
-        verdict = _same_rows(torch.matmul, (query, keys), sizes, unit)
-    _VERDICTS[key] = verdict
-    return verdict
+        rows = top + unit
+        query = randn(rows, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim)
+        keys = randn(rows, cfg.num_kv_heads, cfg.head_dim, 2 * 64)
+        _VERDICTS[key] = rows_agree(torch.matmul, (query, keys), sizes, unit)
+    return _VERDICTS[key]
 
 
 def step_layout(model: MossTTSLocal, numerics: Numerics, max_batch: int, compile: bool = False) -> str:

@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import CodecConfig, CodecStage, QuantizerConfig
-from .layers import blocked_linear, codec_rope
+from .layers import RowTiles, blocked_linear, codec_rope
 
 # Queries are processed in blocks so that attention memory stays O(T * (block + context)).
 ATTENTION_BLOCK = 1024
@@ -45,21 +45,21 @@ class WeightNormConv1x1(nn.Module):
         w = self.parametrizations.weight
         return torch._weight_norm(w.original1, w.original0, 0)
 
-    def forward(self, x: torch.Tensor, tile: int | None = None) -> torch.Tensor:
-        if not tile:
+    def forward(self, x: torch.Tensor, tiles: RowTiles | None = None) -> torch.Tensor:
+        if tiles is None:
             return F.conv1d(x, self.weight(), self.bias)
         # A 1x1 convolution is a linear map of each time step: computed in fixed row tiles.
-        return blocked_linear(x.transpose(1, 2), self.weight().squeeze(-1), self.bias, tile).transpose(1, 2)
+        return blocked_linear(x.transpose(1, 2), self.weight().squeeze(-1), self.bias, tiles).transpose(1, 2)
 
 
-def _project(module: nn.Module, x: torch.Tensor, tile: int | None) -> torch.Tensor:
+def _project(module: nn.Module, x: torch.Tensor, tiles: RowTiles | None) -> torch.Tensor:
     """An optional projection (Identity when the dimensions already match), in fixed row tiles
-    when `tile` is set: a weight-normed 1x1 conv on [B, C, T] or a Linear on [..., D]."""
+    when `tiles` is set: a weight-normed 1x1 conv on [B, C, T] or a Linear on [..., D]."""
     if isinstance(module, nn.Identity):
         return x
     if isinstance(module, nn.Linear):
-        return blocked_linear(x, module.weight, module.bias, tile)
-    return module(x, tile)
+        return blocked_linear(x, module.weight, module.bias, tiles)
+    return module(x, tiles)
 
 
 class Quantizer(nn.Module):
@@ -91,13 +91,13 @@ class Quantizer(nn.Module):
             codes.append(indices)
         return torch.stack(codes) if codes else torch.empty(0, b, t, dtype=torch.long, device=z.device)
 
-    def decode(self, codes: torch.Tensor, tile: int | None = None) -> torch.Tensor:
+    def decode(self, codes: torch.Tensor, tiles: RowTiles | None = None) -> torch.Tensor:
         """codes [nq, B, T] -> latents [B, output_dim, T] in float32."""
         nq, b, t = codes.shape
         latents = torch.zeros(b, self.cfg.rvq_dim, t, device=codes.device, dtype=torch.float32)
         for i in range(nq):
-            latents += self.quantizers[i].decode(codes[i], tile)
-        return _project(self.output_proj, latents, tile)
+            latents += self.quantizers[i].decode(codes[i], tiles)
+        return _project(self.output_proj, latents, tiles)
 
 
 class _Codebook(nn.Module):
@@ -125,10 +125,10 @@ class _Codebook(nn.Module):
         z_q = (z_e + (z_q - z_e)).float()  # the reference's straight-through form, kept for identical rounding
         return self.out_proj(z_q).float(), indices
 
-    def decode(self, codes: torch.Tensor, tile: int | None = None) -> torch.Tensor:
+    def decode(self, codes: torch.Tensor, tiles: RowTiles | None = None) -> torch.Tensor:
         """codes [B, T] -> [B, rvq_dim, T] (float32)."""
         vectors = F.embedding(codes, self.codebook.weight).transpose(1, 2).float()
-        return _project(self.out_proj, vectors, tile).float()
+        return _project(self.out_proj, vectors, tiles).float()
 
 
 class LayerScale(nn.Module):
@@ -160,9 +160,9 @@ class CodecAttention(nn.Module):
         self.in_proj = nn.Linear(stage.d_model, 3 * stage.d_model, bias=False)
         self.out_proj = nn.Linear(stage.d_model, stage.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, state: LayerState | None = None, tile: int | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: LayerState | None = None, tiles: RowTiles | None = None) -> torch.Tensor:
         b, t, d = x.shape
-        qkv = blocked_linear(x, self.in_proj.weight, None, tile)
+        qkv = blocked_linear(x, self.in_proj.weight, None, tiles)
         q, k, v = qkv.reshape(b, t, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
         offset = state.offset if state is not None else 0
         if self.rope_period is not None:
@@ -175,7 +175,7 @@ class CodecAttention(nn.Module):
             if state is not None:
                 raise ValueError("streaming needs causal attention")
             out = F.scaled_dot_product_attention(q, k, v)
-        elif tile:
+        elif tiles is not None:
             out = _aligned_attention(q, k, v, offset, first_key, self.context)
         else:
             out = torch.cat(
@@ -189,7 +189,7 @@ class CodecAttention(nn.Module):
             drop = 0 if self.context is None else max(0, k.shape[2] - (self.context - 1))
             state.keys, state.values = k[:, :, drop:], v[:, :, drop:]
             state.offset += t
-        return blocked_linear(out.transpose(1, 2).reshape(b, t, d), self.out_proj.weight, None, tile)
+        return blocked_linear(out.transpose(1, 2).reshape(b, t, d), self.out_proj.weight, None, tiles)
 
     def _causal_block(self, q, k, v, q0: int, k0: int, start: int, stop: int) -> torch.Tensor:
         """Queries start..stop-1 (absolute q0 + i) see keys j (absolute k0 + j) with 0 <= i - j < context."""
@@ -209,19 +209,20 @@ def _aligned_attention(q, k, v, q0: int, k0: int, context: int) -> torch.Tensor:
     """Causal sliding-window attention computed in query tiles aligned to absolute positions.
 
     Every tile covers queries [s, s + TILE) with s a multiple of TILE, over the key span
-    [s - context + 1, s + TILE): one shape for every tile. Keys outside what is available (before
-    the sequence, already dropped from a streaming cache, or not yet decoded) are zeros and masked;
-    a query never attends to them, so its row comes out bitwise the same whether the sequence is
-    decoded whole or chunk by chunk."""
+    [max(0, s - context + 1), s + TILE): its shape depends only on s. Keys inside the span but not
+    available (already dropped from a streaming cache, or not yet decoded) are zeros and masked; a
+    query never attends to them, so its row comes out bitwise the same whether the sequence is
+    decoded whole or chunk by chunk. (Keys before position 0 never exist in either, so the span
+    leaves them out: a short clip does not pay for a full window.)"""
     b, h, n, d = q.shape
     first, last = q0, q0 + n  # absolute query positions
-    span = QUERY_TILE + context - 1
     outs = []
     for s in range(first - first % QUERY_TILE, last, QUERY_TILE):
         lo, hi = max(s, first), min(s + QUERY_TILE, last)
         tile_q = q.new_zeros(b, h, QUERY_TILE, d)
         tile_q[:, :, lo - s : hi - s] = q[:, :, lo - q0 : hi - q0]
-        start = s - context + 1  # absolute position of the span's first key
+        start = max(0, s - context + 1)  # absolute position of the span's first key
+        span = s + QUERY_TILE - start
         tile_k, tile_v = k.new_zeros(b, h, span, d), v.new_zeros(b, h, span, d)
         a, z = max(start, k0), min(start + span, k0 + k.shape[2])
         tile_k[:, :, a - start : z - start] = k[:, :, a - k0 : z - k0]
@@ -251,11 +252,11 @@ class CodecLayer(nn.Module):
         self.layer_scale_1 = LayerScale(stage.d_model, scale) if scale is not None else nn.Identity()
         self.layer_scale_2 = LayerScale(stage.d_model, scale) if scale is not None else nn.Identity()
 
-    def forward(self, x: torch.Tensor, state: LayerState | None = None, tile: int | None = None) -> torch.Tensor:
-        update = self.self_attn(self.norm1(x), state, tile)
+    def forward(self, x: torch.Tensor, state: LayerState | None = None, tiles: RowTiles | None = None) -> torch.Tensor:
+        update = self.self_attn(self.norm1(x), state, tiles)
         x = x.to(update) + self.layer_scale_1(update)
-        hidden = F.gelu(blocked_linear(self.norm2(x), self.ffn[0].weight, None, tile))
-        update = blocked_linear(hidden, self.ffn[2].weight, None, tile)
+        hidden = F.gelu(blocked_linear(self.norm2(x), self.ffn[0].weight, None, tiles))
+        update = blocked_linear(hidden, self.ffn[2].weight, None, tiles)
         return x.to(update) + self.layer_scale_2(update)
 
 
@@ -278,11 +279,11 @@ class TransformerStage(nn.Module):
             else nn.Identity()
         )
 
-    def forward(self, x: torch.Tensor, states: list[LayerState] | None = None, tile: int | None = None) -> torch.Tensor:
-        x = _project(self.input_proj, x.transpose(1, 2), tile)
+    def forward(self, x: torch.Tensor, states: list[LayerState] | None = None, tiles: RowTiles | None = None) -> torch.Tensor:
+        x = _project(self.input_proj, x.transpose(1, 2), tiles)
         for i, layer in enumerate(self.transformer.layers):
-            x = layer(x, None if states is None else states[i], tile)
-        return _project(self.output_proj, x, tile).transpose(1, 2)
+            x = layer(x, None if states is None else states[i], tiles)
+        return _project(self.output_proj, x, tiles).transpose(1, 2)
 
 
 class PatchStage(nn.Module):
@@ -313,7 +314,7 @@ def _context_frames(stage: CodecStage, frame_rate: float, default_duration: floa
 class AudioCodec(nn.Module):
     """The codec network. `decode` maps codes [nq, B, T] to audio [B, channels, T * downsample_rate]."""
 
-    def __init__(self, cfg: CodecConfig, tile: int | None = None) -> None:
+    def __init__(self, cfg: CodecConfig, tiles: RowTiles | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         rate = float(cfg.sampling_rate * (cfg.channels if cfg.interleave else 1))
@@ -327,7 +328,7 @@ class AudioCodec(nn.Module):
         self.quantizer = Quantizer(cfg.quantizer)
         # Rows per GEMM tile: fixed tiles make a request's waveform independent of what it is decoded
         # with, and chunked (streaming) decode bitwise equal to a whole decode. None: plain kernels.
-        self.tile = tile
+        self.tiles = tiles
         rate = rate if cfg.encoder else cfg.frame_rate
         self.decoder = nn.ModuleList()
         for stage in cfg.decoder:
@@ -336,6 +337,19 @@ class AudioCodec(nn.Module):
                 rate *= stage.patch_size
             else:
                 self.decoder.append(TransformerStage(stage, _context_frames(stage, rate, cfg.context_duration)))
+
+    def tiled_shapes(self) -> set[tuple[int, int, bool, torch.dtype]]:
+        """(out, in, has bias, dtype) of every product `decode` computes in row tiles (biases are
+        added after the product), for a probe of how this platform rounds them."""
+        shapes: set[tuple[int, int, bool, torch.dtype]] = set()
+        for module in (self.quantizer, self.decoder):
+            for m in module.modules():
+                if isinstance(m, nn.Linear):
+                    shapes.add((*m.weight.shape, False, m.weight.dtype))
+                elif isinstance(m, WeightNormConv1x1):
+                    v = m.parametrizations.weight.original1
+                    shapes.add((v.shape[0], v.shape[1], False, v.dtype))
+        return shapes
 
     @property
     def sample_rate(self) -> int:
@@ -397,12 +411,12 @@ class AudioCodec(nn.Module):
         return self._decode(codes, None)
 
     def _decode(self, codes: torch.Tensor, states: list[list[LayerState]] | None) -> torch.Tensor:
-        rb = self.tile
-        x = self.quantizer.decode(codes.to(self.quantizer.quantizers[0].codebook.weight.device), rb)
+        tiles = self.tiles
+        x = self.quantizer.decode(codes.to(self.quantizer.quantizers[0].codebook.weight.device), tiles)
         x = x.to(_stage_dtype(self.decoder))
         for i, stage in enumerate(self.decoder):
             if isinstance(stage, TransformerStage):
-                x = stage(x, None if states is None else states[i], rb)
+                x = stage(x, None if states is None else states[i], tiles)
             else:
                 x = stage(x)
         b = x.shape[0]
@@ -419,7 +433,7 @@ class AudioCodec(nn.Module):
 class CodecStream:
     """Chunk-by-chunk decoding that keeps each attention layer's last context-1 keys/values.
 
-    With the codec built with fixed tiles (`AudioCodec.tile`), the audio of every chunk is
+    With the codec built with fixed tiles (`AudioCodec.tiles`), the audio of every chunk is
     bitwise the matching slice of a whole-sequence decode, whatever the chunk sizes."""
 
     def __init__(self, codec: AudioCodec, batch: int) -> None:

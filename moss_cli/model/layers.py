@@ -7,6 +7,7 @@ results cast back to the activation dtype), so that greedy codes match the refer
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -86,19 +87,37 @@ def codec_rope(q: torch.Tensor, k: torch.Tensor, offset: int, max_period: float)
     return rotate(q), rotate(k)
 
 
+@dataclass(frozen=True)
+class RowTiles:
+    """Matrix products in fixed tiles of `rows` rows. The last, partial tile is padded to a multiple
+    of `unit` rows: `unit == rows` pads it whole (right on any platform); a smaller unit only where
+    this platform was measured to give a row the same bits at every such row count as in a full
+    tile (`moss_cli.gemm_probe`), which saves most of the padding of a short input."""
+
+    rows: int
+    unit: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.unit <= self.rows:
+            raise ValueError("a tile's unit must lie in [1, rows]")
+
+
 def blocked_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, block: int | None = None
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tiles: RowTiles | None = None
 ) -> torch.Tensor:
-    """F.linear, or, with `block`, one product per fixed `block`-row tile (the input padded with zero
+    """F.linear, or, with `tiles`, one product per fixed tile of rows (the input padded with zero
     rows). A GEMM rounds a row differently for different row counts; with fixed tiles a row's result
     depends only on that row, however many rows come with it. One F.linear per tile reads the weight
     as a plain matrix: a batched product over a broadcast weight costs up to 5x more in bfloat16."""
-    if not block:
+    if tiles is None or x.numel() == 0:
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])
     rows = flat.shape[0]
-    flat = F.pad(flat, (0, 0, 0, (-rows) % block))
-    out = torch.cat([F.linear(tile, weight) for tile in flat.split(block)])
+    whole = rows - rows % tiles.rows
+    parts = [F.linear(tile, weight) for tile in flat[:whole].split(tiles.rows)]
+    if whole < rows:
+        parts.append(F.linear(F.pad(flat[whole:], (0, 0, 0, (whole - rows) % tiles.unit)), weight))
+    out = torch.cat(parts) if len(parts) > 1 else parts[0]
     if bias is not None:
         out = out + bias
     return out[:rows].reshape(*x.shape[:-1], weight.shape[0])
