@@ -46,6 +46,7 @@ def environment(synth, checkpoints: dict[str, str] | None = None) -> dict:
     device = synth.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     deploy = synth.deploy.path
+    tiles = synth.codec.tiles
     return {
         "moss_version": __version__,
         "torch_version": torch.__version__,
@@ -62,4 +63,5 @@ def environment(synth, checkpoints: dict[str, str] | None = None) -> dict:
         "batch_invariant": synth.options.batch_invariant,
         "compile": synth.options.compile,
         "engine_steps": step_layout(synth.talker.model, synth.options.numerics, synth.max_batch, synth.options.compile),
+        "codec_tiles": "plain" if tiles is None else f"{tiles.rows} rows, the last padded to {tiles.unit}",
     }
