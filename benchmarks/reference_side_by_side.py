@@ -1,7 +1,8 @@
 """moss's engine next to the OpenMOSS reference `generate()`, in one process, on the same weights.
 
     PYTHON_WITH_TRANSFORMERS benchmarks/reference_side_by_side.py --reference-path DIR \
-        [--reference-module moss_ref] [--preset 35m|tiny] [--batch 1,8] [--frames 40] [--repeats 3] [--json F]
+        [--reference-module moss_ref] [--preset 35m|tiny|v1.5] [--batch 1,8] [--frames 40] [--repeats 3] \
+        [--threads 1] [--json F]
 
 Run it with an interpreter that has `transformers` and the reference code (OpenMOSS/MOSS-TTS,
 folder moss_tts_local_v1.5, importable from `--reference-path` as `--reference-module`); the
@@ -10,6 +11,11 @@ checkpoint of the preset's shapes is written to a temporary folder with a stop h
 fires, loaded by both, and every variant decodes the same prompts for the same number of frames
 at the published sampling defaults (1.7 / 0.8 / 25). Variants alternate within each repeat;
 figures are medians, in frames per second of wall time including prefill.
+
+`--preset v1.5` (the published v1.5 shapes, 4.1 B parameters, bfloat16) writes no checkpoint: two
+8 GB copies do not fit in memory here. moss builds random weights as `moss bench --random-weights
+v1.5` does, with the same never-firing stop head, and the reference model is assembled on the meta
+device and given moss's very tensors (the parameter names are the same), so both run on one copy.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ import torch  # noqa: E402
 
 from moss_cli.api import load_talker  # noqa: E402
 from moss_cli.assets.build import CodecSizes, TalkerSizes, build  # noqa: E402
+from moss_cli.bench.models import load_models  # noqa: E402
+from moss_cli.bench.run import BenchOptions  # noqa: E402
 from moss_cli.engine.scheduler import Engine, GenerationRequest  # noqa: E402
 from moss_cli.numerics import FAST, INVARIANT  # noqa: E402
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS  # noqa: E402
@@ -40,6 +48,7 @@ PRESETS = {
         hidden=512, layers=8, heads=8, kv_heads=4, ffn=1536, local_heads=8, local_ffn=1536, n_vq=12, codebook=1024
     ),
 }
+SHARED = {"v1.5"}  # presets run on one shared copy of random weights (see the module's docstring)
 TEXTS = ["A benchmark sentence of ordinary length, read at an even pace.", "Short one.", "Another request here."]
 
 
@@ -65,6 +74,29 @@ def reference_run(model, prompts, frames: int) -> None:
     )
 
 
+@torch.no_grad()
+def shared_models(ref, preset: str, tmp: Path):
+    """(moss model, prompt function, reference model) on one copy of random bfloat16 weights."""
+    model, _, prompts, _ = load_models(BenchOptions(random_weights=preset), torch.device("cpu"), torch.bfloat16)
+    head = model.local_text_lm_head.weight.float()
+    direction = head[0] - head[1]  # continue minus stop: shift ln_f's output along it so stop never fires
+    model.local_transformer.ln_f.bias += (direction * (50.0 / direction.dot(direction))).to(torch.bfloat16)
+    raw = dict(model.cfg.raw)
+    (tmp / "config.json").write_text(json.dumps(raw))
+    config = ref.MossTTSLocalConfig.from_pretrained(tmp, attn_implementation="sdpa")
+    with torch.device("meta"):
+        reference = ref.MossTTSLocalModel(config)
+    missing, unexpected = reference.load_state_dict(model.state_dict(), strict=False, assign=True)
+    reference.tie_weights()
+    for module in reference.modules():
+        if hasattr(module, "_compute_inv_freq"):  # non-persistent rotary buffers, still on meta
+            module.inv_freq = module._compute_inv_freq(torch.device("cpu"))
+    left = [name for name, t in [*reference.named_parameters(), *reference.named_buffers()] if t.is_meta]
+    if unexpected or left:
+        raise SystemExit(f"the reference does not take moss's tensors: unexpected {unexpected}, unset {left}")
+    return model, prompts.build, reference.eval()
+
+
 def moss_run(model, numerics, prompts, frames: int) -> None:
     requests = [
         GenerationRequest(str(i), p, frames, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=i) for i, p in enumerate(prompts)
@@ -76,7 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference-path", type=Path, required=True)
     parser.add_argument("--reference-module", default="moss_ref")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="35m")
+    parser.add_argument("--preset", choices=sorted({*PRESETS, *SHARED}), default="35m")
     parser.add_argument("--batch", default="1,8")
     parser.add_argument("--frames", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
@@ -88,19 +120,23 @@ def main() -> None:
     ref = importlib.import_module(args.reference_module)
 
     with tempfile.TemporaryDirectory() as tmp:
-        talker_dir, _ = build(Path(tmp), PRESETS[args.preset], CodecSizes(), stop_margin=50.0)
-        config = ref.MossTTSLocalConfig.from_pretrained(talker_dir, attn_implementation="sdpa")
-        reference = ref.MossTTSLocalModel.from_pretrained(talker_dir, config=config, dtype=torch.float32).eval()
-        talker = load_talker(talker_dir, device="cpu", dtype="float32")
+        if args.preset in SHARED:
+            model, prompt, reference = shared_models(ref, args.preset, Path(tmp))
+        else:
+            talker_dir, _ = build(Path(tmp), PRESETS[args.preset], CodecSizes(), stop_margin=50.0)
+            config = ref.MossTTSLocalConfig.from_pretrained(talker_dir, attn_implementation="sdpa")
+            reference = ref.MossTTSLocalModel.from_pretrained(talker_dir, config=config, dtype=torch.float32).eval()
+            talker = load_talker(talker_dir, device="cpu", dtype="float32")
+            model, prompt = talker.model, talker.prompt
         variants = {
             "reference generate()": lambda p: reference_run(reference, p, args.frames),
-            "moss invariant": lambda p: moss_run(talker.model, INVARIANT, p, args.frames),
-            "moss fast": lambda p: moss_run(talker.model, FAST, p, args.frames),
+            "moss invariant": lambda p: moss_run(model, INVARIANT, p, args.frames),
+            "moss fast": lambda p: moss_run(model, FAST, p, args.frames),
         }
         results = {}
         with torch.inference_mode():
             for batch in (int(b) for b in args.batch.split(",")):
-                prompts = [talker.prompt(TEXTS[i % len(TEXTS)]) for i in range(batch)]
+                prompts = [prompt(TEXTS[i % len(TEXTS)]) for i in range(batch)]
                 for run in variants.values():
                     run(prompts[:1])  # warm-up
                 times = {name: [] for name in variants}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 ENGINE_BLOCK = 8
 CODEC_TILE = 64
 WIDE_UNIT = 4  # a padded single block grows in steps of this many rows (where the platform allows it)
+PREFILL_ROWS = 256  # most prompt rows prefilled in one forward (requests admitted together share it)
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,14 @@ class Numerics:
     codec_tile: int = CODEC_TILE
     wide_blocks: bool = True  # one block padded to a multiple of wide_unit rows, where verified invariant
     wide_unit: int = WIDE_UNIT
+    # Prompts admitted together are prefilled in one forward of up to this many rows: in fast mode
+    # always, in batch-invariant mode where the probe verifies it (engine/row_probe.prefill_layout),
+    # else one prompt per forward.
+    prefill_rows: int = PREFILL_ROWS
 
     def __post_init__(self) -> None:
-        if self.engine_block < 1 or self.codec_tile < 1 or self.wide_unit < 1:
-            raise ValueError("engine_block, wide_unit and codec_tile must be at least 1")
+        if min(self.engine_block, self.codec_tile, self.wide_unit, self.prefill_rows) < 1:
+            raise ValueError("engine_block, wide_unit, codec_tile and prefill_rows must be at least 1")
 
     @property
     def engine_rows(self) -> int | None:

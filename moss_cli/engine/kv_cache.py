@@ -110,6 +110,29 @@ class SlotPrefill:
         self.pool.lengths[self.slot] += steps
 
 
+class GroupedPrefill:
+    """Several requests' prompts in one forward: the matrix products see all their rows at once,
+    while each request attends over its own keys alone, exactly as SlotPrefill does for it.
+    `spans[i]` are request i's rows [start, stop) in the forward; rows between spans are padding
+    (their outputs are ignored and they store nothing)."""
+
+    def __init__(self, pool: KVPool, slots: list[int], spans: list[tuple[int, int]]) -> None:
+        self.pool, self.slots, self.spans = pool, slots, spans
+
+    def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
+        if len(self.spans) == 1 and self.spans[0] == (0, q.shape[1]):
+            return SlotPrefill(self.pool, self.slots[0]).attend(layer, q, k, v, scale)
+        out = q.new_zeros(q.shape)
+        for slot, (start, stop) in zip(self.slots, self.spans):
+            rows = slice(start, stop)
+            out[:, rows] = SlotPrefill(self.pool, slot).attend(layer, q[:, rows], k[:, rows], v[:, rows], scale)
+        return out
+
+    def advance(self) -> None:
+        for slot, (start, stop) in zip(self.slots, self.spans):
+            self.pool.lengths[slot] += stop - start
+
+
 class BlockedDecode:
     """One decode step (one new position per row) for rows living in pool slots.
 

@@ -13,6 +13,8 @@ One differing bit anywhere and the engine keeps its fixed blocks. The audit rema
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..gemm_probe import Shape, linears_agree, rows_agree
@@ -23,13 +25,14 @@ ONE_BLOCK = "one padded block"
 _VERDICTS: dict[tuple, bool] = {}  # attention products, per shapes, dtype, device and thread count
 
 
-def _shapes(model: MossTTSLocal) -> set[Shape]:
-    """The distinct (out, in, has bias, dtype) among the products of a decode step."""
+def _shapes(model: torch.nn.Module) -> set[Shape]:
+    """The distinct (out, in, has bias, dtype) among the products of `model`'s linear layers and,
+    for the talker, of its audio heads."""
     found: set[Shape] = set()
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             found.add((*module.weight.shape, module.bias is not None, module.weight.dtype))
-    for table in model.audio_embeddings:  # the audio heads are tied to these tables
+    for table in getattr(model, "audio_embeddings", ()):  # the audio heads are tied to these tables
         found.add((*table.weight.shape, False, table.weight.dtype))
     return found
 
@@ -61,6 +64,39 @@ def wide_blocks_are_invariant(model: MossTTSLocal, unit: int, block: int, max_ro
         keys = randn(rows, cfg.num_kv_heads, cfg.head_dim, 2 * 64)
         _VERDICTS[key] = rows_agree(torch.matmul, (query, keys), sizes, unit)
     return _VERDICTS[key]
+
+
+PREFILL_STEP = 32  # a shared prefill forward has a multiple of this many rows (few sizes to verify)
+
+
+@dataclass(frozen=True)
+class PrefillLayout:
+    """Prompts admitted together share forwards of at most `rows` rows. Each prompt starts at a
+    multiple of `unit` rows, and a forward is padded to a multiple of `step` rows. A prompt longer
+    than `rows` is prefilled alone, unpadded."""
+
+    rows: int
+    unit: int
+    step: int = 1
+
+    def padded(self, rows: int) -> int:
+        return -(-rows // self.step) * self.step
+
+
+def prefill_layout(model: MossTTSLocal, numerics: Numerics) -> PrefillLayout | None:
+    """How prompts are prefilled: grouped (fast mode; or batch-invariant where every multiple of
+    `step` rows up to `rows` gives a prompt row the same bits, so a prompt's keys and hidden state
+    do not depend on the prompts it shares a forward with) or None: one prompt per forward."""
+    if not numerics.batch_invariant:
+        return PrefillLayout(numerics.prefill_rows, 1)
+    unit, rows = numerics.wide_unit, numerics.prefill_rows
+    if not numerics.wide_blocks or rows < PREFILL_STEP or PREFILL_STEP % unit:
+        return None
+    shapes = _shapes(model.transformer)  # prefill runs the backbone only
+    device = next(model.parameters()).device
+    if not linears_agree(shapes, unit, range(PREFILL_STEP, rows + 1, PREFILL_STEP), device):
+        return None
+    return PrefillLayout(rows - rows % PREFILL_STEP, unit, PREFILL_STEP)
 
 
 def step_layout(model: MossTTSLocal, numerics: Numerics, max_batch: int, compile: bool = False) -> str:

@@ -1,9 +1,9 @@
 """Continuous batching: up to `max_batch` requests in flight, new ones join as others finish.
 
-Each request is prefilled on its own, then decoded one frame per step together with whatever
-else is in flight. Every request has its own slot in the engine's KV pool and its own random
-generator, so what it produces does not depend on the order of the input or on its neighbours'
-random draws.
+The requests admitted at a step are prefilled together (`prefill.py`), then decoded one frame
+per step together with whatever else is in flight. Every request has its own slot in the engine's
+KV pool and its own random generator, so what it produces does not depend on the order of the
+input or on its neighbours' random draws.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from ..sampling_params import HeadSampling
 from .compiled import CompiledFrame
 from .frame import sample_frame
 from .frame_step import FrameStep
-from .kv_cache import SCRATCH, BlockedDecode, KVPool, SlotPrefill
-from .row_probe import ONE_BLOCK, step_layout
+from .kv_cache import SCRATCH, BlockedDecode, KVPool
+from .prefill import prefill
+from .row_probe import ONE_BLOCK, prefill_layout, step_layout
 
 # Called right before each draw with (request key, frame index, codebook, logits [V], rows in the
 # batch, the row's generator or None for the global RNG); codebook -1 is the stop head. It may
@@ -115,6 +116,7 @@ class Engine:
         self.layout = step_layout(model, numerics, max_batch, compile)
         self.wide = self.layout == ONE_BLOCK
         self.wide_unit = numerics.wide_unit
+        self.prefill_layout = prefill_layout(model, numerics)  # prompts admitted together share forwards
 
     def _generator(self, seed: int | None) -> torch.Generator | None:
         if self.legacy_global_rng or seed is None:
@@ -122,21 +124,24 @@ class Engine:
         return torch.Generator(device=self.device).manual_seed(seed)
 
     @torch.inference_mode()
-    def _prefill(self, request: GenerationRequest) -> _Running:
-        prompt = request.prompt.to(self.device)
-        slot = self.pool.allocate(prompt.shape[0] + request.max_new_frames)
-        generator = request.generator if request.generator is not None else self._generator(request.seed)
-        running = _Running(request, slot, generator, self.clock(), self.steps)
-        if request.audio.repetition_penalty != 1.0:
-            running.seen = torch.zeros(
-                self.model.cfg.n_vq, self.model.cfg.audio_vocab_size, dtype=torch.bool, device=self.device
-            )
-        cache = SlotPrefill(self.pool, slot)  # every request is prefilled alone
-        positions = torch.arange(prompt.shape[0], device=self.device)[None]
-        hidden = self.model.backbone(self.model.embed(prompt[None]), positions, cache)
-        cache.advance(prompt.shape[0])
-        running.hidden = hidden[0, -1]
-        return running
+    def _admit(self, requests: list[GenerationRequest]) -> list[_Running]:
+        """Slots, random streams and prefill for the requests admitted at this step (their prompts
+        share forwards where `prefill_layout` allows it)."""
+        admitted = []
+        for request in requests:
+            slot = self.pool.allocate(request.prompt.shape[0] + request.max_new_frames)
+            generator = request.generator if request.generator is not None else self._generator(request.seed)
+            running = _Running(request, slot, generator, self.clock(), self.steps)
+            if request.audio.repetition_penalty != 1.0:
+                running.seen = torch.zeros(
+                    self.model.cfg.n_vq, self.model.cfg.audio_vocab_size, dtype=torch.bool, device=self.device
+                )
+            admitted.append(running)
+        prompts = [r.request.prompt.to(self.device) for r in admitted]
+        hidden = prefill(self.model, self.pool, prompts, [r.slot for r in admitted], self.prefill_layout)
+        for running, h in zip(admitted, hidden):
+            running.hidden = h
+        return admitted
 
     def run(
         self, requests: Iterable[GenerationRequest | None], *, wait: Callable[[], None] | None = None
@@ -166,9 +171,10 @@ class Engine:
                 if not running and wait is not None:
                     wait()
                 head = next(waiting, _END)
-            while head is not None and head is not _END and len(running) < self.max_batch:
+            admitted: list[GenerationRequest] = []
+            while head is not None and head is not _END and len(running) + len(admitted) < self.max_batch:
                 if head.arrival_step > self.steps:
-                    if running:
+                    if running or admitted:
                         break  # not arrived yet: admitted at a later step
                     self.steps = head.arrival_step  # idle until it arrives
                 request, head = head, next(waiting, _END)
@@ -185,7 +191,8 @@ class Engine:
                         now,
                     )
                     continue
-                running.append(self._prefill(request))
+                admitted.append(request)
+            running.extend(self._admit(admitted))
             if not running:
                 if head is _END:
                     return

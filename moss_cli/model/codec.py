@@ -279,7 +279,9 @@ class TransformerStage(nn.Module):
             else nn.Identity()
         )
 
-    def forward(self, x: torch.Tensor, states: list[LayerState] | None = None, tiles: RowTiles | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, states: list[LayerState] | None = None, tiles: RowTiles | None = None
+    ) -> torch.Tensor:
         x = _project(self.input_proj, x.transpose(1, 2), tiles)
         for i, layer in enumerate(self.transformer.layers):
             x = layer(x, None if states is None else states[i], tiles)

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from .. import __version__
-from ..engine.row_probe import step_layout
+from ..engine.row_probe import prefill_layout, step_layout
 from ..io.fingerprint import checkpoint_fingerprint
 
 
@@ -47,6 +47,7 @@ def environment(synth, checkpoints: dict[str, str] | None = None) -> dict:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     deploy = synth.deploy.path
     tiles = synth.codec.tiles
+    prefill = prefill_layout(synth.talker.model, synth.options.numerics)
     return {
         "moss_version": __version__,
         "torch_version": torch.__version__,
@@ -63,5 +64,9 @@ def environment(synth, checkpoints: dict[str, str] | None = None) -> dict:
         "batch_invariant": synth.options.batch_invariant,
         "compile": synth.options.compile,
         "engine_steps": step_layout(synth.talker.model, synth.options.numerics, synth.max_batch, synth.options.compile),
+        "prefill": "one prompt per forward"
+        if prefill is None
+        else f"prompts share forwards of up to {prefill.rows} rows"
+        + f", padded to {prefill.step}" * (prefill.step > 1),
         "codec_tiles": "plain" if tiles is None else f"{tiles.rows} rows, the last padded to {tiles.unit}",
     }
