@@ -15,7 +15,8 @@ figures are medians, in frames per second of wall time including prefill.
 `--preset v1.5` (the published v1.5 shapes, 4.1 B parameters, bfloat16) writes no checkpoint: two
 8 GB copies do not fit in memory here. moss builds random weights as `moss bench --random-weights
 v1.5` does, with the same never-firing stop head, and the reference model is assembled on the meta
-device and given moss's very tensors (the parameter names are the same), so both run on one copy.
+device and given moss's very tensors (the parameter names are the same); moss then packs its
+linear weights for oneDNN as it does when it loads a talker (about 16 GB in all).
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ def reference_run(model, prompts, frames: int) -> None:
 @torch.no_grad()
 def shared_models(ref, preset: str, tmp: Path):
     """(moss model, prompt function, reference model) on one copy of random bfloat16 weights."""
-    model, _, prompts, _ = load_models(BenchOptions(random_weights=preset), torch.device("cpu"), torch.bfloat16)
+    # compile=True: weights left plain here, for the reference; moss packs its own copy at the end
+    model, _, prompts, _ = load_models(
+        BenchOptions(random_weights=preset, compile=True), torch.device("cpu"), torch.bfloat16
+    )
     head = model.local_text_lm_head.weight.float()
     direction = head[0] - head[1]  # continue minus stop: shift ln_f's output along it so stop never fires
     model.local_transformer.ln_f.bias += (direction * (50.0 / direction.dot(direction))).to(torch.bfloat16)
@@ -94,6 +98,7 @@ def shared_models(ref, preset: str, tmp: Path):
     left = [name for name, t in [*reference.named_parameters(), *reference.named_buffers()] if t.is_meta]
     if unexpected or left:
         raise SystemExit(f"the reference does not take moss's tensors: unexpected {unexpected}, unset {left}")
+    model.pack_weights()  # a packed copy of each linear weight for moss (as moss loads a talker); ~8 GB more
     return model, prompts.build, reference.eval()
 
 

@@ -116,8 +116,13 @@ class Talker:
         )
 
 
-def load_talker(path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto") -> Talker:
-    """Load a MOSS-TTS-Local talker from a checkpoint directory (config.json + safetensors)."""
+def load_talker(
+    path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto", pack: bool = True
+) -> Talker:
+    """Load a MOSS-TTS-Local talker from a checkpoint directory (config.json + safetensors).
+
+    `pack` (where available: CPU, float32 or bfloat16) lays the weights out for oneDNN's faster
+    eager products (`MossTTSLocal.pack_weights`); pass False to torch.compile the model."""
     directory = checkpoint_dir(path)
     cfg = read_talker_config(directory)
     dev = resolve_device(device)
@@ -125,6 +130,8 @@ def load_talker(path: str | Path, device: str | torch.device = "auto", dtype: st
     with torch.device("meta"):
         model = MossTTSLocal(cfg)
     load_weights(model, directory, device=dev, dtype=dt, tied=MossTTSLocal.tied_keys(cfg))
+    if pack:
+        model.pack_weights()
     return Talker(model.eval(), directory, dev, dt)
 
 

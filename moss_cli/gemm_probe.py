@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 import torch
-import torch.nn.functional as F
+
+from . import kernels
 
 # (out features, in features, has bias, dtype): one product shape
 Shape = tuple[int, int, bool, torch.dtype]
@@ -33,12 +34,15 @@ def rows_agree(product: Callable, inputs: tuple[torch.Tensor, ...], sizes: Itera
 
 
 @torch.inference_mode()
-def linears_agree(shapes: Iterable[Shape], unit: int, sizes: Iterable[int], device: torch.device) -> bool:
-    """True when F.linear, for every shape, gives each row the same bits at every row count in
-    `sizes` as in a product of max(sizes) + unit rows (random inputs and weights: the kernel a
-    library picks depends on shapes, strides and dtype, not on values)."""
+def linears_agree(
+    shapes: Iterable[Shape], unit: int, sizes: Iterable[int], device: torch.device, packed: bool = False
+) -> bool:
+    """True when the linear product (on weights packed for oneDNN with `packed`), for every shape,
+    gives each row the same bits at every row count in `sizes` as in a product of max(sizes) + unit
+    rows (random inputs and weights: the kernel a library picks depends on shapes, strides and
+    dtype, not on values)."""
     shapes, sizes = sorted(set(shapes), key=str), sorted(set(sizes))
-    key = (tuple(shapes), unit, tuple(sizes), str(device), torch.get_num_threads())
+    key = (tuple(shapes), unit, tuple(sizes), str(device), torch.get_num_threads(), packed)
     if key not in _VERDICTS:
         generator = torch.Generator(device=device).manual_seed(0)
         verdict = True
@@ -48,8 +52,9 @@ def linears_agree(shapes: Iterable[Shape], unit: int, sizes: Iterable[int], devi
                 return torch.randn(*size, generator=generator, device=device, dtype=dtype)
 
             weight, shift = randn(out, inp), randn(out) if bias else None
+            weight = kernels.pack(weight) if packed else weight
             x = randn(sizes[-1] + unit, inp)
-            if not rows_agree(lambda rows: F.linear(rows, weight, shift), (x,), sizes, unit):
+            if not rows_agree(lambda rows: kernels.linear(rows, weight, shift), (x,), sizes, unit):
                 verdict = False
                 break
         _VERDICTS[key] = verdict

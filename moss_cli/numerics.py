@@ -12,7 +12,7 @@ from dataclasses import dataclass
 # these keep CPU cost flat up to a batch of 8 and a codec chunk of 64 steps.
 ENGINE_BLOCK = 8
 CODEC_TILE = 64
-WIDE_UNIT = 4  # a padded single block grows in steps of this many rows (where the platform allows it)
+WIDE_UNIT = 4  # a single block is padded to a multiple of at most this many rows (the smallest verified)
 PREFILL_ROWS = 256  # most prompt rows prefilled in one forward (requests admitted together share it)
 
 
@@ -28,7 +28,7 @@ class Numerics:
     batch_invariant: bool = True
     engine_block: int = ENGINE_BLOCK
     codec_tile: int = CODEC_TILE
-    wide_blocks: bool = True  # one block padded to a multiple of wide_unit rows, where verified invariant
+    wide_blocks: bool = True  # one block padded to a multiple of (at most) wide_unit rows, where verified
     wide_unit: int = WIDE_UNIT
     # Prompts admitted together are prefilled in one forward of up to this many rows: in fast mode
     # always, in batch-invariant mode where the probe verifies it (engine/row_probe.prefill_layout),

@@ -28,6 +28,7 @@ LAYERS = {
     "validation": 1,
     "numerics": 1,
     "gemm_probe": 1,  # does a GEMM give a row the same bits at other row counts (engine and codec)
+    "kernels": 0,  # which kernel computes a linear layer (plain, or oneDNN on a packed weight)
     "sampling_params": 1,
     "threads": 1,
     "device": 1,

@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
+import moss_cli
+from moss_cli.assets import TINY_TALKER
 from moss_cli.audit.scenarios import SCENARIOS
 from moss_cli.config.requests import Request
 from moss_cli.engine.scheduler import Engine, GenerationRequest
@@ -93,9 +95,12 @@ needs_row_count_variance = pytest.mark.skipif(
 
 
 @needs_row_count_variance
-def test_without_invariance_the_same_logits_differ_with_the_batch(talker32):
-    alone = _logits_by_step(talker32, 1, False)
-    batched = _logits_by_step(talker32, 9, False)
+def test_without_invariance_the_same_logits_differ_with_the_batch():
+    """With the plain kernels (oneDNN on packed weights happens to round a row alike at 1 and 9
+    rows on this CPU, so the negative control uses plain weights)."""
+    plain = moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float32", pack=False)
+    alone = _logits_by_step(plain, 1, False)
+    batched = _logits_by_step(plain, 9, False)
     common = alone.keys() & batched.keys()
     assert sum(not torch.equal(alone[k], batched[k]) for k in common) > 0
 

@@ -23,6 +23,15 @@ def synth():
     return Synthesizer(SynthOptions(device="cpu", compile=True))
 
 
+@pytest.fixture(scope="module")
+def talker32():
+    """Weights left plain: weights packed for oneDNN cannot be compiled."""
+    import moss_cli
+    from moss_cli.assets import TINY_TALKER
+
+    return moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float32", pack=False)
+
+
 def test_compiled_requests_get_bitwise_the_codes_and_pcm_they_get_alone(synth):
     rng = random.Random(7)
     requests = [
@@ -55,6 +64,16 @@ def test_a_recording_hook_sees_the_same_draws_compiled_as_eager(talker32):
         results = _engine_draws(talker32, lambda *a, c=compile: calls[c].append(a[:3] + (a[4],)), compile)
         assert results
     assert calls[True] and sorted(calls[True]) == sorted(calls[False])
+
+
+def test_a_model_with_packed_weights_is_refused_for_compiling():
+    import moss_cli
+    from moss_cli.assets import TINY_TALKER
+
+    packed = moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float32")
+    assert packed.model.packed
+    with pytest.raises(ValueError, match="packed weights cannot be compiled"):
+        Engine(packed.model, compile=True)
 
 
 def test_a_hook_that_replaces_logits_is_refused_when_compiled(talker32):

@@ -6,9 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from moss_cli import gemm_probe
+from moss_cli import gemm_probe, kernels
 from moss_cli.engine.kv_cache import KVPool
 from moss_cli.engine.prefill import plan_groups, prefill
 from moss_cli.engine.row_probe import PrefillLayout, prefill_layout
@@ -72,10 +71,10 @@ def test_groups_hold_at_most_their_rows_and_a_longer_prompt_has_a_forward_of_its
 
 def test_every_prompt_has_a_forward_of_its_own_where_a_product_depends_on_the_row_count(talker32, monkeypatch):
     def rounding_by_row_count(x, weight, bias=None):  # a library that rounds differently per M
-        return F.linear(x, weight, bias) + x.shape[0] * 1e-6
+        return kernels.linear(x, weight, bias) + x.shape[0] * 1e-6
 
     monkeypatch.setattr(gemm_probe, "_VERDICTS", {})
-    monkeypatch.setattr(gemm_probe, "F", SimpleNamespace(linear=rounding_by_row_count))
+    monkeypatch.setattr(gemm_probe, "kernels", SimpleNamespace(linear=rounding_by_row_count, pack=kernels.pack))
     assert prefill_layout(talker32.model, INVARIANT) is None
     assert prefill_layout(talker32.model, FAST) == PrefillLayout(256, 1)  # fast mode shares forwards anyway
     assert prefill_layout(talker32.model, Numerics(wide_blocks=False)) is None

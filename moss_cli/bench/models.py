@@ -87,7 +87,7 @@ def load_models(options: BenchOptions, device: torch.device, dtype: torch.dtype)
     tokenizer_dir = TINY_TALKER
     if options.random_weights in (None, "tiny"):
         talker_dir = options.model or TINY_TALKER
-        model = load_talker(talker_dir, device=device, dtype=dtype).model
+        model = load_talker(talker_dir, device=device, dtype=dtype, pack=not options.compile).model
         tokenizer_dir = talker_dir
         codec_dir = options.codec or TINY_CODEC
 
@@ -115,6 +115,8 @@ def load_models(options: BenchOptions, device: torch.device, dtype: torch.dtype)
         with torch.device("meta"):
             model = MossTTSLocal(cfg)
         model = _random(model.to_empty(device=device).to(dtype), 0).eval()
+        if not options.compile:
+            model.pack_weights()
         codec_cfg = CodecConfig.from_dict(codec_config(codec_sizes), "preset codec")
 
         def codec_for(numerics: Numerics) -> AudioCodec:

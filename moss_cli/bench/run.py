@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
+from .. import kernels
 from ..device import resolve_device, resolve_dtype
 from ..engine.compiled import compile_seconds
-from ..engine.row_probe import ONE_BLOCK, step_layout
+from ..engine.row_probe import wide_unit
 from ..engine.scheduler import Engine, FrameEvent, GenerationRequest
 from ..errors import MossError
 from ..model.codec import AudioCodec
@@ -150,7 +150,8 @@ def _sync(device: torch.device) -> None:
 
 @torch.inference_mode()
 def _floor_step(model: MossTTSLocal, rows: int) -> float:
-    """One decode step's weight-shaped matrix products alone: every backbone projection once, the
+    """One decode step's weight-shaped matrix products alone, with the kernels the engine uses
+    (oneDNN on packed weights where the model is packed): every backbone projection once, the
     local layer once per position (1 + n_vq), every head once."""
     cfg = model.cfg
     x = torch.randn(
@@ -161,23 +162,22 @@ def _floor_step(model: MossTTSLocal, rows: int) -> float:
         weights += [m.weight for m in layer.modules() if isinstance(m, torch.nn.Linear)]
     local = [m.weight for m in model.local_transformer.modules() if isinstance(m, torch.nn.Linear)]
     weights += local * (1 + cfg.n_vq)
-    weights += [e.weight for e in model.audio_embeddings]
+    weights += model.packed_heads or [e.weight for e in model.audio_embeddings]
     weights += [m.weight for m in (getattr(model, "local_text_lm_head", None),) if m is not None]
     inputs = {width: x[:, :1].expand(rows, width).contiguous() for width in {w.shape[1] for w in weights}}
     _sync(x.device)
     start = time.perf_counter()
     for w in weights:
-        F.linear(inputs[w.shape[1]], w)
+        kernels.linear(inputs[w.shape[1]], w)
     _sync(x.device)
     return time.perf_counter() - start
 
 
 def padded_rows(model: MossTTSLocal, numerics: Numerics, batch: int, compile: bool) -> int:
     """Rows a decode step of `batch` requests really computes (the floor is measured at that size)."""
-    layout = step_layout(model, numerics, batch, compile)
-    if layout == "unpadded":
+    if not numerics.engine_rows:
         return batch
-    unit = numerics.wide_unit if layout == ONE_BLOCK else numerics.engine_block
+    unit = wide_unit(model, numerics, batch, compile) or numerics.engine_block
     return unit * math.ceil(batch / unit)
 
 
@@ -207,6 +207,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
             "torch": torch.__version__,
             "cpus": os.cpu_count(),
             "compile": options.compile,
+            "linear_kernel": "onednn-packed" if model.packed else "plain",
         }
     )
     codecs = {mode: codec_for(MODES[mode]) for mode in options.modes}

@@ -21,7 +21,6 @@ from ..gemm_probe import Shape, linears_agree, rows_agree
 from ..model.talker import MossTTSLocal
 from ..numerics import Numerics
 
-ONE_BLOCK = "one padded block"
 _VERDICTS: dict[tuple, bool] = {}  # attention products, per shapes, dtype, device and thread count
 
 
@@ -46,7 +45,7 @@ def wide_blocks_are_invariant(model: MossTTSLocal, unit: int, block: int, max_ro
     top = max(unit * -(-max_rows // unit), block)
     sizes = sorted({*range(unit, top + 1, unit), block})
     param = next(model.parameters())
-    if not linears_agree(_shapes(model), unit, sizes, param.device):
+    if not linears_agree(_shapes(model), unit, sizes, param.device, model.packed):
         return False
     # decode attention: each row's batched products over its kv heads, query group and keys
     cfg = model.cfg.backbone
@@ -94,18 +93,34 @@ def prefill_layout(model: MossTTSLocal, numerics: Numerics) -> PrefillLayout | N
         return None
     shapes = _shapes(model.transformer)  # prefill runs the backbone only
     device = next(model.parameters()).device
-    if not linears_agree(shapes, unit, range(PREFILL_STEP, rows + 1, PREFILL_STEP), device):
+    if not linears_agree(shapes, unit, range(PREFILL_STEP, rows + 1, PREFILL_STEP), device, model.packed):
         return None
     return PrefillLayout(rows - rows % PREFILL_STEP, unit, PREFILL_STEP)
 
 
+def wide_unit(model: MossTTSLocal, numerics: Numerics, max_batch: int, compile: bool = False) -> int | None:
+    """The row count a one-block decode step is padded to a multiple of: the smallest of 1, 2, 4 ...
+    (up to `numerics.wide_unit`) at which this platform is verified to give a row the same bits, or
+    None: fixed blocks (fast mode has no blocks at all; a compiled frame keeps one shape). Every
+    verified unit agrees with the fixed block's size, so runs that pick different units (another
+    --max-batch) still give a row the same bits."""
+    block = numerics.engine_rows
+    if not block or not numerics.wide_blocks or compile:
+        return None
+    unit = 1
+    while unit <= numerics.wide_unit:
+        if numerics.wide_unit % unit == 0 and wide_blocks_are_invariant(model, unit, block, max_batch):
+            return unit
+        unit *= 2
+    return None
+
+
 def step_layout(model: MossTTSLocal, numerics: Numerics, max_batch: int, compile: bool = False) -> str:
-    """How the engine shapes a decode step: "unpadded" (fast mode), "one padded block" (verified
-    here) or "blocks of N" (a compiled frame keeps one shape, or the probe found a difference)."""
+    """How the engine shapes a decode step, in words (recorded in the run's environment)."""
     block = numerics.engine_rows
     if not block:
         return "unpadded"
-    unit = numerics.wide_unit
-    if numerics.wide_blocks and not compile and wide_blocks_are_invariant(model, unit, block, max_batch):
-        return ONE_BLOCK
-    return f"blocks of {block}"
+    unit = wide_unit(model, numerics, max_batch, compile)
+    if unit is None:
+        return f"blocks of {block}"
+    return "one block" if unit == 1 else f"one block padded to a multiple of {unit}"

@@ -22,7 +22,7 @@ from .frame import sample_frame
 from .frame_step import FrameStep
 from .kv_cache import SCRATCH, BlockedDecode, KVPool
 from .prefill import prefill
-from .row_probe import ONE_BLOCK, prefill_layout, step_layout
+from .row_probe import prefill_layout, wide_unit
 
 # Called right before each draw with (request key, frame index, codebook, logits [V], rows in the
 # batch, the row's generator or None for the global RNG); codebook -1 is the stop head. It may
@@ -99,6 +99,8 @@ class Engine:
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
+        if compile and model.packed:
+            raise ValueError("a model with packed weights cannot be compiled: load it with pack=False")
         self.model = model
         self.block_rows = numerics.engine_rows  # None: unpadded steps (fast mode)
         self.max_batch = max_batch
@@ -113,9 +115,8 @@ class Engine:
         compiled = CompiledFrame(sample_frame, fixed_shape=self.block_rows is not None) if compile else None
         self.frame_step = FrameStep(model, logits_hook, compiled)
         # One padded block for the whole batch, where verified invariant (a compiled frame keeps one shape).
-        self.layout = step_layout(model, numerics, max_batch, compile)
-        self.wide = self.layout == ONE_BLOCK
-        self.wide_unit = numerics.wide_unit
+        self.wide_unit = wide_unit(model, numerics, max_batch, compile)
+        self.wide = self.wide_unit is not None
         self.prefill_layout = prefill_layout(model, numerics)  # prompts admitted together share forwards
 
     def _generator(self, seed: int | None) -> torch.Generator | None:

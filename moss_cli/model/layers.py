@@ -13,6 +13,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import kernels
+
 
 class RMSNorm(nn.Module):
     """Qwen3 RMSNorm: statistics in float32, scale applied after casting back."""
@@ -27,6 +29,13 @@ class RMSNorm(nn.Module):
         h = x.to(torch.float32)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(dtype)
+
+
+class Linear(nn.Linear):
+    """nn.Linear whose weight may have been packed for the CPU's oneDNN product (`kernels`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return kernels.linear(x, self.weight, self.bias)
 
 
 def inverse_frequencies(head_dim: int, base: float, device: torch.device) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from .attention import attend, causal_mask
 from .config import LocalConfig
-from .layers import activation, apply_interleaved, interleaved_angles
+from .layers import Linear, activation, apply_interleaved, interleaved_angles
 
 LocalPast = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -22,8 +22,8 @@ class LocalAttention(nn.Module):
         super().__init__()
         self.num_heads = cfg.num_heads
         self.head_dim = cfg.hidden_size // cfg.num_heads
-        self.c_attn = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
-        self.c_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.c_attn = Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.c_proj = Linear(cfg.hidden_size, cfg.hidden_size)
         scale = 1.0
         if cfg.scale_attn_weights:
             scale /= self.head_dim**0.5
@@ -48,8 +48,8 @@ class LocalAttention(nn.Module):
 class LocalMLP(nn.Module):
     def __init__(self, cfg: LocalConfig) -> None:
         super().__init__()
-        self.fc_in = nn.Linear(cfg.hidden_size, cfg.inner_size)
-        self.fc_out = nn.Linear(cfg.inner_size, cfg.hidden_size)
+        self.fc_in = Linear(cfg.hidden_size, cfg.inner_size)
+        self.fc_out = Linear(cfg.inner_size, cfg.hidden_size)
         self.act = activation(cfg.activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -15,8 +15,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import kernels
 from .backbone import AttentionCache, Qwen3Backbone
 from .config import TalkerConfig
+from .layers import Linear
 from .local import LocalPast, LocalTransformer
 
 CONTINUE, STOP = 0, 1  # columns of the binary stop head: [audio_assistant_slot, audio_end]
@@ -30,7 +32,26 @@ class MossTTSLocal(nn.Module):
         self.local_transformer = LocalTransformer(cfg.local)
         self.audio_embeddings = nn.ModuleList(nn.Embedding(size, cfg.hidden_size) for size in cfg.audio_codebook_sizes)
         if cfg.local_text_head_mode == "binary":
-            self.local_text_lm_head = nn.Linear(cfg.hidden_size, 2, bias=False)
+            self.local_text_lm_head = Linear(cfg.hidden_size, 2, bias=False)
+        self.packed_heads: list[torch.Tensor] | None = None  # the audio heads packed for oneDNN (pack_weights)
+
+    @property
+    def packed(self) -> bool:
+        return self.packed_heads is not None
+
+    @torch.no_grad()
+    def pack_weights(self) -> bool:
+        """Lay every linear weight, and the audio heads, out for the CPU's oneDNN product (faster
+        eager decoding; `moss_cli.kernels`). Each packed weight replaces its plain one, except the
+        audio heads, which keep their embedding tables. A packed model can no longer be compiled
+        or saved. False where packing is not available (GPU, float64, no oneDNN)."""
+        if self.packed or not kernels.can_pack(self.audio_embeddings[0].weight):
+            return self.packed
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.weight = nn.Parameter(kernels.pack(module.weight), requires_grad=False)
+        self.packed_heads = [kernels.pack(table.weight) for table in self.audio_embeddings]
+        return True
 
     # Tied heads, named as the reference names them in `_tied_weights_keys`.
     TIED = {"text_lm_head.weight": "transformer.embed_tokens.weight"}
@@ -69,6 +90,8 @@ class MossTTSLocal(nn.Module):
 
     def audio_logits(self, codebook: int, local_hidden: torch.Tensor) -> torch.Tensor:
         """[B, H] -> [B, codebook_size] through the head tied to audio_embeddings[codebook]."""
+        if self.packed_heads is not None:
+            return kernels.linear(local_hidden, self.packed_heads[codebook])
         return F.linear(local_hidden, self.audio_embeddings[codebook].weight)
 
     def code_embedding(self, codebook: int, codes: torch.Tensor) -> torch.Tensor:

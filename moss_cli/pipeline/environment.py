@@ -63,6 +63,7 @@ def environment(synth, checkpoints: dict[str, str] | None = None) -> dict:
         "legacy_global_rng": synth.options.legacy_global_rng,
         "batch_invariant": synth.options.batch_invariant,
         "compile": synth.options.compile,
+        "linear_kernel": "onednn-packed" if synth.talker.model.packed else "plain",
         "engine_steps": step_layout(synth.talker.model, synth.options.numerics, synth.max_batch, synth.options.compile),
         "prefill": "one prompt per forward"
         if prefill is None

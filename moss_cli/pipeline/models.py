@@ -82,7 +82,8 @@ class Models:
     @property
     def talker(self) -> Talker:
         if self._talker is None:
-            self._talker = load_talker(self.talker_path, device=self.device, dtype=self.dtype)
+            pack = not self.options.compile  # packed weights run faster eager, but cannot be compiled
+            self._talker = load_talker(self.talker_path, device=self.device, dtype=self.dtype, pack=pack)
         return self._talker
 
     @property

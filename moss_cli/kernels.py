@@ -1,0 +1,43 @@
+"""Which kernel computes a linear layer: the plain one, or oneDNN's on a weight packed ahead of time.
+
+On a CPU, oneDNN multiplies a few rows by a weight laid out for it (packed once, at load) about
+1.5x faster than the plain kernel reads the row-major weight (measured here: 131 vs 218 us for
+8 x 512 by 512 x 1536 in float32, 1.9 vs 3.4 ms for 8 x 2560 by 2560 x 9728 in bfloat16). A packed
+weight is an opaque tensor of the same shape and dtype that only this product can read, so a
+model packs its weights only for eager CPU inference (torch.compile cannot trace it).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+PACKED_ROWS_HINT = 8  # the row count oneDNN lays a weight out for; any row count still works
+
+
+def can_pack(weight: torch.Tensor) -> bool:
+    """Whether `weight` can be packed for oneDNN here (CPU, float32 or bfloat16)."""
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype in (torch.float32, torch.bfloat16)
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    )
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """The weight [out, in] laid out for oneDNN's product (an opaque tensor of the same shape)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), PACKED_ROWS_HINT)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, for a plain or a packed weight."""
+    if not weight.is_mkldnn:
+        return F.linear(x, weight, bias)
+    rows = x.reshape(-1, x.shape[-1])
+    if rows.shape[0] == 0:
+        return x.new_zeros(*x.shape[:-1], weight.shape[0])
+    if not rows.is_contiguous():
+        rows = rows.contiguous()
+    out = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+    return out.reshape(*x.shape[:-1], weight.shape[0])
