@@ -3,8 +3,8 @@
 `generate_padded` has the reference talker's semantics exactly: the whole batch is prefilled
 together, then every step runs the backbone on one new row per request; a row that stops gets
 `[pad, pad codes]` rows with attention mask 0 from then on. `generate_invariant` gives each row
-the result it would have alone: padding is stripped, each row is prefilled on its own and the
-rows are decoded by the batch-invariant engine.
+the result it would have alone: padding is stripped and the rows are prefilled and decoded by
+the batch-invariant engine.
 """
 
 from __future__ import annotations
