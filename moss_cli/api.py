@@ -8,6 +8,7 @@ from typing import Sequence
 
 import torch
 
+from . import kernels
 from .device import resolve_device, resolve_dtype
 from .engine.generate import generate_invariant, generate_padded
 from .engine.sampling import Generators
@@ -129,7 +130,9 @@ def load_talker(
     dt = resolve_dtype(dtype, dev)
     with torch.device("meta"):
         model = MossTTSLocal(cfg)
-    load_weights(model, directory, device=dev, dtype=dt, tied=MossTTSLocal.tied_keys(cfg))
+    pack = pack and kernels.can_pack(torch.empty(0, device=dev, dtype=dt))
+    # Weights about to be packed are read into memory rather than mapped (see load_weights' `copy`).
+    load_weights(model, directory, device=dev, dtype=dt, tied=MossTTSLocal.tied_keys(cfg), copy=pack)
     if pack:
         model.pack_weights()
     return Talker(model.eval(), directory, dev, dt)

@@ -175,3 +175,29 @@ def test_auto_device_picks_cpu_without_accelerators():
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
     with pytest.raises(moss_cli.MossError, match="cuda"):
         resolve_device("cuda")
+
+
+def test_weights_read_into_memory_equal_the_mapped_ones(talker_dir):
+    """Weights about to be packed are read as copies (a mapped file's pages would stay resident)."""
+    from moss_cli.model.checkpoint import load_weights, read_talker_config
+    from moss_cli.model.talker import MossTTSLocal
+
+    cfg = read_talker_config(talker_dir)
+    models = {}
+    for copy in (False, True):
+        with torch.device("meta"):
+            models[copy] = MossTTSLocal(cfg)
+        load_weights(
+            models[copy], talker_dir, device=torch.device("cpu"), dtype=torch.float32,
+            tied=MossTTSLocal.tied_keys(cfg), copy=copy,
+        )  # fmt: skip
+    mapped, copied = models[False].state_dict(), models[True].state_dict()
+    assert mapped.keys() == copied.keys()
+    assert all(torch.equal(mapped[k], copied[k]) for k in mapped)
+
+
+def test_a_truncated_file_read_as_copies_is_a_checkpoint_error(talker_dir):
+    path = talker_dir / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-1000])
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        moss_cli.load_talker(talker_dir, device="cpu", dtype="float32", pack=True)

@@ -98,8 +98,13 @@ def load_weights(
     tied: dict[str, str] | None = None,
     rename: Callable[[str], str] = lambda k: k,
     float32_params: Callable[[str], bool] = lambda k: False,
+    copy: bool = False,
 ) -> None:
-    """Fill `model` (built on the meta device) with the checkpoint's tensors, checked by name and shape."""
+    """Fill `model` (built on the meta device) with the checkpoint's tensors, checked by name and shape.
+
+    By default the tensors map the files (no copy). `copy` reads each into memory of its own
+    instead, for a caller that replaces them soon (packed weights): a mapped file's pages, once
+    read, count in this process's resident memory for as long as the mapping lives."""
     tied = tied or {}
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     stored = tensor_files(directory)
@@ -127,7 +132,8 @@ def load_weights(
         by_file.setdefault(path, []).append(name)
     for path, names in by_file.items():
         try:
-            with safe_open(str(path), framework="pt", device="cpu") as f:
+            with safe_open(str(path), framework="pt", device="cpu") as f, open(path, "rb") as raw:
+                header = _header(raw) if copy else {}
                 for name in names:
                     original = by_name[name][0]
                     shape = tuple(f.get_slice(original).get_shape())
@@ -138,12 +144,41 @@ def load_weights(
                             file=path,
                             field=original,
                         )
-                    tensor = f.get_tensor(original)
+                    tensor = _read_copy(raw, header, original) if copy else f.get_tensor(original)
                     target = torch.float32 if float32_params(name) else dtype
                     state[name] = tensor.to(device=device, dtype=target if tensor.is_floating_point() else tensor.dtype)
         except (SafetensorError, OSError) as e:
             raise CheckpointError(f"cannot read tensors (truncated or corrupt file?): {e}", file=path) from None
     model.load_state_dict(state, strict=True, assign=True)
+
+
+_DTYPES = {
+    "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "I32": torch.int32,
+    "I64": torch.int64, "F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64,
+}  # fmt: skip
+
+
+def _header(raw) -> dict:
+    """A safetensors file's header (8-byte length, then JSON), with where its data starts."""
+    size = int.from_bytes(raw.read(8), "little")
+    header = json.loads(raw.read(size))
+    header["__data_start__"] = 8 + size
+    return header
+
+
+def _read_copy(raw, header: dict, name: str) -> torch.Tensor:
+    entry = header[name]
+    begin, end = entry["data_offsets"]
+    dtype = _DTYPES.get(entry["dtype"])
+    if dtype is None:
+        raise SafetensorError(f"unsupported dtype {entry['dtype']} of {name!r}")
+    if end == begin:
+        return torch.empty(entry["shape"], dtype=dtype)
+    raw.seek(header["__data_start__"] + begin)
+    buffer = bytearray(end - begin)
+    if raw.readinto(buffer) != len(buffer):
+        raise SafetensorError(f"{name!r} is cut short")
+    return torch.frombuffer(buffer, dtype=dtype).reshape(entry["shape"])
 
 
 def _some(names: list[str]) -> str:
