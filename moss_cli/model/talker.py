@@ -43,8 +43,8 @@ class MossTTSLocal(nn.Module):
     def pack_weights(self) -> bool:
         """Lay every linear weight, and the audio heads, out for the CPU's oneDNN product (faster
         eager decoding; `moss_cli.kernels`). Each packed weight replaces its plain one, except the
-        audio heads, which keep their embedding tables. A packed model can no longer be compiled
-        or saved. False where packing is not available (GPU, float64, no oneDNN)."""
+        audio heads, which keep their embedding tables. A packed model can no longer be compiled,
+        saved or moved to another device. False where packing is not available (GPU, float64, no oneDNN)."""
         if self.packed or not kernels.can_pack(self.audio_embeddings[0].weight):
             return self.packed
         for module in self.modules():
