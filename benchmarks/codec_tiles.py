@@ -2,12 +2,13 @@
 last tile of each product padded whole (any platform) or only to the unit the probe verified.
 
     python benchmarks/codec_tiles.py [--shapes v2|small] [--frames 50] [--repeats 4] \
-        [--dtype bfloat16|float32] [--threads 2]
+        [--dtype bfloat16|float32] [--threads 2] [--no-pack]
 
 `--shapes v2` is a random decoder at the published v2 sizes (stage 0: 32 layers, d=1280, 20 heads,
 FFN 5120; stages 1-5: 12 layers, d=768, 12 heads, FFN 3072; about 1.06 B decoder parameters; the
 encoder, unused by decode, is shrunk). `--frames 50` is 4 s of audio. The three variants run
-alternately on one set of weights in one process; the table gives medians with [min-max].
+alternately on one set of weights in one process; the table gives medians with [min-max]. The
+weights are packed for oneDNN as `load_codec` packs them, unless `--no-pack`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-pack", action="store_true", help="keep the plain weights (no oneDNN packing)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
@@ -63,6 +65,8 @@ def main() -> None:
             p.normal_(0, 0.02)
     codec.quantizer.float()  # as load_codec
     codec.eval()
+    if not args.no_pack:
+        codec.pack_weights()
     verified = codec_tiles(codec, INVARIANT)
     variants = {"plain": None, "tiles, padded whole": RowTiles(64, 64), f"tiles, padded to {verified.unit}": verified}
     codes = torch.randint(0, 1024, (12, 1, args.frames))
@@ -77,7 +81,11 @@ def main() -> None:
                 pcm[name] = codec.decode(codes)
                 seconds[name].append(time.perf_counter() - start)
     params = sum(p.numel() for p in codec.decoder.parameters()) / 1e9
-    print(f"{args.shapes} decoder ({params:.2f} B params), {args.dtype}, {args.threads} threads, {args.frames} frames")
+    kernel = "packed" if codec.packed else "plain"
+    print(
+        f"{args.shapes} decoder ({params:.2f} B params), {args.dtype}, {args.threads} threads, {args.frames} frames, "
+        f"{kernel} weights"
+    )
     plain = statistics.median(seconds["plain"])
     for name, runs in seconds.items():
         median = statistics.median(runs)

@@ -143,11 +143,13 @@ def load_codec(
     device: str | torch.device = "auto",
     dtype: str | torch.dtype = "auto",
     numerics: Numerics | None = None,
+    pack: bool = True,
 ) -> AudioCodec:
     """Load a MOSS-Audio-Tokenizer (v1 or v2 layout). The quantizer always stays float32.
 
     `numerics=None` keeps the reference's plain kernels; `Numerics()` (batch-invariant) computes in
-    fixed tiles, so a waveform's bits do not depend on what it is decoded with or on chunking."""
+    fixed tiles, so a waveform's bits do not depend on what it is decoded with or on chunking.
+    `pack` (CPU, float32 or bfloat16) lays the transformer weights out for oneDNN's faster product."""
     directory = checkpoint_dir(path)
     cfg = read_codec_config(directory)
     dev = resolve_device(device)
@@ -164,7 +166,10 @@ def load_codec(
         dtype=dt,
         rename=canonical_codec_key,
         float32_params=lambda name: name.startswith("quantizer."),
+        copy=pack and kernels.can_pack(torch.empty(0, device=dev, dtype=dt)),  # as load_talker
     )
+    if pack:
+        codec.pack_weights()
     codec.tiles = codec_tiles(codec, numerics)
     return codec.eval()
 
@@ -179,7 +184,7 @@ def codec_tiles(codec: AudioCodec, numerics: Numerics | None) -> RowTiles | None
     rows, unit = numerics.codec_rows, numerics.wide_unit
     device = next(codec.parameters()).device
     sizes = range(unit, rows + 1, unit)
-    if numerics.wide_blocks and unit < rows and linears_agree(codec.tiled_shapes(), unit, sizes, device):
+    if numerics.wide_blocks and unit < rows and linears_agree(codec.tiled_shapes(), unit, sizes, device, codec.packed):
         return RowTiles(rows, unit)
     return RowTiles(rows, rows)
 

@@ -124,6 +124,7 @@ def load_models(options: BenchOptions, device: torch.device, dtype: torch.dtype)
                 codec = AudioCodec(codec_cfg)
             codec = _random(codec.to_empty(device=device).to(dtype), 1).eval()
             codec.quantizer.float()  # as load_codec: the quantizer always stays float32
+            codec.pack_weights()
             codec.tiles = codec_tiles(codec, numerics)
             return codec
 

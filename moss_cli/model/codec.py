@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import kernels
 from .config import CodecConfig, CodecStage, QuantizerConfig
 from .layers import RowTiles, blocked_linear, codec_rope
 
@@ -339,6 +340,23 @@ class AudioCodec(nn.Module):
                 rate *= stage.patch_size
             else:
                 self.decoder.append(TransformerStage(stage, _context_frames(stage, rate, cfg.context_duration)))
+
+    @property
+    def packed(self) -> bool:
+        return any(m.weight.is_mkldnn for m in self.modules() if isinstance(m, nn.Linear))
+
+    @torch.no_grad()
+    def pack_weights(self) -> bool:
+        """Lay the transformer stages' linear weights out for the CPU's oneDNN product (faster; see
+        `moss_cli.kernels`); each packed weight replaces its plain one. A packed codec can no longer
+        be saved or moved to another device. False where packing is not available."""
+        linears = [m for m in self.modules() if isinstance(m, nn.Linear)]
+        if not linears or not kernels.can_pack(linears[0].weight):
+            return self.packed
+        for module in linears:
+            if not module.weight.is_mkldnn:
+                module.weight = nn.Parameter(kernels.pack(module.weight), requires_grad=False)
+        return True
 
     def tiled_shapes(self) -> set[tuple[int, int, bool, torch.dtype]]:
         """(out, in, has bias, dtype) of every product `decode` computes in row tiles (biases are

@@ -114,18 +114,19 @@ class RowTiles:
 def blocked_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tiles: RowTiles | None = None
 ) -> torch.Tensor:
-    """F.linear, or, with `tiles`, one product per fixed tile of rows (the input padded with zero
-    rows). A GEMM rounds a row differently for different row counts; with fixed tiles a row's result
-    depends only on that row, however many rows come with it. One F.linear per tile reads the weight
-    as a plain matrix: a batched product over a broadcast weight costs up to 5x more in bfloat16."""
+    """A linear product (plain or packed weight, `kernels.linear`), or, with `tiles`, one product per
+    fixed tile of rows (the input padded with zero rows). A GEMM rounds a row differently for
+    different row counts; with fixed tiles a row's result depends only on that row, however many
+    rows come with it. One product per tile reads the weight as a plain matrix: a batched product
+    over a broadcast weight costs up to 5x more in bfloat16."""
     if tiles is None or x.numel() == 0:
-        return F.linear(x, weight, bias)
+        return kernels.linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])
     rows = flat.shape[0]
     whole = rows - rows % tiles.rows
-    parts = [F.linear(tile, weight) for tile in flat[:whole].split(tiles.rows)]
+    parts = [kernels.linear(tile, weight) for tile in flat[:whole].split(tiles.rows)]
     if whole < rows:
-        parts.append(F.linear(F.pad(flat[whole:], (0, 0, 0, (whole - rows) % tiles.unit)), weight))
+        parts.append(kernels.linear(F.pad(flat[whole:], (0, 0, 0, (whole - rows) % tiles.unit)), weight))
     out = torch.cat(parts) if len(parts) > 1 else parts[0]
     if bias is not None:
         out = out + bias
