@@ -10,6 +10,7 @@ model packs its weights only for eager CPU inference (torch.compile cannot trace
 from __future__ import annotations
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 PACKED_ROWS_HINT = 8  # the row count oneDNN lays a weight out for; any row count still works
@@ -28,6 +29,15 @@ def can_pack(weight: torch.Tensor) -> bool:
 def pack(weight: torch.Tensor) -> torch.Tensor:
     """The weight [out, in] laid out for oneDNN's product (an opaque tensor of the same shape)."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), PACKED_ROWS_HINT)
+
+
+@torch.no_grad()
+def pack_linears(module: nn.Module) -> None:
+    """Replace the weight of every nn.Linear in `module` by its packed form (its forward must then
+    go through `linear`, as moss's own layers do)."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear) and not m.weight.is_mkldnn:
+            m.weight = nn.Parameter(pack(m.weight), requires_grad=False)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

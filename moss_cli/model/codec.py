@@ -353,9 +353,7 @@ class AudioCodec(nn.Module):
         linears = [m for m in self.modules() if isinstance(m, nn.Linear)]
         if not linears or not kernels.can_pack(linears[0].weight):
             return self.packed
-        for module in linears:
-            if not module.weight.is_mkldnn:
-                module.weight = nn.Parameter(kernels.pack(module.weight), requires_grad=False)
+        kernels.pack_linears(self)
         return True
 
     def tiled_shapes(self) -> set[tuple[int, int, bool, torch.dtype]]:

@@ -47,9 +47,7 @@ class MossTTSLocal(nn.Module):
         saved or moved to another device. False where packing is not available (GPU, float64, no oneDNN)."""
         if self.packed or not kernels.can_pack(self.audio_embeddings[0].weight):
             return self.packed
-        for module in self.modules():
-            if isinstance(module, Linear):
-                module.weight = nn.Parameter(kernels.pack(module.weight), requires_grad=False)
+        kernels.pack_linears(self)
         self.packed_heads = [kernels.pack(table.weight) for table in self.audio_embeddings]
         return True
 
