@@ -9,6 +9,8 @@ model packs its weights only for eager CPU inference (torch.compile cannot trace
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -17,13 +19,26 @@ PACKED_ROWS_HINT = 8  # the row count oneDNN lays a weight out for; any row coun
 
 
 def can_pack(weight: torch.Tensor) -> bool:
-    """Whether `weight` can be packed for oneDNN here (CPU, float32 or bfloat16)."""
+    """Whether `weight` can be packed for oneDNN here (CPU, float32 or bfloat16, and a CPU whose
+    instructions oneDNN's bfloat16 path needs: AVX-512 or AVX-NE-CONVERT; an AVX2-only CPU packs
+    float32 only)."""
     return (
         weight.device.type == "cpu"
         and weight.dtype in (torch.float32, torch.bfloat16)
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and _packs(weight.dtype)
     )
+
+
+@functools.cache
+def _packs(dtype: torch.dtype) -> bool:
+    """oneDNN states its CPU requirements only by refusing: pack a small weight once per dtype."""
+    try:
+        pack(torch.zeros(8, 8, dtype=dtype))
+    except RuntimeError:
+        return False
+    return True
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:

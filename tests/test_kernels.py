@@ -17,7 +17,8 @@ def test_a_packed_weight_gives_the_plain_product_up_to_rounding(dtype, tolerance
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(96, 48, generator=gen).to(dtype)
     bias = torch.randn(96, generator=gen).to(dtype)
-    assert kernels.can_pack(weight)
+    if not kernels.can_pack(weight):
+        pytest.skip(f"oneDNN cannot pack {dtype} on this CPU ({torch.backends.cpu.get_cpu_capability()})")
     packed = kernels.pack(weight)
     assert packed.is_mkldnn and packed.shape == weight.shape and packed.dtype == dtype
     for rows in (0, 1, 3, 8, 37):
@@ -25,6 +26,27 @@ def test_a_packed_weight_gives_the_plain_product_up_to_rounding(dtype, tolerance
         got = kernels.linear(x, packed, bias)
         assert got.shape == (2, rows, 96)
         torch.testing.assert_close(got.float(), F.linear(x, weight, bias).float(), rtol=tolerance, atol=tolerance)
+
+
+def test_a_cpu_whose_onednn_refuses_bfloat16_loads_a_plain_bfloat16_talker(monkeypatch):
+    # AVX2-only CPUs: oneDNN's bfloat16 reorder raises; can_pack must say no before anything packs.
+    def refuse(weight, rows):
+        if weight.dtype == torch.bfloat16:
+            raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx512bw")
+        return real(weight, rows)
+
+    real = torch.ops.mkldnn._reorder_linear_weight
+    kernels._packs.cache_clear()
+    monkeypatch.setattr(kernels, "pack", lambda w: refuse(w.detach().contiguous(), kernels.PACKED_ROWS_HINT))
+    try:
+        assert not kernels.can_pack(torch.zeros(4, 4, dtype=torch.bfloat16))
+        assert kernels.can_pack(torch.zeros(4, 4, dtype=torch.float32))
+        talker = moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="bfloat16")
+        assert not talker.model.packed
+        codes = talker.generate(*talker.batch([talker.prompt("plain bf16")]), max_new_frames=3, do_sample=False)
+        assert codes[0].shape == (3, talker.model.cfg.n_vq)
+    finally:
+        kernels._packs.cache_clear()
 
 
 def test_float64_and_accelerator_weights_stay_plain():
