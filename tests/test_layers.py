@@ -21,7 +21,7 @@ def test_rotate_half_rope_pairs_dimension_i_with_i_plus_half():
     # head_dim 4: pairs (x0, x2) and (x1, x3); position 1, base 1 -> both frequencies are 1 rad.
     x = torch.tensor([[[[1.0, 2.0, 3.0, 4.0]]]])  # [B, T, heads, D]
     cos, sin = rotate_half_angles(torch.tensor([[1]]), 4, base=1.0, dtype=torch.float32)
-    out = apply_rotate_half(x, cos, sin)
+    out = apply_rotate_half(x, cos[:, :, None], sin[:, :, None])
     c, s = math.cos(1.0), math.sin(1.0)
     expected = torch.tensor([1 * c - 3 * s, 2 * c - 4 * s, 3 * c + 1 * s, 4 * c + 2 * s])
     torch.testing.assert_close(out[0, 0, 0], expected)
@@ -52,7 +52,7 @@ def test_rope_at_position_zero_is_identity():
     x = torch.randn(1, 1, 2, 8)
     for angles, apply in ((rotate_half_angles, apply_rotate_half), (interleaved_angles, apply_interleaved)):
         cos, sin = angles(torch.tensor([[0]]), 8, 10000.0, torch.float32)
-        torch.testing.assert_close(apply(x, cos, sin), x)
+        torch.testing.assert_close(apply(x, cos[:, :, None], sin[:, :, None]), x)
 
 
 def test_codec_rope_rotates_adjacent_pairs_by_position_times_frequency():

@@ -149,8 +149,16 @@ class BlockedDecode:
         first = slots[0]
         # Consecutive slots (a batch admitted together) are read as a view; others are gathered.
         self.range = slice(first, first + len(slots)) if slots == list(range(first, first + len(slots))) else None
-        self.positions = torch.tensor([pool.lengths[s] for s in slots], device=device)  # where the new key goes
-        self.span = max(pool.lengths[s] for s in slots) + 1
+        lengths = [pool.lengths[s] for s in slots]  # where each row's new key goes
+        self.positions = torch.tensor(lengths, device=device)
+        self.blocks = -(-(max(lengths) + 1) // KEY_BLOCK)
+        width = self.blocks * KEY_BLOCK
+        # What every layer of the step shares: keys past a row's own are -inf before the softmax,
+        # and from block `shared` on some row has no keys (its sums are then skipped per row).
+        self.shared = min(lengths) // KEY_BLOCK + 1
+        valid = torch.arange(width, device=device)[None] <= self.positions[:, None]  # [n, width]
+        self.key_bias = torch.zeros(valid.shape, device=device).masked_fill(~valid, -torch.inf)[:, None, None]
+        self.touched = valid.unflatten(-1, (self.blocks, KEY_BLOCK)).any(dim=-1)[:, None, None]  # [n, 1, 1, blocks]
 
     def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
         keys, values = self.pool.keys[layer], self.pool.values[layer]
@@ -160,25 +168,28 @@ class BlockedDecode:
         kv_heads = k.shape[2]
         exact = torch.float64 if q.dtype == torch.float64 else torch.float32  # softmax never below fp32
         query = q[:, 0].reshape(n, kv_heads, heads // kv_heads, dim).to(exact)  # head h reads KV head h // groups
-        blocks = -(-self.span // KEY_BLOCK)
-        width = blocks * KEY_BLOCK
+        width = self.blocks * KEY_BLOCK
         row_keys, row_values = (self._rows(pool.narrow(2, 0, width)).to(exact) for pool in (keys, values))
         # Each score is one dot product over D: its bits do not depend on how many keys there are.
-        scores = torch.matmul(query, row_keys.transpose(-1, -2)) * scale  # [n, Hkv, g, width]
-        valid = torch.arange(width, device=q.device)[None] <= self.positions[:, None]  # [n, width]
-        scores = scores.masked_fill(~valid[:, None, None, :], -torch.inf)
+        scores = torch.matmul(query, row_keys.transpose(-1, -2)) * scale + self.key_bias  # [n, Hkv, g, width]
         best = scores.amax(dim=-1, keepdim=True)  # exact whatever the width
-        weights = torch.exp(scores - best).unflatten(-1, (blocks, KEY_BLOCK))  # [n, Hkv, g, blocks, B]
+        weights = torch.exp(scores - best)
         # Sums run over fixed KEY_BLOCK-wide blocks, then across blocks in order: a block a row has no
-        # keys in adds nothing (skipped), so a longer neighbour changes no bit of this row.
-        sums = weights.sum(dim=-1)  # [n, Hkv, g, blocks]
-        parts = torch.matmul(weights.transpose(2, 3), row_values.unflatten(2, (blocks, KEY_BLOCK)))  # [n,Hkv,j,g,D]
-        touched = valid.unflatten(-1, (blocks, KEY_BLOCK)).any(dim=-1)  # [n, blocks]
-        total, out = sums[..., 0], parts[:, :, 0]
-        for j in range(1, blocks):
-            used = touched[:, j, None, None]
-            total = torch.where(used, total + sums[..., j], total)
-            out = torch.where(used[..., None], out + parts[:, :, j], out)
+        # keys in adds nothing (skipped), so a longer neighbour changes no bit of this row. Each
+        # block's product reads its keys in place (a product over all blocks at once copies them).
+        sums = weights.unflatten(-1, (self.blocks, KEY_BLOCK)).sum(dim=-1)  # [n, Hkv, g, blocks]
+        total, out = sums[..., 0], None
+        for j in range(self.blocks):
+            keys_j = slice(j * KEY_BLOCK, (j + 1) * KEY_BLOCK)
+            part = torch.matmul(weights[..., keys_j], row_values[:, :, keys_j])  # [n, Hkv, g, D]
+            if j == 0:
+                out = part
+            elif j < self.shared:  # every row has keys here
+                total, out = total + sums[..., j], out + part
+            else:
+                used = self.touched[..., j]
+                total = torch.where(used, total + sums[..., j], total)
+                out = torch.where(used[..., None], out + part, out)
         return (out / total[..., None]).to(q.dtype).reshape(n, 1, heads, dim)
 
     def _rows(self, pool: torch.Tensor) -> torch.Tensor:

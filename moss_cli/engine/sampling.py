@@ -7,10 +7,11 @@ at once, as the reference does), or one generator per row (reproducible whatever
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from ..sampling_params import HeadSampling
 
@@ -94,13 +95,41 @@ def sample(
 
 @dataclass(frozen=True)
 class RowParams:
-    """Per-row sampling parameters of one head as [rows] tensors."""
+    """Per-row sampling parameters of one head as [rows] tensors, plus what every draw of a frame
+    derives from them (built once per frame, used by each of its draws)."""
 
     temperature: torch.Tensor  # float32
     top_k: torch.Tensor  # int64; 0 (or >= V) disables it
     top_p: torch.Tensor  # float32; 1 disables it
     repetition_penalty: torch.Tensor  # float32; 1 disables it
     greedy: torch.Tensor  # bool: argmax instead of a draw
+    # Derived. A greedy row's draw is discarded, so its filter is top-k 1 whatever its own top_k.
+    cut: torch.Tensor = field(init=False)  # int64 [rows]: top-k per row, 1 for greedy rows
+    divisor: torch.Tensor = field(init=False)  # [rows, 1]: temperature, 1 where it is not positive
+    penalised: torch.Tensor = field(init=False)  # bool [rows, 1]: repetition penalty != 1
+    nucleus: torch.Tensor = field(init=False)  # bool [rows, 1]: 0 < top_p < 1
+    # Python facts about the rows, so that a draw skips work no row needs without asking the tensors.
+    cut_range: tuple[int, int] = field(init=False)  # (min, max) of `cut`
+    all_greedy: bool = field(init=False)
+    any_greedy: bool = field(init=False)
+    any_nucleus: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        def derive(name, value):
+            object.__setattr__(self, name, value)
+
+        derive("cut", torch.where(self.greedy, 1, self.top_k))
+        derive("divisor", torch.where(self.temperature > 0, self.temperature, 1.0)[:, None])
+        derive("penalised", (self.repetition_penalty != 1.0)[:, None])
+        derive("nucleus", ((self.top_p > 0) & (self.top_p < 1))[:, None])
+        if torch.compiler.is_compiling():
+            return  # a graph takes the general path, which needs none of the Python facts
+        cut = self.cut.tolist()
+        derive("cut_range", (min(cut), max(cut)) if cut else (0, 0))
+        greedy = self.greedy.tolist()
+        derive("all_greedy", all(greedy))
+        derive("any_greedy", any(greedy))
+        derive("any_nucleus", bool(self.nucleus.any()))
 
     @classmethod
     def of(cls, heads: Sequence[HeadSampling], greedy: Sequence[bool], device: torch.device) -> RowParams:
@@ -115,61 +144,72 @@ class RowParams:
             column(list(greedy), torch.bool),
         )
 
+    def short_list(self, vocab: int) -> int | None:
+        """How many of the highest scores can hold every row's top-k (a little room for ties at
+        the k-th score), or None when some row has no top-k below `vocab` (then all are sorted)."""
+        low, high = self.cut_range
+        if torch.compiler.is_compiling() or low <= 0 or high >= vocab:
+            return None
+        return min(vocab, high + 8)
+
 
 def sample_rows(
     logits: torch.Tensor, params: RowParams, uniforms: torch.Tensor, seen: torch.Tensor | None = None
 ) -> torch.Tensor:
     """One token per row of logits [B, V]: repetition penalty (tokens marked in `seen` [B, V]) ->
     temperature -> top-k -> top-p -> inverse-CDF draw with `uniforms` [B] in [0, 1). Greedy rows
-    take the argmax of the penalised scores, as the reference does."""
+    take the argmax of the penalised scores, as the reference does. Every step is one op on the
+    whole block; what only depends on the parameters was computed once for the frame (RowParams)."""
+    compiling = torch.compiler.is_compiling()  # a graph has no data-dependent branches
     scores = logits.float()
     if seen is not None:
         penalty = params.repetition_penalty[:, None]
         penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
-        scores = torch.where(seen & (penalty != 1.0), penalised, scores)
-    greedy = torch.argmax(scores, dim=-1)
-    if not torch.compiler.is_compiling() and bool(params.greedy.all()):  # a shortcut; a graph has no branches
-        return greedy
+        scores = torch.where(seen & params.penalised, penalised, scores)
+    if compiling or params.any_greedy:
+        greedy = torch.argmax(scores, dim=-1)
+        if not compiling and params.all_greedy:
+            return greedy
     vocab = scores.shape[-1]
-    scores = scores / torch.where(params.temperature > 0, params.temperature, 1.0)[:, None]
-    ordered, order = _candidates(scores, params)
+    scores = scores / params.divisor
+    width = params.short_list(vocab)
+    ordered, order = _candidates(scores, width, params.cut)
     # top-k: keep scores >= the k-th largest (ties kept, as torch.topk + `<` does in `sample`)
-    k = params.top_k.clamp(min=0)
-    limited = (k > 0) & (k < vocab)
-    kth = ordered.gather(-1, (k.clamp(1, ordered.shape[-1]) - 1)[:, None])
-    kth = torch.where(limited[:, None], kth, torch.full_like(kth, -torch.inf))
+    if width is not None:  # every row has a top-k within the short list
+        kth = ordered.gather(-1, (params.cut - 1)[:, None])
+    else:
+        cut = params.cut.clamp(min=0)
+        limited = ((cut > 0) & (cut < vocab))[:, None]
+        kth = ordered.gather(-1, (cut.clamp(1, ordered.shape[-1]) - 1)[:, None])
+        kth = torch.where(limited, kth, -torch.inf)
     ordered = ordered.masked_fill(ordered < kth, -torch.inf)
     # top-p over what top-k kept: drop tokens after the one that crosses top_p
-    cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
-    nucleus = ((params.top_p > 0) & (params.top_p < 1))[:, None]
-    drop = torch.zeros_like(cumulative, dtype=torch.bool)
-    drop[:, 1:] = cumulative[:, :-1] > params.top_p[:, None]
-    ordered = ordered.masked_fill(drop & nucleus, -torch.inf)
+    if compiling or params.any_nucleus:
+        cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
+        crossed = F.pad(cumulative[:, :-1] > params.top_p[:, None], (1, 0))  # the crossing token stays
+        ordered = ordered.masked_fill(crossed & params.nucleus, -torch.inf)
     probs = torch.softmax(ordered, dim=-1)
     cdf = probs.cumsum(dim=-1)
     target = uniforms.to(cdf.dtype)[:, None] * cdf[:, -1:]
     pick = torch.searchsorted(cdf, target, right=True).squeeze(-1)
     last = (probs > 0).sum(dim=-1) - 1  # sorted descending: the kept tokens come first
-    pick = torch.minimum(pick, last)
-    drawn = order.gather(-1, pick[:, None]).squeeze(-1)
-    return torch.where(params.greedy, greedy, drawn)
+    drawn = order.gather(-1, torch.minimum(pick, last)[:, None]).squeeze(-1)
+    return torch.where(params.greedy, greedy, drawn) if compiling or params.any_greedy else drawn
 
 
-def _candidates(scores: torch.Tensor, params: RowParams) -> tuple[torch.Tensor, torch.Tensor]:
+def _candidates(scores: torch.Tensor, width: int | None, cut: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(scores, token ids) in descending order, ties by token id, as a stable sort gives them; only
-    the first few columns when every sampling row has a top-k and no tie crosses the cut (a full sort
-    of [rows, V] was the sampler's largest cost on a CPU). Whatever is cut is below every row's k-th
-    score, so top-k would drop it anyway. A compiled graph always sorts everything (no data-dependent
-    shapes)."""
-    vocab = scores.shape[-1]
-    k = torch.where(params.greedy, 1, params.top_k)  # greedy rows take the argmax elsewhere
-    if torch.compiler.is_compiling() or not bool(((k > 0) & (k < vocab)).all()):
+    the first `width` columns when every sampling row has a top-k (`cut`) and no tie crosses the cut
+    (a full sort of [rows, V] was the sampler's largest cost on a CPU). Whatever is cut is below every
+    row's k-th score, so top-k would drop it anyway. A compiled graph always sorts everything (no
+    data-dependent shapes)."""
+    if width is None:
         return torch.sort(scores, dim=-1, descending=True, stable=True)
-    width = min(vocab, int(k.max()) + 8)  # a little room for ties at the k-th score
     top = torch.topk(scores, width, dim=-1)  # descending; the order of ties is unspecified
-    kth = top.values.gather(-1, (k - 1)[:, None])
-    if width < vocab and bool((top.values[:, -1:] >= kth).any()):
-        return torch.sort(scores, dim=-1, descending=True, stable=True)  # a tie may continue past the cut
+    if width < scores.shape[-1]:
+        kth = top.values.gather(-1, (cut - 1)[:, None])
+        if bool((top.values[:, -1:] >= kth).any()):
+            return torch.sort(scores, dim=-1, descending=True, stable=True)  # a tie may continue past the cut
     ids = top.indices.sort(dim=-1).values  # the kept ids in id order, then a stable sort by score
     ordered, position = torch.sort(scores.gather(-1, ids), dim=-1, descending=True, stable=True)
     return ordered, ids.gather(-1, position)

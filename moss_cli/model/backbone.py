@@ -93,6 +93,7 @@ class Qwen3Backbone(nn.Module):
         """embeds [B, T, H], positions [B, T] -> final-normed hidden states [B, T, H]."""
         cache = cache if cache is not None else NoCache()
         cos, sin = rotate_half_angles(positions, self.cfg.head_dim, self.cfg.rope_theta, embeds.dtype)
+        cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # [B, T, 1, D]: the same angles for every head
         x = embeds
         for layer in self.layers:
             x = layer(x, cos, sin, cache)

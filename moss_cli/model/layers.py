@@ -25,10 +25,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
+        # One fused op for h * rsqrt(mean(h^2) + eps) (the same bits as those three ops here).
         h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        return self.weight * F.rms_norm(h, (x.shape[-1],), eps=self.eps).to(x.dtype)
 
 
 class Linear(nn.Linear):
@@ -47,36 +46,37 @@ def inverse_frequencies(head_dim: int, base: float, device: torch.device) -> tor
 def rotate_half_angles(
     positions: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin [B, T, head_dim] for NeoX-style RoPE (the two halves of a head pair up)."""
+    """cos and signed sin [*positions.shape, head_dim] for NeoX-style RoPE (the two halves of a head
+    pair up). The sine carries the rotation's sign (-sin on the first half), so applying it is one
+    roll and two products; negating is exact, so the bits are those of rotate-half."""
     inv_freq = inverse_frequencies(head_dim, base, positions.device)
     freqs = positions.to(torch.float32)[..., None] * inv_freq
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    sin = freqs.sin()
+    return torch.cat((freqs, freqs), dim=-1).cos().to(dtype), torch.cat((-sin, sin), dim=-1).to(dtype)
 
 
 def apply_rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Apply NeoX-style RoPE to x [B, T, heads, D] with cos/sin [B, T, D]."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos.unsqueeze(-2) + rotated * sin.unsqueeze(-2)
+    """NeoX-style RoPE on x [..., heads, D] with cos / signed sin broadcastable to it (e.g. [B, T, 1, D]):
+    x * cos + rotate_half(x) * sin, where rolling the halves and the sine's sign make rotate_half."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
 def interleaved_angles(
     positions: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin [B, T, 1, head_dim] for GPT-J-style RoPE (adjacent dims pair up)."""
+    """cos and signed sin [*positions.shape, head_dim] for GPT-J-style RoPE (adjacent dims pair up);
+    the sine is negated on the even dims, so applying it needs no negation."""
     inv_freq = inverse_frequencies(head_dim, base, positions.device)
     freqs = positions.to(torch.float32)[..., None] * inv_freq
-    cos = freqs.cos().repeat_interleave(2, dim=-1).unsqueeze(2).to(dtype)
-    sin = freqs.sin().repeat_interleave(2, dim=-1).unsqueeze(2).to(dtype)
-    return cos, sin
+    sin = freqs.sin()
+    return freqs.cos().repeat_interleave(2, dim=-1).to(dtype), torch.stack((-sin, sin), dim=-1).flatten(-2).to(dtype)
 
 
 def apply_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Apply GPT-J-style RoPE to x [B, T, heads, D]: pair (x0, x1) -> (x0 c - x1 s, x1 c + x0 s)."""
-    even, odd = x[..., ::2], x[..., 1::2]
-    rotated = torch.stack((-odd, even), dim=-1).reshape_as(x)
-    return x * cos + rotated * sin
+    """GPT-J-style RoPE on x [..., D] with cos / signed sin broadcastable to it: pair (x0, x1) ->
+    (x0 c - x1 s, x1 c + x0 s), the pairs swapped by one flip."""
+    swapped = x.unflatten(-1, (x.shape[-1] // 2, 2)).flip(-1).flatten(-2)
+    return x * cos + swapped * sin
 
 
 def codec_rope(q: torch.Tensor, k: torch.Tensor, offset: int, max_period: float) -> tuple[torch.Tensor, torch.Tensor]:

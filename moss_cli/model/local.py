@@ -41,7 +41,8 @@ class LocalAttention(nn.Module):
             q, k = apply_interleaved(q, cos, sin), apply_interleaved(k, cos, sin)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
-        out = attend(q, k, v, self.scale, causal_mask(t, k.shape[1], x.device))
+        # A single query is the last position: it sees every key, so it needs no mask.
+        out = attend(q, k, v, self.scale, causal_mask(t, k.shape[1], x.device) if t > 1 else None)
         return self.c_proj(out.reshape(b, t, hidden)), (k, v)
 
 
@@ -80,20 +81,34 @@ class LocalTransformer(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         if cfg.position_embedding == "absolute":
             self.wpe = nn.Embedding(cfg.max_positions, cfg.hidden_size)
+        self._rope_tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # see _angles
 
     def forward(self, x: torch.Tensor, start: int, past: LocalPast | None = None) -> tuple[torch.Tensor, LocalPast]:
         """x [B, T, H] at local positions start..start+T-1 -> (ln_f output [B, T, H], new past)."""
-        b, t, _ = x.shape
-        positions = torch.arange(start, start + t, device=x.device).unsqueeze(0).expand(b, t)
+        t = x.shape[1]
         cos = sin = None
         if self.cfg.position_embedding == "rope":
-            cos, sin = interleaved_angles(
-                positions, self.cfg.hidden_size // self.cfg.num_heads, self.cfg.rope_base, x.dtype
-            )
+            cos, sin = self._angles(start, t, x.device, x.dtype)
         else:
-            x = x + self.wpe(positions)
+            x = x + self.wpe(torch.arange(start, start + t, device=x.device))
         present: LocalPast = []
         for i, block in enumerate(self.h):
             x, kv = block(x, cos, sin, None if past is None else past[i])
             present.append(kv)
         return self.ln_f(x), present
+
+    def _angles(self, start: int, t: int, device: torch.device, dtype: torch.dtype):
+        """cos / signed sin [T, 1, head_dim] of positions start..start+T-1. A frame visits the same
+        few positions over and over, so the table is computed once per device and dtype (the same
+        elementwise ops, so the same bits)."""
+        head_dim = self.cfg.hidden_size // self.cfg.num_heads
+        if torch.compiler.is_compiling():  # a graph computes them inside (no side effects)
+            positions = torch.arange(start, start + t, device=device)
+            cos, sin = interleaved_angles(positions, head_dim, self.cfg.rope_base, dtype)
+            return cos[:, None], sin[:, None]
+        key = (device, dtype)
+        table = self._rope_tables.get(key)
+        if table is None or table[0].shape[0] < start + t:
+            positions = torch.arange(max(2 * (start + t), 16), device=device)
+            table = self._rope_tables[key] = interleaved_angles(positions, head_dim, self.cfg.rope_base, dtype)
+        return table[0][start : start + t, None], table[1][start : start + t, None]
