@@ -21,6 +21,7 @@ class FrameStep:
         self.logits_hook = logits_hook
         self.compiled = compiled
         self.device = next(model.parameters()).device
+        self._params: dict[tuple, tuple] = {}  # see _row_params
 
     def __call__(self, rows: Sequence, hidden: torch.Tensor, size: int) -> tuple[list[bool], torch.Tensor | None]:
         """(stop flags of the real rows, codes [size, n_vq]; None when every row stopped, eager)."""
@@ -75,17 +76,31 @@ class FrameStep:
         own stream now, so its tokens depend only on its logits and its stream; each head is then
         filtered and drawn for the whole block at once."""
         n_vq, device = self.model.cfg.n_vq, self.device
-        idle = [True] * (size - len(rows))
-        greedy = [not r.request.do_sample for r in rows] + idle
+        idle = size - len(rows)
         uniforms = torch.zeros(size, 1 + n_vq, device=device)
         sampling = [i for i, r in enumerate(rows) if r.request.do_sample]
         if sampling:
             uniforms[sampling] = draw_uniforms([rows[i].generator for i in sampling], 1 + n_vq, device)
-        stop = RowParams.of([r.request.stop for r in rows] + [STOP_HEAD_DEFAULTS] * len(idle), greedy, device)
-        audio = RowParams.of([r.request.audio for r in rows] + [STOP_HEAD_DEFAULTS] * len(idle), greedy, device)
+        stop, audio = self._row_params(rows, size)
         seen = None
         if any(r.seen is not None for r in rows):
             vocab = self.model.cfg.audio_vocab_size
             blank = torch.zeros(n_vq, vocab, dtype=torch.bool, device=device)
-            seen = torch.stack([r.seen if r.seen is not None else blank for r in rows] + [blank] * len(idle))
+            seen = torch.stack([r.seen if r.seen is not None else blank for r in rows] + [blank] * idle)
         return FrameDraws(uniforms, stop, audio, seen)
+
+    def _row_params(self, rows: Sequence, size: int) -> tuple[RowParams, RowParams]:
+        """(stop head, audio heads) parameters of a block's rows. They depend only on which requests
+        sit where, which stays so for most frames, so they are kept per layout (holding the requests,
+        so no id in a key is reused while it is kept)."""
+        held = [r.request for r in rows] + [None] * (size - len(rows))  # None: an idle row
+        key = tuple(map(id, held))
+        if key not in self._params:
+            if len(self._params) >= 64:  # the layouts of requests long gone
+                self._params.clear()
+            idle = [STOP_HEAD_DEFAULTS] * (size - len(rows))
+            greedy = [not r.request.do_sample for r in rows] + [True] * len(idle)
+            stop = RowParams.of([r.request.stop for r in rows] + idle, greedy, self.device)
+            audio = RowParams.of([r.request.audio for r in rows] + idle, greedy, self.device)
+            self._params[key] = (held, stop, audio)
+        return self._params[key][1:]

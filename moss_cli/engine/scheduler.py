@@ -259,20 +259,22 @@ class Engine:
         if not feed:
             return
         width = size if self.block_rows else len(feed)
+        source = [i for i, _ in feed]
+        places = source if self.block_rows else list(range(len(feed)))  # invariant mode keeps each row in its place
+        at = torch.tensor(places, device=self.device)
         next_rows = torch.full((width, 1, cfg.n_vq + 1), cfg.audio_pad_code, dtype=torch.long, device=self.device)
         next_rows[:, 0, 0] = cfg.pad_token_id
+        next_rows[at, 0, 0] = cfg.audio_assistant_slot_token_id
+        next_rows[at, 0, 1:] = codes[torch.tensor(source, device=self.device)]
         slots = [SCRATCH] * width  # stopped and idle rows write to the scratch slot; their outputs are ignored
-        for row, (i, r) in enumerate(feed):
-            at = i if self.block_rows else row  # invariant mode keeps each row in its place
-            next_rows[at, 0, 0] = cfg.audio_assistant_slot_token_id
-            next_rows[at, 0, 1:] = codes[i]
-            slots[at] = r.slot
+        for place, (_, r) in zip(places, feed):
+            slots[place] = r.slot
         attention = BlockedDecode(self.pool, slots)
         positions = attention.positions[:, None]
-        out = model.backbone(model.embed(next_rows), positions, attention)
+        last = model.backbone(model.embed(next_rows), positions, attention)[:, -1]
         attention.advance(1)
-        for row, (i, r) in enumerate(feed):
-            r.hidden = out[i if self.block_rows else row, -1]
+        for place, (_, r) in zip(places, feed):
+            r.hidden = last[place]
 
     def _finish(self, r: _Running, *, stopped: bool) -> GenerationResult:
         self.pool.release(r.slot)

@@ -33,12 +33,11 @@ class LocalAttention(nn.Module):
 
     def forward(self, x, cos, sin, past: tuple[torch.Tensor, torch.Tensor] | None):
         b, t, hidden = x.shape
-        q, k, v = self.c_attn(x).split(hidden, dim=-1)
-        q = q.view(b, t, self.num_heads, self.head_dim)
-        k = k.view(b, t, self.num_heads, self.head_dim)
-        v = v.view(b, t, self.num_heads, self.head_dim)
-        if cos is not None:
-            q, k = apply_interleaved(q, cos, sin), apply_interleaved(k, cos, sin)
+        qkv = self.c_attn(x).view(b, t, 3, self.num_heads, self.head_dim)
+        qk, v = qkv[:, :, :2], qkv[:, :, 2]
+        if cos is not None:  # q and k rotated together: [T, 1, D] angles -> [T, 1, 1, D]
+            qk = apply_interleaved(qk, cos.unsqueeze(-2), sin.unsqueeze(-2))
+        q, k = qk.unbind(2)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
         # A single query is the last position: it sees every key, so it needs no mask.
