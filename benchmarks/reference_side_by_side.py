@@ -10,7 +10,9 @@ reference is never part of this repository. moss is imported from this checkout.
 checkpoint of the preset's shapes is written to a temporary folder with a stop head that never
 fires, loaded by both, and every variant decodes the same prompts for the same number of frames
 at the published sampling defaults (1.7 / 0.8 / 25). Variants alternate within each repeat;
-figures are medians, in frames per second of wall time including prefill.
+figures are medians, in frames per second of wall time including prefill, and of decode alone: each
+repeat also runs every variant for one frame, and the difference of the two runs is the time of the
+other frames (the prefill, the same work for all, cancels out).
 
 `--preset v1.5` (the published v1.5 shapes, 4.1 B parameters, bfloat16) writes no checkpoint: two
 8 GB copies do not fit in memory here. moss builds random weights as `moss bench --random-weights
@@ -134,30 +136,40 @@ def main() -> None:
             talker = load_talker(talker_dir, device="cpu", dtype="float32")
             model, prompt = talker.model, talker.prompt
         variants = {
-            "reference generate()": lambda p: reference_run(reference, p, args.frames),
-            "moss invariant": lambda p: moss_run(model, INVARIANT, p, args.frames),
-            "moss fast": lambda p: moss_run(model, FAST, p, args.frames),
+            "reference generate()": lambda p, frames: reference_run(reference, p, frames),
+            "moss invariant": lambda p, frames: moss_run(model, INVARIANT, p, frames),
+            "moss fast": lambda p, frames: moss_run(model, FAST, p, frames),
         }
         results = {}
         with torch.inference_mode():
             for batch in (int(b) for b in args.batch.split(",")):
                 prompts = [prompt(TEXTS[i % len(TEXTS)]) for i in range(batch)]
                 for run in variants.values():
-                    run(prompts[:1])  # warm-up
+                    run(prompts[:1], 2)  # warm-up
                 times = {name: [] for name in variants}
+                decode = {name: [] for name in variants}  # seconds of the frames after the first
                 for _ in range(args.repeats):
                     for name, run in variants.items():
                         start = time.perf_counter()
-                        run(prompts)
-                        times[name].append(time.perf_counter() - start)
+                        run(prompts, args.frames)
+                        middle = time.perf_counter()
+                        run(prompts, 1)  # the prefill and one frame: what the difference leaves is decode
+                        times[name].append(middle - start)
+                        decode[name].append(max(2 * middle - start - time.perf_counter(), 1e-9))
                 for name, values in times.items():
                     fps = batch * args.frames / statistics.median(values)
                     spread = (batch * args.frames / max(values), batch * args.frames / min(values))
+                    steps = [batch * (args.frames - 1) / d for d in decode[name]]
                     results.setdefault(str(batch), {})[name] = {
                         "frames_per_s": round(fps, 2),
                         "range": [round(x, 2) for x in spread],
+                        "decode_frames_per_s": round(statistics.median(steps), 2),
+                        "decode_range": [round(min(steps), 2), round(max(steps), 2)],
                     }
-                    print(f"B={batch:<3} {name:<22} {fps:8.1f} frames/s  [{spread[0]:.1f}-{spread[1]:.1f}]")
+                    print(
+                        f"B={batch:<3} {name:<22} {fps:8.1f} frames/s  [{spread[0]:.1f}-{spread[1]:.1f}]"
+                        f"   decode alone {statistics.median(steps):8.1f} frames/s  [{min(steps):.1f}-{max(steps):.1f}]"
+                    )
     if args.json:
         args.json.write_text(
             json.dumps(

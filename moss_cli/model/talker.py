@@ -63,10 +63,11 @@ class MossTTSLocal(nn.Module):
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Rows [B, T, 1 + n_vq] -> embed_tokens(text) + sum_k audio_embeddings[k](c_k); pad codes add 0."""
         x = self.transformer.embed_tokens(input_ids[..., 0])
+        codes = input_ids[..., 1:]
+        valid = codes.ne(self.cfg.audio_pad_code)
+        safe, keep = codes.masked_fill(~valid, 0), valid.unsqueeze(-1).to(x.dtype)  # keep: 1 or 0 per code
         for k, table in enumerate(self.audio_embeddings):
-            codes = input_ids[..., k + 1]
-            valid = codes.ne(self.cfg.audio_pad_code)
-            x = x + table(codes.masked_fill(~valid, 0)) * valid.unsqueeze(-1)
+            x = x + table(safe[..., k]) * keep[..., k, :]
         return x
 
     def backbone(
