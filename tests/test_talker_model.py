@@ -65,3 +65,14 @@ def test_backbone_with_padded_cache_matches_a_full_uncached_pass(talker64):
     cache.key_mask = torch.ones(1, t, dtype=torch.bool)
     last = model.backbone(model.embed(rows[:, -1:]), torch.tensor([[t - 1]]), cache)
     torch.testing.assert_close(last[:, 0], full[:, -1])
+
+
+def test_the_local_rope_table_built_during_inference_serves_a_forward_that_tracks_gradients(talker64):
+    model = talker64.model
+    x = torch.randn(2, 3, talker64.config.hidden_size, dtype=torch.float64)
+    model.local_transformer._rope_tables.clear()
+    with torch.inference_mode():
+        expected, _ = model.local(x, 1)
+    out, _ = model.local(x.requires_grad_(), 1)
+    out.sum().backward()
+    assert x.grad is not None and torch.equal(out.detach(), expected)

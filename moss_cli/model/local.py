@@ -108,6 +108,9 @@ class LocalTransformer(nn.Module):
         key = (device, dtype)
         table = self._rope_tables.get(key)
         if table is None or table[0].shape[0] < start + t:
-            positions = torch.arange(max(2 * (start + t), 16), device=device)
-            table = self._rope_tables[key] = interleaved_angles(positions, head_dim, self.cfg.rope_base, dtype)
+            # Plain tensors (not inference tensors), usable whether or not later calls track gradients.
+            with torch.inference_mode(False), torch.no_grad():
+                positions = torch.arange(max(2 * (start + t), 16), device=device)
+                table = interleaved_angles(positions, head_dim, self.cfg.rope_base, dtype)
+            self._rope_tables[key] = table
         return table[0][start : start + t, None], table[1][start : start + t, None]
