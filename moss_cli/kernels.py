@@ -59,6 +59,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """F.linear, for a plain or a packed weight."""
     if not weight.is_mkldnn:
         return F.linear(x, weight, bias)
+    if x.is_contiguous() and x.numel():  # the product takes any leading shape (the same bits as 2-D rows)
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     rows = x.reshape(-1, x.shape[-1])
     if rows.shape[0] == 0:
         return x.new_zeros(*x.shape[:-1], weight.shape[0])

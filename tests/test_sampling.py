@@ -120,6 +120,6 @@ def test_the_short_candidate_list_draws_as_a_full_sort_even_with_ties(levels, mo
     params = RowParams.of(heads, [False] * rows, logits.device)
     short = sample_rows(logits, params, uniforms)
     monkeypatch.setattr(
-        sampling, "_candidates", lambda scores, width, cut: torch.sort(scores, dim=-1, descending=True, stable=True)
+        sampling, "_candidates", lambda scores, width, kth: torch.sort(scores, dim=-1, descending=True, stable=True)
     )
     assert short.tolist() == sample_rows(logits, params, uniforms).tolist()

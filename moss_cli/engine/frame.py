@@ -52,10 +52,11 @@ class FrameDraws:
     seen: torch.Tensor | None = None  # [rows, n_vq, V] codes already produced (repetition penalty)
 
     def draw(self, codebook: int, logits: torch.Tensor) -> torch.Tensor:
+        column = self.uniforms.narrow(1, 1 + codebook, 1)  # [rows, 1]; the stop head's is column 0
         if codebook == STOP_HEAD:
-            return sample_rows(logits, self.stop, self.uniforms[:, 0])
+            return sample_rows(logits, self.stop, column)
         marks = None if self.seen is None else self.seen[:, codebook, : logits.shape[-1]]
-        return sample_rows(logits, self.audio, self.uniforms[:, 1 + codebook], marks)
+        return sample_rows(logits, self.audio, column, marks)
 
 
 def sample_frame(

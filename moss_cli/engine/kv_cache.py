@@ -158,7 +158,8 @@ class BlockedDecode:
         self.shared = min(lengths) // KEY_BLOCK + 1
         valid = torch.arange(width, device=device)[None] <= self.positions[:, None]  # [n, width]
         self.key_bias = torch.zeros(valid.shape, device=device).masked_fill(~valid, -torch.inf)[:, None, None]
-        self.touched = valid.unflatten(-1, (self.blocks, KEY_BLOCK)).any(dim=-1)[:, None, None]  # [n, 1, 1, blocks]
+        touched = valid.unflatten(-1, (self.blocks, KEY_BLOCK)).any(dim=-1)[:, None, None]  # [n, 1, 1, blocks]
+        self.touched = touched.unbind(-1)
 
     def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
         keys, values = self.pool.keys[layer], self.pool.values[layer]
@@ -167,9 +168,9 @@ class BlockedDecode:
         n, _, heads, dim = q.shape
         kv_heads = k.shape[2]
         exact = torch.float64 if q.dtype == torch.float64 else torch.float32  # softmax never below fp32
-        query = q[:, 0].reshape(n, kv_heads, heads // kv_heads, dim).to(exact)  # head h reads KV head h // groups
+        query = _as(q[:, 0].reshape(n, kv_heads, heads // kv_heads, dim), exact)  # head h reads KV head h // groups
         width = self.blocks * KEY_BLOCK
-        row_keys, row_values = (self._rows(pool.narrow(2, 0, width)).to(exact) for pool in (keys, values))
+        row_keys, row_values = (_as(self._rows(pool.narrow(2, 0, width)), exact) for pool in (keys, values))
         # Each score is one dot product over D: its bits do not depend on how many keys there are.
         scores = torch.matmul(query, row_keys.transpose(-1, -2)) * scale + self.key_bias  # [n, Hkv, g, width]
         best = scores.amax(dim=-1, keepdim=True)  # exact whatever the width
@@ -177,20 +178,20 @@ class BlockedDecode:
         # Sums run over fixed KEY_BLOCK-wide blocks, then across blocks in order: a block a row has no
         # keys in adds nothing (skipped), so a longer neighbour changes no bit of this row. Each
         # block's product reads its keys in place (a product over all blocks at once copies them).
-        sums = weights.unflatten(-1, (self.blocks, KEY_BLOCK)).sum(dim=-1)  # [n, Hkv, g, blocks]
-        total, out = sums[..., 0], None
+        sums = weights.unflatten(-1, (self.blocks, KEY_BLOCK)).sum(dim=-1).unbind(-1)  # per block [n, Hkv, g]
+        total, out = sums[0], None
         for j in range(self.blocks):
-            keys_j = slice(j * KEY_BLOCK, (j + 1) * KEY_BLOCK)
-            part = torch.matmul(weights[..., keys_j], row_values[:, :, keys_j])  # [n, Hkv, g, D]
-            if j == 0:
+            start = j * KEY_BLOCK
+            part = torch.matmul(weights.narrow(-1, start, KEY_BLOCK), row_values.narrow(2, start, KEY_BLOCK))
+            if j == 0:  # part: [n, Hkv, g, D]
                 out = part
             elif j < self.shared:  # every row has keys here
-                total, out = total + sums[..., j], out + part
+                total, out = total + sums[j], out + part
             else:
-                used = self.touched[..., j]
-                total = torch.where(used, total + sums[..., j], total)
+                used = self.touched[j]
+                total = torch.where(used, total + sums[j], total)
                 out = torch.where(used[..., None], out + part, out)
-        return (out / total[..., None]).to(q.dtype).reshape(n, 1, heads, dim)
+        return _as(out / total[..., None], q.dtype).reshape(n, 1, heads, dim)
 
     def _rows(self, pool: torch.Tensor) -> torch.Tensor:
         """The rows' part of one layer's pool: [n, Hkv, width, D]."""
@@ -200,3 +201,8 @@ class BlockedDecode:
         for slot in self.slots:
             if slot != SCRATCH:
                 self.pool.lengths[slot] += steps
+
+
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in `dtype`, without a call when it already is (a decode step makes many small ops)."""
+    return x if x.dtype == dtype else x.to(dtype)

@@ -105,9 +105,12 @@ class RowParams:
     greedy: torch.Tensor  # bool: argmax instead of a draw
     # Derived. A greedy row's draw is discarded, so its filter is top-k 1 whatever its own top_k.
     cut: torch.Tensor = field(init=False)  # int64 [rows]: top-k per row, 1 for greedy rows
+    kth: torch.Tensor = field(init=False)  # int64 [rows, 1]: where the k-th score is, cut - 1
     divisor: torch.Tensor = field(init=False)  # [rows, 1]: temperature, 1 where it is not positive
+    penalty: torch.Tensor = field(init=False)  # [rows, 1]: repetition penalty
     penalised: torch.Tensor = field(init=False)  # bool [rows, 1]: repetition penalty != 1
     nucleus: torch.Tensor = field(init=False)  # bool [rows, 1]: 0 < top_p < 1
+    mass: torch.Tensor = field(init=False)  # [rows, 1]: top_p
     # Python facts about the rows, so that a draw skips work no row needs without asking the tensors.
     cut_range: tuple[int, int] = field(init=False)  # (min, max) of `cut`
     all_greedy: bool = field(init=False)
@@ -119,9 +122,12 @@ class RowParams:
             object.__setattr__(self, name, value)
 
         derive("cut", torch.where(self.greedy, 1, self.top_k))
+        derive("kth", (self.cut - 1)[:, None])
         derive("divisor", torch.where(self.temperature > 0, self.temperature, 1.0)[:, None])
+        derive("penalty", self.repetition_penalty[:, None])
         derive("penalised", (self.repetition_penalty != 1.0)[:, None])
         derive("nucleus", ((self.top_p > 0) & (self.top_p < 1))[:, None])
+        derive("mass", self.top_p[:, None])
         if torch.compiler.is_compiling():
             return  # a graph takes the general path, which needs none of the Python facts
         cut = self.cut.tolist()
@@ -157,13 +163,13 @@ def sample_rows(
     logits: torch.Tensor, params: RowParams, uniforms: torch.Tensor, seen: torch.Tensor | None = None
 ) -> torch.Tensor:
     """One token per row of logits [B, V]: repetition penalty (tokens marked in `seen` [B, V]) ->
-    temperature -> top-k -> top-p -> inverse-CDF draw with `uniforms` [B] in [0, 1). Greedy rows
+    temperature -> top-k -> top-p -> inverse-CDF draw with `uniforms` [B] (or [B, 1]) in [0, 1). Greedy rows
     take the argmax of the penalised scores, as the reference does. Every step is one op on the
     whole block; what only depends on the parameters was computed once for the frame (RowParams)."""
     compiling = torch.compiler.is_compiling()  # a graph has no data-dependent branches
-    scores = logits.float()
+    scores = logits if logits.dtype == torch.float32 else logits.float()
     if seen is not None:
-        penalty = params.repetition_penalty[:, None]
+        penalty = params.penalty
         penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
         scores = torch.where(seen & params.penalised, penalised, scores)
     if compiling or params.any_greedy:
@@ -173,10 +179,10 @@ def sample_rows(
     vocab = scores.shape[-1]
     scores = scores / params.divisor
     width = params.short_list(vocab)
-    ordered, order = _candidates(scores, width, params.cut)
+    ordered, order = _candidates(scores, width, params.kth)
     # top-k: keep scores >= the k-th largest (ties kept, as torch.topk + `<` does in `sample`)
     if width is not None:  # every row has a top-k within the short list
-        kth = ordered.gather(-1, (params.cut - 1)[:, None])
+        kth = ordered.gather(-1, params.kth)
     else:
         cut = params.cut.clamp(min=0)
         limited = ((cut > 0) & (cut < vocab))[:, None]
@@ -186,20 +192,20 @@ def sample_rows(
     # top-p over what top-k kept: drop tokens after the one that crosses top_p
     if compiling or params.any_nucleus:
         cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
-        crossed = F.pad(cumulative[:, :-1] > params.top_p[:, None], (1, 0))  # the crossing token stays
+        crossed = F.pad(cumulative[:, :-1] > params.mass, (1, 0))  # the crossing token stays
         ordered = ordered.masked_fill(crossed & params.nucleus, -torch.inf)
     probs = torch.softmax(ordered, dim=-1)
     cdf = probs.cumsum(dim=-1)
-    target = uniforms.to(cdf.dtype)[:, None] * cdf[:, -1:]
-    pick = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    last = (probs > 0).sum(dim=-1) - 1  # sorted descending: the kept tokens come first
-    drawn = order.gather(-1, torch.minimum(pick, last)[:, None]).squeeze(-1)
+    target = (uniforms if uniforms.dim() == 2 else uniforms[:, None]).to(cdf.dtype) * cdf[:, -1:]
+    pick = torch.searchsorted(cdf, target, right=True)  # [B, 1]
+    last = (probs > 0).sum(dim=-1, keepdim=True) - 1  # sorted descending: the kept tokens come first
+    drawn = order.gather(-1, torch.minimum(pick, last)).squeeze(-1)
     return torch.where(params.greedy, greedy, drawn) if compiling or params.any_greedy else drawn
 
 
-def _candidates(scores: torch.Tensor, width: int | None, cut: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _candidates(scores: torch.Tensor, width: int | None, kth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(scores, token ids) in descending order, ties by token id, as a stable sort gives them; only
-    the first `width` columns when every sampling row has a top-k (`cut`) and no tie crosses the cut
+    the first `width` columns when every sampling row has a top-k (its k-th score at `kth`) and no tie crosses the cut
     (a full sort of [rows, V] was the sampler's largest cost on a CPU). Whatever is cut is below every
     row's k-th score, so top-k would drop it anyway. A compiled graph always sorts everything (no
     data-dependent shapes)."""
@@ -207,8 +213,7 @@ def _candidates(scores: torch.Tensor, width: int | None, cut: torch.Tensor) -> t
         return torch.sort(scores, dim=-1, descending=True, stable=True)
     top = torch.topk(scores, width, dim=-1)  # descending; the order of ties is unspecified
     if width < scores.shape[-1]:
-        kth = top.values.gather(-1, (cut - 1)[:, None])
-        if bool((top.values[:, -1:] >= kth).any()):
+        if bool((top.values[:, -1:] >= top.values.gather(-1, kth)).any()):
             return torch.sort(scores, dim=-1, descending=True, stable=True)  # a tie may continue past the cut
     ids = top.indices.sort(dim=-1).values  # the kept ids in id order, then a stable sort by score
     ordered, position = torch.sort(scores.gather(-1, ids), dim=-1, descending=True, stable=True)

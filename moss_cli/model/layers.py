@@ -26,8 +26,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # One fused op for h * rsqrt(mean(h^2) + eps) (the same bits as those three ops here).
-        h = x.to(torch.float32)
-        return self.weight * F.rms_norm(h, (x.shape[-1],), eps=self.eps).to(x.dtype)
+        h = F.rms_norm(x if x.dtype == torch.float32 else x.float(), (x.shape[-1],), eps=self.eps)
+        return self.weight * (h if h.dtype == x.dtype else h.to(x.dtype))
 
 
 class Linear(nn.Linear):

@@ -35,8 +35,8 @@ class LocalAttention(nn.Module):
         b, t, hidden = x.shape
         qkv = self.c_attn(x).view(b, t, 3, self.num_heads, self.head_dim)
         qk, v = qkv[:, :, :2], qkv[:, :, 2]
-        if cos is not None:  # q and k rotated together: [T, 1, D] angles -> [T, 1, 1, D]
-            qk = apply_interleaved(qk, cos.unsqueeze(-2), sin.unsqueeze(-2))
+        if cos is not None:  # q and k rotated together
+            qk = apply_interleaved(qk, cos, sin)
         q, k = qk.unbind(2)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
@@ -97,20 +97,21 @@ class LocalTransformer(nn.Module):
         return self.ln_f(x), present
 
     def _angles(self, start: int, t: int, device: torch.device, dtype: torch.dtype):
-        """cos / signed sin [T, 1, head_dim] of positions start..start+T-1. A frame visits the same
+        """cos / signed sin [T, 1, 1, head_dim] (for q and k [B, T, 2, heads, D]) of positions
+        start..start+T-1. A frame visits the same
         few positions over and over, so the table is computed once per device and dtype (the same
         elementwise ops, so the same bits)."""
         head_dim = self.cfg.hidden_size // self.cfg.num_heads
         if torch.compiler.is_compiling():  # a graph computes them inside (no side effects)
             positions = torch.arange(start, start + t, device=device)
             cos, sin = interleaved_angles(positions, head_dim, self.cfg.rope_base, dtype)
-            return cos[:, None], sin[:, None]
+            return cos[:, None, None], sin[:, None, None]
         key = (device, dtype)
         table = self._rope_tables.get(key)
         if table is None or table[0].shape[0] < start + t:
             # Plain tensors (not inference tensors), usable whether or not later calls track gradients.
             with torch.inference_mode(False), torch.no_grad():
                 positions = torch.arange(max(2 * (start + t), 16), device=device)
-                table = interleaved_angles(positions, head_dim, self.cfg.rope_base, dtype)
-            self._rope_tables[key] = table
-        return table[0][start : start + t, None], table[1][start : start + t, None]
+                cos, sin = interleaved_angles(positions, head_dim, self.cfg.rope_base, dtype)
+            table = self._rope_tables[key] = (cos[:, None, None], sin[:, None, None])
+        return table[0][start : start + t], table[1][start : start + t]

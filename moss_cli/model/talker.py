@@ -76,7 +76,8 @@ class MossTTSLocal(nn.Module):
         return self.transformer(embeds, positions, cache)
 
     def local(self, x: torch.Tensor, start: int, past: LocalPast | None = None) -> tuple[torch.Tensor, LocalPast]:
-        return self.local_transformer(x.to(self.local_transformer.ln_f.weight.dtype), start, past)
+        dtype = self.local_transformer.ln_f.weight.dtype
+        return self.local_transformer(x if x.dtype == dtype else x.to(dtype), start, past)
 
     def stop_logits(self, local_hidden: torch.Tensor) -> torch.Tensor:
         """[B, H] -> [B, 2] logits for (continue, stop)."""
