@@ -177,7 +177,7 @@ class BlockedDecode:
         weights = torch.exp(scores - best)
         # Sums run over fixed KEY_BLOCK-wide blocks, then across blocks in order: a block a row has no
         # keys in adds nothing (skipped), so a longer neighbour changes no bit of this row. Each
-        # block's product reads its keys in place (a product over all blocks at once copies them).
+        # block's product reads its values in place (one product over all blocks copied them).
         sums = weights.unflatten(-1, (self.blocks, KEY_BLOCK)).sum(dim=-1).unbind(-1)  # per block [n, Hkv, g]
         total, out = sums[0], None
         for j in range(self.blocks):

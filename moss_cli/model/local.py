@@ -98,9 +98,8 @@ class LocalTransformer(nn.Module):
 
     def _angles(self, start: int, t: int, device: torch.device, dtype: torch.dtype):
         """cos / signed sin [T, 1, 1, head_dim] (for q and k [B, T, 2, heads, D]) of positions
-        start..start+T-1. A frame visits the same
-        few positions over and over, so the table is computed once per device and dtype (the same
-        elementwise ops, so the same bits)."""
+        start..start+T-1. A frame visits the same few positions over and over, so the table is
+        computed once per device and dtype (the same elementwise ops, so the same bits)."""
         head_dim = self.cfg.hidden_size // self.cfg.num_heads
         if torch.compiler.is_compiling():  # a graph computes them inside (no side effects)
             positions = torch.arange(start, start + t, device=device)
