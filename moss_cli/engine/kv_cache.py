@@ -7,6 +7,7 @@ import heapq
 import torch
 
 from ..model.attention import attend, causal_mask
+from ..model.layers import as_dtype
 
 
 class PaddedBatchCache:
@@ -168,9 +169,10 @@ class BlockedDecode:
         n, _, heads, dim = q.shape
         kv_heads = k.shape[2]
         exact = torch.float64 if q.dtype == torch.float64 else torch.float32  # softmax never below fp32
-        query = _as(q[:, 0].reshape(n, kv_heads, heads // kv_heads, dim), exact)  # head h reads KV head h // groups
+        # head h reads KV head h // groups
+        query = as_dtype(q[:, 0].reshape(n, kv_heads, heads // kv_heads, dim), exact)
         width = self.blocks * KEY_BLOCK
-        row_keys, row_values = (_as(self._rows(pool.narrow(2, 0, width)), exact) for pool in (keys, values))
+        row_keys, row_values = (as_dtype(self._rows(pool.narrow(2, 0, width)), exact) for pool in (keys, values))
         # Each score is one dot product over D: its bits do not depend on how many keys there are.
         scores = torch.matmul(query, row_keys.transpose(-1, -2)) * scale + self.key_bias  # [n, Hkv, g, width]
         best = scores.amax(dim=-1, keepdim=True)  # exact whatever the width
@@ -191,7 +193,7 @@ class BlockedDecode:
                 used = self.touched[j]
                 total = torch.where(used, total + sums[j], total)
                 out = torch.where(used[..., None], out + part, out)
-        return _as(out / total[..., None], q.dtype).reshape(n, 1, heads, dim)
+        return as_dtype(out / total[..., None], q.dtype).reshape(n, 1, heads, dim)
 
     def _rows(self, pool: torch.Tensor) -> torch.Tensor:
         """The rows' part of one layer's pool: [n, Hkv, width, D]."""
@@ -201,8 +203,3 @@ class BlockedDecode:
         for slot in self.slots:
             if slot != SCRATCH:
                 self.pool.lengths[slot] += steps
-
-
-def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """x in `dtype`, without a call when it already is (a decode step makes many small ops)."""
-    return x if x.dtype == dtype else x.to(dtype)

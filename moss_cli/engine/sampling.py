@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from ..model.layers import as_dtype
 from ..sampling_params import HeadSampling
 
 Generators = torch.Generator | Sequence[torch.Generator | None] | None
@@ -153,10 +154,10 @@ class RowParams:
     def short_list(self, vocab: int) -> int | None:
         """How many of the highest scores can hold every row's top-k (a little room for ties at
         the k-th score), or None when some row has no top-k below `vocab` (then all are sorted)."""
-        low, high = self.cut_range
-        if torch.compiler.is_compiling() or low <= 0 or high >= vocab:
+        if torch.compiler.is_compiling():  # a graph sorts everything (and has no Python facts)
             return None
-        return min(vocab, high + 8)
+        low, high = self.cut_range
+        return None if low <= 0 or high >= vocab else min(vocab, high + 8)
 
 
 def sample_rows(
@@ -167,7 +168,7 @@ def sample_rows(
     take the argmax of the penalised scores, as the reference does. Every step is one op on the
     whole block; what only depends on the parameters was computed once for the frame (RowParams)."""
     compiling = torch.compiler.is_compiling()  # a graph has no data-dependent branches
-    scores = logits if logits.dtype == torch.float32 else logits.float()
+    scores = as_dtype(logits, torch.float32)
     if seen is not None:
         penalty = params.penalty
         penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
@@ -212,9 +213,8 @@ def _candidates(scores: torch.Tensor, width: int | None, kth: torch.Tensor) -> t
     if width is None:
         return torch.sort(scores, dim=-1, descending=True, stable=True)
     top = torch.topk(scores, width, dim=-1)  # descending; the order of ties is unspecified
-    if width < scores.shape[-1]:
-        if bool((top.values[:, -1:] >= top.values.gather(-1, kth)).any()):
-            return torch.sort(scores, dim=-1, descending=True, stable=True)  # a tie may continue past the cut
+    if width < scores.shape[-1] and bool((top.values[:, -1:] >= top.values.gather(-1, kth)).any()):
+        return torch.sort(scores, dim=-1, descending=True, stable=True)  # a tie may continue past the cut
     ids = top.indices.sort(dim=-1).values  # the kept ids in id order, then a stable sort by score
     ordered, position = torch.sort(scores.gather(-1, ids), dim=-1, descending=True, stable=True)
     return ordered, ids.gather(-1, position)

@@ -16,6 +16,11 @@ import torch.nn.functional as F
 from .. import kernels
 
 
+def as_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in `dtype`, with no call at all when it already is (a decode step makes many small ops)."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 class RMSNorm(nn.Module):
     """Qwen3 RMSNorm: statistics in float32, scale applied after casting back."""
 
@@ -26,8 +31,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # One fused op for h * rsqrt(mean(h^2) + eps) (the same bits as those three ops here).
-        h = F.rms_norm(x if x.dtype == torch.float32 else x.float(), (x.shape[-1],), eps=self.eps)
-        return self.weight * (h if h.dtype == x.dtype else h.to(x.dtype))
+        h = F.rms_norm(as_dtype(x, torch.float32), (x.shape[-1],), eps=self.eps)
+        return self.weight * as_dtype(h, x.dtype)
 
 
 class Linear(nn.Linear):

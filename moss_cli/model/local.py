@@ -100,17 +100,18 @@ class LocalTransformer(nn.Module):
         """cos / signed sin [T, 1, 1, head_dim] (for q and k [B, T, 2, heads, D]) of positions
         start..start+T-1. A frame visits the same few positions over and over, so the table is
         computed once per device and dtype (the same elementwise ops, so the same bits)."""
-        head_dim = self.cfg.hidden_size // self.cfg.num_heads
-        if torch.compiler.is_compiling():  # a graph computes them inside (no side effects)
-            positions = torch.arange(start, start + t, device=device)
+
+        def angles(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            head_dim = self.cfg.hidden_size // self.cfg.num_heads
             cos, sin = interleaved_angles(positions, head_dim, self.cfg.rope_base, dtype)
             return cos[:, None, None], sin[:, None, None]
+
+        if torch.compiler.is_compiling():  # a graph computes them inside (no side effects)
+            return angles(torch.arange(start, start + t, device=device))
         key = (device, dtype)
         table = self._rope_tables.get(key)
         if table is None or table[0].shape[0] < start + t:
             # Plain tensors (not inference tensors), usable whether or not later calls track gradients.
             with torch.inference_mode(False), torch.no_grad():
-                positions = torch.arange(max(2 * (start + t), 16), device=device)
-                cos, sin = interleaved_angles(positions, head_dim, self.cfg.rope_base, dtype)
-            table = self._rope_tables[key] = (cos[:, None, None], sin[:, None, None])
+                table = self._rope_tables[key] = angles(torch.arange(max(2 * (start + t), 16), device=device))
         return table[0][start : start + t], table[1][start : start + t]

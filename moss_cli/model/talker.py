@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from .. import kernels
 from .backbone import AttentionCache, Qwen3Backbone
 from .config import TalkerConfig
-from .layers import Linear
+from .layers import Linear, as_dtype
 from .local import LocalPast, LocalTransformer
 
 CONTINUE, STOP = 0, 1  # columns of the binary stop head: [audio_assistant_slot, audio_end]
@@ -76,8 +76,7 @@ class MossTTSLocal(nn.Module):
         return self.transformer(embeds, positions, cache)
 
     def local(self, x: torch.Tensor, start: int, past: LocalPast | None = None) -> tuple[torch.Tensor, LocalPast]:
-        dtype = self.local_transformer.ln_f.weight.dtype
-        return self.local_transformer(x if x.dtype == dtype else x.to(dtype), start, past)
+        return self.local_transformer(as_dtype(x, self.local_transformer.ln_f.weight.dtype), start, past)
 
     def stop_logits(self, local_hidden: torch.Tensor) -> torch.Tensor:
         """[B, H] -> [B, 2] logits for (continue, stop)."""
