@@ -1,12 +1,13 @@
-"""What the codec's fixed tiles cost: plain decode vs the batch-invariant tiled decode, with the
-last tile of each product padded whole (any platform) or only to the unit the probe verified.
+"""What the codec's fixed tiles cost: plain decode vs the batch-invariant tiled decode in tiles of
+64 rows (the last padded whole, as on any platform, or to 4 rows) and in the tiles the load-time
+probe verified here (taller ones where it can).
 
     python benchmarks/codec_tiles.py [--shapes v2|small] [--frames 50] [--repeats 4] \
         [--dtype bfloat16|float32] [--threads 2] [--no-pack]
 
 `--shapes v2` is a random decoder at the published v2 sizes (stage 0: 32 layers, d=1280, 20 heads,
 FFN 5120; stages 1-5: 12 layers, d=768, 12 heads, FFN 3072; about 1.06 B decoder parameters; the
-encoder, unused by decode, is shrunk). `--frames 50` is 4 s of audio. The three variants run
+encoder, unused by decode, is shrunk). `--frames 50` is 4 s of audio. The variants run
 alternately on one set of weights in one process; the table gives medians with [min-max]. The
 weights are packed for oneDNN as `load_codec` packs them, unless `--no-pack`.
 """
@@ -67,8 +68,16 @@ def main() -> None:
     codec.eval()
     if not args.no_pack:
         codec.pack_weights()
+    start = time.perf_counter()
     verified = codec_tiles(codec, INVARIANT)
-    variants = {"plain": None, "tiles, padded whole": RowTiles(64, 64), f"tiles, padded to {verified.unit}": verified}
+    probe = time.perf_counter() - start
+    tile = INVARIANT.codec_tile
+    variants = {
+        "plain": None,
+        f"tiles of {tile}, padded whole": RowTiles.whole(tile),
+        f"tiles of {tile}, padded to {INVARIANT.wide_unit}": RowTiles(tile, INVARIANT.wide_unit),
+    }
+    variants[f"verified: {verified}"] = verified
     codes = torch.randint(0, 1024, (12, 1, args.frames))
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     pcm = {}
@@ -84,14 +93,14 @@ def main() -> None:
     kernel = "packed" if codec.packed else "plain"
     print(
         f"{args.shapes} decoder ({params:.2f} B params), {args.dtype}, {args.threads} threads, {args.frames} frames, "
-        f"{kernel} weights"
+        f"{kernel} weights; the probe took {probe:.1f} s"
     )
     plain = statistics.median(seconds["plain"])
     for name, runs in seconds.items():
         median = statistics.median(runs)
-        print(f"{name:>22}: {median:.3f} s [{min(runs):.3f}-{max(runs):.3f}]  / plain {median / plain:.3f}")
-    tiled = [name for name in variants if name != "plain"]
-    print("tiled variants bitwise equal:", torch.equal(pcm[tiled[0]], pcm[tiled[1]]))
+        print(f"{name:>32}: {median:.3f} s [{min(runs):.3f}-{max(runs):.3f}]  / plain {median / plain:.3f}")
+    tiled = [pcm[name] for name in variants if name != "plain"]
+    print("tiled variants bitwise equal:", all(torch.equal(tiled[0], other) for other in tiled[1:]))
 
 
 if __name__ == "__main__":

@@ -175,18 +175,22 @@ def load_codec(
 
 
 def codec_tiles(codec: AudioCodec, numerics: Numerics | None) -> RowTiles | None:
-    """The codec's row tiles under `numerics` (None: plain kernels). The last, partial tile of a
-    product is padded only to `numerics.wide_unit` rows where this platform gives a row the same
-    bits at every such row count as in a full tile (so the waveform is the same as with full
-    padding, at a fraction of a short clip's cost); elsewhere to a whole tile."""
+    """The codec's row tiles under `numerics` (None: plain kernels). Where this platform gives a
+    row the same bits at every row count of a ladder as in a full tile, products run in the tallest
+    verified tiles (`numerics.codec_tall_tile` rows: a long clip reads each weight fewer times) and
+    a short last tile is padded only to `numerics.wide_unit` rows; elsewhere, tiles of
+    `numerics.codec_tile` rows, padded whole. Each ladder holds `codec_tile`, so all of them give
+    a waveform the same bits."""
     if numerics is None or numerics.codec_rows is None:
         return None
     rows, unit = numerics.codec_rows, numerics.wide_unit
-    device = next(codec.parameters()).device
-    sizes = range(unit, rows + 1, unit)
-    if numerics.wide_blocks and unit < rows and linears_agree(codec.tiled_shapes(), unit, sizes, device, codec.packed):
-        return RowTiles(rows, unit)
-    return RowTiles(rows, rows)
+    if numerics.wide_blocks and unit < rows and rows % unit == 0:
+        device = next(codec.parameters()).device
+        for tall in (numerics.codec_tall_tile, rows):
+            tiles = RowTiles(tall, unit, rows)
+            if linears_agree(codec.tiled_shapes(), unit, tiles.sizes, device, codec.packed):
+                return tiles
+    return RowTiles.whole(rows)
 
 
 __all__ = ["Talker", "load_talker", "load_codec", "codec_tiles", "MossError", "CheckpointError"]

@@ -96,25 +96,57 @@ def test_blocked_linear_gives_a_row_the_same_bits_whatever_rows_come_with_it(dty
     weight = torch.randn(96, 48, generator=gen).to(dtype)
     bias = torch.randn(96, generator=gen).to(dtype)
     x = torch.randn(300, 48, generator=gen).to(dtype)
-    whole = blocked_linear(x, weight, bias, RowTiles(64, 64))
+    whole = blocked_linear(x, weight, bias, RowTiles.whole(64))
     for start, length in ((0, 1), (5, 3), (64, 64), (100, 137), (299, 1)):
-        part = blocked_linear(x[start : start + length], weight, bias, RowTiles(64, 64))
+        part = blocked_linear(x[start : start + length], weight, bias, RowTiles.whole(64))
         assert torch.equal(part, whole[start : start + length]), (start, length)
     torch.testing.assert_close(whole.float(), F.linear(x, weight, bias).float(), rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_short_last_tile_padded_to_a_verified_unit_gives_the_bits_of_a_whole_tile(dtype):
-    """Where the probe finds that this platform rounds a row the same at every multiple of 4 rows,
-    the last tile is padded to 4 rows, not 64, and no bit changes."""
+def test_tiles_the_probe_verifies_give_the_bits_of_64_row_tiles_padded_whole(dtype):
+    """Where the probe finds that this platform rounds a row the same at every row count of a
+    ladder (multiples of 4 up to 64, of 64 up to 256), a short last tile is padded to 4 rows, not
+    64, long inputs run in 256-row tiles, and no bit changes."""
     from moss_cli.gemm_probe import linears_agree
     from moss_cli.model.layers import RowTiles, blocked_linear
 
     gen = torch.Generator().manual_seed(1)
     weight = torch.randn(96, 48, generator=gen).to(dtype)
-    x = torch.randn(150, 48, generator=gen).to(dtype)
-    if not linears_agree({(96, 48, False, dtype)}, 4, range(4, 65, 4), torch.device("cpu")):
-        pytest.skip("this platform rounds a row differently at some multiple of 4 rows")
-    whole = blocked_linear(x, weight, None, RowTiles(64, 64))
-    for length in (1, 5, 64, 70, 150):
-        assert torch.equal(blocked_linear(x[:length], weight, None, RowTiles(64, 4)), whole[:length]), length
+    x = torch.randn(600, 48, generator=gen).to(dtype)
+    whole = blocked_linear(x, weight, None, RowTiles.whole(64))
+    for tiles in (RowTiles(64, 4), RowTiles(256, 4, 64)):
+        if not linears_agree({(96, 48, False, dtype)}, 4, tiles.sizes, torch.device("cpu")):
+            pytest.skip(f"this platform rounds a row differently at some row count of {tiles}")
+        for length in (1, 5, 64, 70, 150, 256, 300, 600):
+            assert torch.equal(blocked_linear(x[:length], weight, None, tiles), whole[:length]), (tiles, length)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_tiles_of_a_transposed_view_give_the_bits_of_contiguous_rows(dtype):
+    """A lone clip hands a 1x1 conv's tiles a transposed view (leading dimension: the clip's
+    length), a batch hands them copied rows; the plain GEMM rounds the two apart in bfloat16 and
+    float64 (seen on an AVX2 CPU), so the tiles take row-major rows either way."""
+    from moss_cli.model.layers import RowTiles, blocked_linear
+
+    gen = torch.Generator().manual_seed(2)
+    weight = torch.randn(512, 256, generator=gen).to(dtype)
+    channels_first = torch.randn(1, 256, 300, generator=gen).to(dtype)
+    view = channels_first.transpose(1, 2)  # [1, T, C], not contiguous
+    for tiles in (RowTiles.whole(64), RowTiles(256, 4, 64)):
+        rows = blocked_linear(view.contiguous(), weight, None, tiles)
+        assert torch.equal(blocked_linear(view, weight, None, tiles), rows)
+
+
+def test_a_tile_ladder_pads_a_last_tile_to_its_smallest_size_that_holds_it():
+    from moss_cli.model.layers import RowTiles
+
+    ladder = RowTiles(256, 4, 64)
+    assert ladder.sizes == (*range(4, 64, 4), 64, 128, 192, 256)
+    assert [ladder.padded(n) for n in (1, 4, 5, 63, 64, 65, 200, 256)] == [4, 4, 8, 64, 64, 128, 256, 256]
+    assert str(ladder) == "256 rows, the last padded to 4 up to 64, to 64 beyond"
+    assert RowTiles(64, 4).sizes == tuple(range(4, 65, 4)) and str(RowTiles(64, 4)) == "64 rows, the last padded to 4"
+    assert RowTiles.whole(64).sizes == (64,) and str(RowTiles.whole(64)) == "64 rows, the last padded whole"
+    for bad in ((64, 0), (64, 128), (64, 5), (200, 4, 64), (256, 4, 6)):
+        with pytest.raises(ValueError):
+            RowTiles(*bad)

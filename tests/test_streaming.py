@@ -109,27 +109,37 @@ def test_audit_voices_and_streaming_pass_at_bitwise_level(tmp_path):
     assert all(sizes[0] == 1 for sizes in used.values())
 
 
-def test_the_invariant_codec_pads_a_short_tile_only_where_that_changes_no_bit(invariant_codec, monkeypatch):
-    """On this CPU every multiple of 4 rows gives a row the bits of a full 64-row tile, so a short
-    clip's last tile is padded to 4 rows; its waveform is the one full padding gives."""
+def test_the_invariant_codec_runs_tall_tiles_and_pads_short_ones_only_where_that_changes_no_bit(
+    invariant_codec, monkeypatch
+):
+    """On this CPU every verified row count gives a row the bits of a full tile, so the codec runs
+    256-row tiles and pads a short last tile to 4 rows; its waveform is the one 64-row tiles padded
+    whole give. Where a library rounds differently per row count, the codec keeps those."""
     from types import SimpleNamespace
 
     from moss_cli import gemm_probe, kernels
     from moss_cli.api import codec_tiles
     from moss_cli.model.layers import RowTiles
 
-    assert invariant_codec.tiles == RowTiles(64, 4)
+    verified = RowTiles(256, 4, 64)
+    assert invariant_codec.tiles == verified
     codes = torch.randint(0, 128, (6, 2, 37))
-    short = invariant_codec.decode(codes)
-    invariant_codec.tiles = RowTiles(64, 64)
+    tall = invariant_codec.decode(codes)
+    invariant_codec.tiles = RowTiles.whole(64)
     try:
-        assert torch.equal(invariant_codec.decode(codes), short)
+        assert torch.equal(invariant_codec.decode(codes), tall)
     finally:
-        invariant_codec.tiles = RowTiles(64, 4)
+        invariant_codec.tiles = verified
 
-    def rounding_by_row_count(x, weight, bias=None):  # a library that rounds differently per M
-        return kernels.linear(x, weight, bias) + x.shape[0] * 1e-6
+    def rounding_above(limit):  # a library whose rounding changes with the row count above `limit`
+        def product(x, weight, bias=None):
+            return kernels.linear(x, weight, bias) + (x.shape[0] > limit) * x.shape[0] * 1e-6
+
+        return SimpleNamespace(linear=product, pack=kernels.pack)
 
     monkeypatch.setattr(gemm_probe, "_VERDICTS", {})
-    monkeypatch.setattr(gemm_probe, "kernels", SimpleNamespace(linear=rounding_by_row_count, pack=kernels.pack))
-    assert codec_tiles(invariant_codec, INVARIANT) == RowTiles(64, 64)
+    monkeypatch.setattr(gemm_probe, "kernels", rounding_above(100))
+    assert codec_tiles(invariant_codec, INVARIANT) == RowTiles(64, 4)
+    monkeypatch.setattr(gemm_probe, "_VERDICTS", {})
+    monkeypatch.setattr(gemm_probe, "kernels", rounding_above(0))
+    assert codec_tiles(invariant_codec, INVARIANT) == RowTiles.whole(64)

@@ -103,17 +103,45 @@ def codec_rope(q: torch.Tensor, k: torch.Tensor, offset: int, max_period: float)
 
 @dataclass(frozen=True)
 class RowTiles:
-    """Matrix products in fixed tiles of `rows` rows. The last, partial tile is padded to a multiple
-    of `unit` rows: `unit == rows` pads it whole (right on any platform); a smaller unit only where
-    this platform was measured to give a row the same bits at every such row count as in a full
-    tile (`moss_cli.gemm_probe`), which saves most of the padding of a short input."""
+    """Matrix products in fixed tiles of `rows` rows. The last, partial tile is padded to a
+    multiple of `unit` rows up to `coarse` rows (default: `rows`), and to a multiple of `coarse`
+    beyond. `whole(rows)` pads it to a full tile (right on any platform); smaller units and taller
+    tiles only where this platform was measured to give a row the same bits at each such row
+    count as in a full tile (`moss_cli.gemm_probe`): that saves most of the padding of a short
+    input and lets a long one read each weight fewer times."""
 
     rows: int
     unit: int
+    coarse: int | None = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.unit <= self.rows:
-            raise ValueError("a tile's unit must lie in [1, rows]")
+        if self.coarse is None:
+            object.__setattr__(self, "coarse", self.rows)  # so equal tiles compare equal
+        coarse = self.coarse
+        if not (1 <= self.unit <= coarse <= self.rows and coarse % self.unit == 0 and self.rows % coarse == 0):
+            raise ValueError("tiles need 1 <= unit <= coarse <= rows, unit dividing coarse and coarse dividing rows")
+
+    @classmethod
+    def whole(cls, rows: int) -> RowTiles:
+        return cls(rows, rows)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Every row count a product may have."""
+        step = self.coarse
+        return (*range(self.unit, step, self.unit), *range(step, self.rows + 1, step))
+
+    def padded(self, rows: int) -> int:
+        """The row count a last tile of `rows` (at most `self.rows`) rows is padded to."""
+        step = self.unit if rows <= self.coarse else self.coarse
+        return -(-rows // step) * step
+
+    def __str__(self) -> str:
+        if self.unit == self.rows:
+            return f"{self.rows} rows, the last padded whole"
+        if self.coarse == self.rows:
+            return f"{self.rows} rows, the last padded to {self.unit}"
+        return f"{self.rows} rows, the last padded to {self.unit} up to {self.coarse}, to {self.coarse} beyond"
 
 
 def blocked_linear(
@@ -126,12 +154,15 @@ def blocked_linear(
     over a broadcast weight costs up to 5x more in bfloat16."""
     if tiles is None or x.numel() == 0:
         return kernels.linear(x, weight, bias)
-    flat = x.reshape(-1, x.shape[-1])
+    # Row-major rows, as the probe verified: a transposed view (a 1x1 conv's input) would hand the
+    # GEMM a layout, and a leading dimension set by the clip's length, that it may round apart.
+    flat = x.reshape(-1, x.shape[-1]).contiguous()
     rows = flat.shape[0]
     whole = rows - rows % tiles.rows
     parts = [kernels.linear(tile, weight) for tile in flat[:whole].split(tiles.rows)]
     if whole < rows:
-        parts.append(kernels.linear(F.pad(flat[whole:], (0, 0, 0, (whole - rows) % tiles.unit)), weight))
+        rest = rows - whole
+        parts.append(kernels.linear(F.pad(flat[whole:], (0, 0, 0, tiles.padded(rest) - rest)), weight))
     out = torch.cat(parts) if len(parts) > 1 else parts[0]
     if bias is not None:
         out = out + bias

@@ -69,5 +69,5 @@ def environment(synth, checkpoints: dict[str, str] | None = None) -> dict:
         if prefill is None
         else f"prompts share forwards of up to {prefill.rows} rows"
         + f", padded to {prefill.step}" * (prefill.step > 1),
-        "codec_tiles": "plain" if tiles is None else f"{tiles.rows} rows, the last padded to {tiles.unit}",
+        "codec_tiles": "plain" if tiles is None else str(tiles),
     }
