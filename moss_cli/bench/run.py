@@ -62,7 +62,7 @@ class BenchRow:
     audio_s_per_s: float  # audio seconds per wall second, talker + codec
     ttfa_s: float  # streaming: admission to the first audio chunk, first request of the batch
     floor_step_ms: float
-    efficiency: float  # floor / engine step
+    efficiency: float  # floor / engine step: the median of each run paired with the floors measured after it
     peak_memory_mb: float
     compile_s: float | None = None  # --compile: seconds this row's first run spent compiling
 
@@ -222,19 +222,22 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                 if options.compile:  # compiling happens here, not inside the timed runs
                     _talker_run(model, numerics, prompts, batch, 2, compile=True)
                 compile_s = compile_seconds() - compiled_before
-                runs = [
-                    _talker_run(model, numerics, prompts, batch, options.frames, options.compile)
-                    for _ in range(options.repeats)
-                ]
+                rows = padded_rows(model, numerics, batch, options.compile)
+                # Each run is paired with floors measured right after it: on a shared machine the
+                # speed drifts, and a ratio of figures from the same moment drifts less.
+                runs, floors = [], []
+                for _ in range(options.repeats):
+                    runs.append(_talker_run(model, numerics, prompts, batch, options.frames, options.compile))
+                    floors.append(statistics.median(_floor_step(model, rows) for _ in range(3)))
                 step = statistics.median(r[0] for r in runs)
+                floor = statistics.median(floors)
+                efficiency = statistics.median(f / r[0] for f, r in zip(floors, runs))
                 prefill = statistics.median(r[1] for r in runs)
                 tokens = runs[0][2]
                 codec_s = statistics.median(
                     _codec_seconds(codec, cfg.n_vq, batch, options.frames, device) for _ in range(options.repeats)
                 )
                 ttfa = _ttfa(model, codec, numerics, prompts, batch, options.frames, options.compile)
-                rows = padded_rows(model, numerics, batch, options.compile)
-                floor = statistics.median(_floor_step(model, rows) for _ in range(max(options.repeats, 3)))
             audio_s = batch * options.frames / frame_rate
             talker_s = prefill + step * options.frames
             report.rows.append(
@@ -249,7 +252,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                     audio_s_per_s=round(audio_s / (talker_s + codec_s), 3),
                     ttfa_s=round(ttfa, 4),
                     floor_step_ms=round(floor * 1e3, 3),
-                    efficiency=round(floor / step, 3),
+                    efficiency=round(efficiency, 3),
                     peak_memory_mb=round(_peak_memory_mb(device), 1),
                     compile_s=round(compile_s, 2) if options.compile else None,
                 )

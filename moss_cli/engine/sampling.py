@@ -213,6 +213,10 @@ def _candidates(scores: torch.Tensor, width: int | None, kth: torch.Tensor) -> t
     if width is None:
         return torch.sort(scores, dim=-1, descending=True, stable=True)
     top = torch.topk(scores, width, dim=-1)  # descending; the order of ties is unspecified
+    if bool((top.values[:, 1:] < top.values[:, :-1]).all()):
+        # Strictly decreasing (no tie, no NaN): that is the stable order, and every row's k-th score
+        # (at most width - 9) lies above everything cut.
+        return top.values, top.indices
     if width < scores.shape[-1] and bool((top.values[:, -1:] >= top.values.gather(-1, kth)).any()):
         return torch.sort(scores, dim=-1, descending=True, stable=True)  # a tie may continue past the cut
     ids = top.indices.sort(dim=-1).values  # the kept ids in id order, then a stable sort by score
