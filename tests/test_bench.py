@@ -14,7 +14,7 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(
         app,
-        ["bench", "--random-weights", "tiny", "--batch", "1,2", "--frames", "4", "--repeats", "1", "--json", str(out)],
+        ["bench", "--random-weights", "tiny", "--batch", "1,2", "--frames", "4", "--repeats", "2", "--json", str(out)],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
@@ -25,6 +25,7 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
         "batch",
         "frames",
         "decode_step_ms",
+        "decode_step_ms_range",
         "talker_frames_per_s",
         "prefill_tokens_per_s",
         "codec_rtf",
@@ -32,6 +33,7 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
         "ttfa_s",
         "floor_step_ms",
         "efficiency",
+        "efficiency_range",
         "peak_memory_mb",
         "compile_s",
     }
@@ -40,7 +42,13 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
         assert row["frames"] == 4 and row["talker_frames_per_s"] > 0 and row["decode_step_ms"] > 0
         assert row["floor_step_ms"] > 0 and 0 < row["efficiency"] and row["ttfa_s"] > 0 and row["codec_rtf"] > 0
         assert row["compile_s"] is None  # not compiled
-    assert set(report["invariant_over_fast"]) == {"1", "2"}
+        for key in ("decode_step_ms", "efficiency"):  # the median of two repeats lies within their range
+            low, high = row[f"{key}_range"]
+            assert low <= row[key] <= high
+    assert set(report["invariant_over_fast"]) == set(report["invariant_over_fast_range"]) == {"1", "2"}
+    for size, (low, high) in report["invariant_over_fast_range"].items():
+        assert low <= report["invariant_over_fast"][size] <= high
+    assert "invariant / fast step time" in result.output and "(the modes alternate)" in result.output
     assert report["setup"]["model"] == "tiny (shipped)" and report["setup"]["threads"] == 1
 
 

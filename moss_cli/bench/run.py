@@ -56,6 +56,7 @@ class BenchRow:
     batch: int
     frames: int
     decode_step_ms: float
+    decode_step_ms_range: list[float]  # [min, max] over the repeats
     talker_frames_per_s: float
     prefill_tokens_per_s: float
     codec_rtf: float  # codec seconds per audio second
@@ -63,6 +64,7 @@ class BenchRow:
     ttfa_s: float  # streaming: admission to the first audio chunk, first request of the batch
     floor_step_ms: float
     efficiency: float  # floor / engine step: the median of each run paired with the floors measured after it
+    efficiency_range: list[float]  # [min, max] of those pairs
     peak_memory_mb: float
     compile_s: float | None = None  # --compile: seconds this row's first run spent compiling
 
@@ -71,19 +73,18 @@ class BenchRow:
 class BenchReport:
     setup: dict
     rows: list[BenchRow] = field(default_factory=list)
-
-    @property
-    def ratios(self) -> dict[str, float]:
-        """invariant / fast decode step time per batch size."""
-        steps = {(r.mode, r.batch): r.decode_step_ms for r in self.rows}
-        return {
-            str(b): round(steps[("invariant", b)] / steps[("fast", b)], 4)
-            for m, b in steps
-            if m == "invariant" and ("fast", b) in steps
-        }
+    # per batch size: invariant / fast decode step time, the median (and [min, max]) of the
+    # repeats' pairs (the two modes alternate within each repeat)
+    ratios: dict[str, float] = field(default_factory=dict)
+    ratio_ranges: dict[str, list[float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {"setup": self.setup, "results": [asdict(r) for r in self.rows], "invariant_over_fast": self.ratios}
+        return {
+            "setup": self.setup,
+            "results": [asdict(r) for r in self.rows],
+            "invariant_over_fast": self.ratios,
+            "invariant_over_fast_range": self.ratio_ranges,
+        }
 
 
 def _requests(prompts: PromptBuilder, batch: int, frames: int):
@@ -116,6 +117,26 @@ def _talker_run(
     step = (marks[-1] - marks[0]) / max(len(marks) - 1, 1)
     prefill = max(marks[0] - start - step, 1e-9)  # every request is admitted before the first step
     return step, prefill, sum(int(r.prompt.shape[0]) for r in requests)
+
+
+def _timed_runs(model, prompts, batch: int, options: BenchOptions) -> tuple[dict[str, list], dict[str, float]]:
+    """Per mode, `options.repeats` pairs of (talker run, floor seconds), and the seconds each mode's
+    first (untimed) run spent compiling. The modes alternate within each repeat and each run is
+    followed by its floor: a shared machine's speed drifts, and figures taken at the same moment
+    drift together, so their ratios hold still."""
+    compile_times = {}
+    for mode in options.modes:
+        before = compile_seconds()
+        if options.compile:  # compiling happens here, not inside the timed runs
+            _talker_run(model, MODES[mode], prompts, batch, 2, compile=True)
+        compile_times[mode] = compile_seconds() - before
+    rows = {mode: padded_rows(model, MODES[mode], batch, options.compile) for mode in options.modes}
+    timed: dict[str, list] = {mode: [] for mode in options.modes}
+    for _ in range(options.repeats):
+        for mode in options.modes:
+            run = _talker_run(model, MODES[mode], prompts, batch, options.frames, options.compile)
+            timed[mode].append((run, statistics.median(_floor_step(model, rows[mode]) for _ in range(3))))
+    return timed, compile_times
 
 
 def _ttfa(
@@ -215,29 +236,24 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
     with torch.inference_mode():
         _talker_run(model, MODES[options.modes[0]], prompts, 1, 2)  # warm-up
     for batch in options.batches:
-        for mode in options.modes:
+        with torch.inference_mode():
+            timed, compile_times = _timed_runs(model, prompts, batch, options)
+        steps = {mode: [run[0] for run, _ in runs] for mode, runs in timed.items()}
+        if {"invariant", "fast"} <= set(steps):
+            pairs = [a / b for a, b in zip(steps["invariant"], steps["fast"])]
+            report.ratios[str(batch)] = round(statistics.median(pairs), 4)
+            report.ratio_ranges[str(batch)] = [round(min(pairs), 4), round(max(pairs), 4)]
+        for mode, runs in timed.items():
             numerics, codec = MODES[mode], codecs[mode]
             with torch.inference_mode():
-                compiled_before = compile_seconds()
-                if options.compile:  # compiling happens here, not inside the timed runs
-                    _talker_run(model, numerics, prompts, batch, 2, compile=True)
-                compile_s = compile_seconds() - compiled_before
-                rows = padded_rows(model, numerics, batch, options.compile)
-                # Each run is paired with floors measured right after it: on a shared machine the
-                # speed drifts, and a ratio of figures from the same moment drifts less.
-                runs, floors = [], []
-                for _ in range(options.repeats):
-                    runs.append(_talker_run(model, numerics, prompts, batch, options.frames, options.compile))
-                    floors.append(statistics.median(_floor_step(model, rows) for _ in range(3)))
-                step = statistics.median(r[0] for r in runs)
-                floor = statistics.median(floors)
-                efficiency = statistics.median(f / r[0] for f, r in zip(floors, runs))
-                prefill = statistics.median(r[1] for r in runs)
-                tokens = runs[0][2]
                 codec_s = statistics.median(
                     _codec_seconds(codec, cfg.n_vq, batch, options.frames, device) for _ in range(options.repeats)
                 )
                 ttfa = _ttfa(model, codec, numerics, prompts, batch, options.frames, options.compile)
+            step = statistics.median(steps[mode])
+            prefill = statistics.median(run[1] for run, _ in runs)
+            tokens = runs[0][0][2]
+            efficiencies = [floor / run[0] for run, floor in runs]
             audio_s = batch * options.frames / frame_rate
             talker_s = prefill + step * options.frames
             report.rows.append(
@@ -246,15 +262,17 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                     batch=batch,
                     frames=options.frames,
                     decode_step_ms=round(step * 1e3, 3),
+                    decode_step_ms_range=[round(min(steps[mode]) * 1e3, 3), round(max(steps[mode]) * 1e3, 3)],
                     talker_frames_per_s=round(batch / step, 2),
                     prefill_tokens_per_s=round(tokens / prefill, 1),
                     codec_rtf=round(codec_s / audio_s, 4),
                     audio_s_per_s=round(audio_s / (talker_s + codec_s), 3),
                     ttfa_s=round(ttfa, 4),
-                    floor_step_ms=round(floor * 1e3, 3),
-                    efficiency=round(efficiency, 3),
+                    floor_step_ms=round(statistics.median(floor for _, floor in runs) * 1e3, 3),
+                    efficiency=round(statistics.median(efficiencies), 3),
+                    efficiency_range=[round(min(efficiencies), 3), round(max(efficiencies), 3)],
                     peak_memory_mb=round(_peak_memory_mb(device), 1),
-                    compile_s=round(compile_s, 2) if options.compile else None,
+                    compile_s=round(compile_times[mode], 2) if options.compile else None,
                 )
             )
             if progress:
