@@ -24,16 +24,9 @@ COLUMNS = (  # the terminal's short headers; the JSON has every figure with its 
     ("MB", "peak_memory_mb"),
 )
 LEGEND = (
-    "frames/s: talker decode; eff.: hardware floor / engine step, median [min-max] over the repeats; tok/s: "
-    "prefill; RTF: codec seconds per audio second; TTFA: time to first audio, streaming; MB: peak memory"
+    "frames/s: talker decode; eff.: hardware floor / engine step; tok/s: prefill; RTF: codec seconds per "
+    "audio second; TTFA: time to first audio, streaming; MB: peak memory (medians; the JSON has the spread)"
 )
-
-
-def _cell(row, key: str) -> str:
-    if key == "efficiency":
-        low, high = row.efficiency_range
-        return f"{row.efficiency} [{low}-{high}]"
-    return str(getattr(row, key))
 
 
 def _numbers(text: str, option: str) -> tuple[int, ...]:
@@ -103,13 +96,15 @@ def bench(
     for title, _ in COLUMNS:
         table.add_column(title, justify="left" if title == "mode" else "right", no_wrap=True)
     for row in report.rows:
-        table.add_row(*(_cell(row, key) for _, key in COLUMNS))
+        table.add_row(*(str(getattr(row, key)) for _, key in COLUMNS))
     stdout.print(table)
     stdout.print(LEGEND, style="dim", highlight=False)
     for size, ratio in report.ratios.items():
         low, high = report.ratio_ranges[size]
         stdout.print(
-            f"batch {size}: invariant / fast step time {ratio} [{low}-{high}] (the modes alternate)", highlight=False
+            f"batch {size}: invariant / fast step time {ratio} [{low}-{high}] (the modes alternate)",
+            highlight=False,
+            markup=False,
         )
     for row in report.rows:
         if row.compile_s:
