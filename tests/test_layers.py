@@ -138,6 +138,22 @@ def test_tiles_of_a_transposed_view_give_the_bits_of_contiguous_rows(dtype):
         assert torch.equal(blocked_linear(view, weight, None, tiles), rows)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_mlp_in_one_pass_over_the_tiles_gives_the_bits_of_two_tiled_products(dtype):
+    """The codec's FFN runs both products tile by tile (its wide hidden rows never concatenated):
+    a padding row's hidden is zero either way, so no bit changes."""
+    from moss_cli import kernels
+    from moss_cli.model.layers import RowTiles, blocked_linear, in_row_tiles
+
+    gen = torch.Generator().manual_seed(4)
+    first, second = torch.randn(192, 48, generator=gen).to(dtype), torch.randn(48, 192, generator=gen).to(dtype)
+    x = torch.randn(1, 333, 48, generator=gen).to(dtype)
+    for tiles in (RowTiles.whole(64), RowTiles(64, 4), RowTiles(256, 4, 64)):
+        two = blocked_linear(F.gelu(blocked_linear(x, first, None, tiles)), second, None, tiles)
+        one = in_row_tiles(x, tiles, lambda t: kernels.linear(F.gelu(kernels.linear(t, first)), second))
+        assert one.shape == (1, 333, 48) and torch.equal(one, two), tiles
+
+
 def test_a_tile_ladder_pads_a_last_tile_to_its_smallest_size_that_holds_it():
     from moss_cli.model.layers import RowTiles
 

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from .. import kernels
 from .config import CodecConfig, CodecStage, QuantizerConfig
-from .layers import RowTiles, blocked_linear, codec_rope
+from .layers import RowTiles, blocked_linear, codec_rope, in_row_tiles
 
 # Queries are processed in blocks so that attention memory stays O(T * (block + context)).
 ATTENTION_BLOCK = 1024
@@ -256,8 +256,13 @@ class CodecLayer(nn.Module):
     def forward(self, x: torch.Tensor, state: LayerState | None = None, tiles: RowTiles | None = None) -> torch.Tensor:
         update = self.self_attn(self.norm1(x), state, tiles)
         x = x.to(update) + self.layer_scale_1(update)
-        hidden = F.gelu(blocked_linear(self.norm2(x), self.ffn[0].weight, None, tiles))
-        update = blocked_linear(hidden, self.ffn[2].weight, None, tiles)
+        first, second = self.ffn[0].weight, self.ffn[2].weight
+        if tiles is None:
+            update = kernels.linear(F.gelu(kernels.linear(self.norm2(x), first)), second)
+        else:  # both products in one pass over the tiles: the wide hidden rows are never concatenated
+            update = in_row_tiles(
+                self.norm2(x), tiles, lambda t: kernels.linear(F.gelu(kernels.linear(t, first)), second)
+            )
         return x.to(update) + self.layer_scale_2(update)
 
 

@@ -154,19 +154,25 @@ def blocked_linear(
     over a broadcast weight costs up to 5x more in bfloat16."""
     if tiles is None or x.numel() == 0:
         return kernels.linear(x, weight, bias)
+    out = in_row_tiles(x, tiles, lambda tile: kernels.linear(tile, weight))
+    return out if bias is None else out + bias
+
+
+def in_row_tiles(x: torch.Tensor, tiles: RowTiles, rows_fn) -> torch.Tensor:
+    """`rows_fn` (matrix products and row-wise ops: a tile's zero padding rows may come out as
+    anything, they are dropped) applied to x [..., D] in fixed tiles of rows -> [..., D'].
+    Several products in a row (an MLP) share one padding and one concatenation."""
     # Row-major rows, as the probe verified: a transposed view (a 1x1 conv's input) would hand the
     # GEMM a layout, and a leading dimension set by the clip's length, that it may round apart.
     flat = x.reshape(-1, x.shape[-1]).contiguous()
     rows = flat.shape[0]
     whole = rows - rows % tiles.rows
-    parts = [kernels.linear(tile, weight) for tile in flat[:whole].split(tiles.rows)]
+    parts = [rows_fn(tile) for tile in flat[:whole].split(tiles.rows)]
     if whole < rows:
         rest = rows - whole
-        parts.append(kernels.linear(F.pad(flat[whole:], (0, 0, 0, tiles.padded(rest) - rest)), weight))
+        parts.append(rows_fn(F.pad(flat[whole:], (0, 0, 0, tiles.padded(rest) - rest))))
     out = torch.cat(parts) if len(parts) > 1 else parts[0]
-    if bias is not None:
-        out = out + bias
-    return out[:rows].reshape(*x.shape[:-1], weight.shape[0])
+    return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
 
 
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:
