@@ -25,8 +25,8 @@ class Numerics:
     the same bits at every such size and at `engine_block`) or to blocks of exactly `engine_block`
     rows (anywhere) and every codec matrix product runs in tiles of `codec_tile` rows (or, where
     verified to give a row the same bits, of `codec_tall_tile` rows), so a request's logits, codes
-    and PCM do not depend on its neighbours. Off: unpadded shapes and
-    plain kernels (faster; a row's last bits then follow the batch)."""
+    and PCM do not depend on its neighbours. Off: unpadded shapes and plain kernels (faster; a
+    row's last bits then follow the batch)."""
 
     batch_invariant: bool = True
     engine_block: int = ENGINE_BLOCK
@@ -42,7 +42,7 @@ class Numerics:
     def __post_init__(self) -> None:
         if min(self.engine_block, self.codec_tile, self.wide_unit, self.prefill_rows) < 1:
             raise ValueError("engine_block, wide_unit, codec_tile and prefill_rows must be at least 1")
-        if self.codec_tall_tile % self.codec_tile:
+        if self.codec_tall_tile < self.codec_tile or self.codec_tall_tile % self.codec_tile:
             raise ValueError("codec_tall_tile must be a multiple of codec_tile")
 
     @property

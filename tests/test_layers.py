@@ -166,3 +166,12 @@ def test_a_tile_ladder_pads_a_last_tile_to_its_smallest_size_that_holds_it():
     for bad in ((64, 0), (64, 128), (64, 5), (200, 4, 64), (256, 4, 6)):
         with pytest.raises(ValueError):
             RowTiles(*bad)
+
+
+def test_numerics_refuse_a_tall_codec_tile_that_is_not_a_multiple_of_the_tile():
+    from moss_cli.numerics import Numerics
+
+    assert Numerics(codec_tall_tile=128).codec_tall_tile == 128
+    for tall in (0, 32, 100):
+        with pytest.raises(ValueError, match="codec_tall_tile"):
+            Numerics(codec_tall_tile=tall)
