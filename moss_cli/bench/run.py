@@ -16,6 +16,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -103,10 +104,15 @@ def _requests(prompts: PromptBuilder, batch: int, frames: int):
     ]
 
 
-def _talker_run(
-    model, numerics: Numerics, prompts, batch: int, frames: int, compile: bool = False
-) -> tuple[float, float, int]:
-    """(decode step seconds, prefill seconds, prompt tokens) of one run of `batch` requests."""
+class TalkerRun(NamedTuple):
+    step_s: float  # one decode step
+    prefill_s: float
+    prompt_tokens: int
+    floor_s: float = 0.0  # the floor measured right after the run (_timed_runs)
+
+
+def _talker_run(model, numerics: Numerics, prompts, batch: int, frames: int, compile: bool = False) -> TalkerRun:
+    """Decode step seconds, prefill seconds and prompt tokens of one run of `batch` requests."""
     requests = _requests(prompts, batch, frames)
     engine = Engine(model, max_batch=batch, numerics=numerics, compile=compile)
     start = time.perf_counter()
@@ -116,11 +122,11 @@ def _talker_run(
             marks.append(time.perf_counter())
     step = (marks[-1] - marks[0]) / max(len(marks) - 1, 1)
     prefill = max(marks[0] - start - step, 1e-9)  # every request is admitted before the first step
-    return step, prefill, sum(int(r.prompt.shape[0]) for r in requests)
+    return TalkerRun(step, prefill, sum(int(r.prompt.shape[0]) for r in requests))
 
 
 def _timed_runs(model, prompts, batch: int, options: BenchOptions) -> tuple[dict[str, list], dict[str, float]]:
-    """Per mode, `options.repeats` pairs of (talker run, floor seconds), and the seconds each mode's
+    """Per mode, `options.repeats` talker runs with their floors, and the seconds each mode's
     first (untimed) run spent compiling. The modes alternate within each repeat and each run is
     followed by its floor: a shared machine's speed drifts, and figures taken at the same moment
     drift together, so their ratios hold still."""
@@ -135,7 +141,8 @@ def _timed_runs(model, prompts, batch: int, options: BenchOptions) -> tuple[dict
     for _ in range(options.repeats):
         for mode in options.modes:
             run = _talker_run(model, MODES[mode], prompts, batch, options.frames, options.compile)
-            timed[mode].append((run, statistics.median(_floor_step(model, rows[mode]) for _ in range(3))))
+            floor = statistics.median(_floor_step(model, rows[mode]) for _ in range(3))
+            timed[mode].append(run._replace(floor_s=floor))
     return timed, compile_times
 
 
@@ -238,7 +245,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
     for batch in options.batches:
         with torch.inference_mode():
             timed, compile_times = _timed_runs(model, prompts, batch, options)
-        steps = {mode: [run[0] for run, _ in runs] for mode, runs in timed.items()}
+        steps = {mode: [run.step_s for run in runs] for mode, runs in timed.items()}
         if {"invariant", "fast"} <= set(steps):
             pairs = [a / b for a, b in zip(steps["invariant"], steps["fast"])]
             report.ratios[str(batch)] = round(statistics.median(pairs), 4)
@@ -251,9 +258,9 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                 )
                 ttfa = _ttfa(model, codec, numerics, prompts, batch, options.frames, options.compile)
             step = statistics.median(steps[mode])
-            prefill = statistics.median(run[1] for run, _ in runs)
-            tokens = runs[0][0][2]
-            efficiencies = [floor / run[0] for run, floor in runs]
+            prefill = statistics.median(run.prefill_s for run in runs)
+            tokens = runs[0].prompt_tokens
+            efficiencies = [run.floor_s / run.step_s for run in runs]
             audio_s = batch * options.frames / frame_rate
             talker_s = prefill + step * options.frames
             report.rows.append(
@@ -268,7 +275,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                     codec_rtf=round(codec_s / audio_s, 4),
                     audio_s_per_s=round(audio_s / (talker_s + codec_s), 3),
                     ttfa_s=round(ttfa, 4),
-                    floor_step_ms=round(statistics.median(floor for _, floor in runs) * 1e3, 3),
+                    floor_step_ms=round(statistics.median(run.floor_s for run in runs) * 1e3, 3),
                     efficiency=round(statistics.median(efficiencies), 3),
                     efficiency_range=[round(min(efficiencies), 3), round(max(efficiencies), 3)],
                     peak_memory_mb=round(_peak_memory_mb(device), 1),

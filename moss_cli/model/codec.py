@@ -257,12 +257,8 @@ class CodecLayer(nn.Module):
         update = self.self_attn(self.norm1(x), state, tiles)
         x = x.to(update) + self.layer_scale_1(update)
         first, second = self.ffn[0].weight, self.ffn[2].weight
-        if tiles is None:
-            update = kernels.linear(F.gelu(kernels.linear(self.norm2(x), first)), second)
-        else:  # both products in one pass over the tiles: the wide hidden rows are never concatenated
-            update = in_row_tiles(
-                self.norm2(x), tiles, lambda t: kernels.linear(F.gelu(kernels.linear(t, first)), second)
-            )
+        # Both products in one pass over the tiles: the wide hidden rows are never concatenated.
+        update = in_row_tiles(self.norm2(x), tiles, lambda t: kernels.linear(F.gelu(kernels.linear(t, first)), second))
         return x.to(update) + self.layer_scale_2(update)
 
 

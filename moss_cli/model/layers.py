@@ -158,10 +158,13 @@ def blocked_linear(
     return out if bias is None else out + bias
 
 
-def in_row_tiles(x: torch.Tensor, tiles: RowTiles, rows_fn) -> torch.Tensor:
+def in_row_tiles(x: torch.Tensor, tiles: RowTiles | None, rows_fn) -> torch.Tensor:
     """`rows_fn` (matrix products and row-wise ops: a tile's zero padding rows may come out as
-    anything, they are dropped) applied to x [..., D] in fixed tiles of rows -> [..., D'].
-    Several products in a row (an MLP) share one padding and one concatenation."""
+    anything, they are dropped) applied to x [..., D] in fixed tiles of rows -> [..., D'] (to x
+    whole without `tiles`). Several products in a row (an MLP) share one padding and one
+    concatenation."""
+    if tiles is None or x.numel() == 0:
+        return rows_fn(x)
     # Row-major rows, as the probe verified: a transposed view (a 1x1 conv's input) would hand the
     # GEMM a layout, and a leading dimension set by the clip's length, that it may round apart.
     flat = x.reshape(-1, x.shape[-1]).contiguous()
