@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from moss_cli.bench import BenchRow
@@ -73,3 +74,31 @@ def test_random_preset_codec_decodes_in_bfloat16():
     assert all(p.dtype == torch.float32 for p in codec.quantizer.parameters())  # as load_codec keeps it
     audio = codec.decode(torch.randint(0, 1024, (12, 1, 2)))
     assert audio.shape[0] == 1 and torch.isfinite(audio).all()
+
+
+def test_the_floor_reads_the_weights_of_a_frame_in_the_order_the_frame_reads_them(talker32, monkeypatch):
+    import torch
+
+    from moss_cli import kernels
+    from moss_cli.bench.run import floor_weights
+    from moss_cli.engine.frame import FrameDraws, sample_frame
+    from moss_cli.engine.sampling import RowParams
+    from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
+
+    model = talker32.model
+    if not model.packed:  # every product then goes through kernels.linear (heads too)
+        pytest.skip("needs oneDNN packing (a CPU with float32 oneDNN)")
+    read = []
+    plain = kernels.linear
+    monkeypatch.setattr(kernels, "linear", lambda x, w, b=None: read.append(w) or plain(x, w, b))
+    rows, cpu = 3, torch.device("cpu")
+    draws = FrameDraws(
+        torch.rand(rows, 1 + model.cfg.n_vq),
+        RowParams.of([STOP_HEAD_DEFAULTS] * rows, [False] * rows, cpu),
+        RowParams.of([AUDIO_DEFAULTS] * rows, [False] * rows, cpu),
+    )
+    with torch.inference_mode():
+        sample_frame(model, torch.randn(rows, model.cfg.hidden_size), draws)
+    backbone = sum(isinstance(m, torch.nn.Linear) for m in model.transformer.modules())
+    expected = floor_weights(model)[backbone:]
+    assert len(read) == len(expected) and all(a is b for a, b in zip(read, expected))

@@ -179,19 +179,9 @@ def _sync(device: torch.device) -> None:
 @torch.inference_mode()
 def _floor_step(model: MossTTSLocal, rows: int) -> float:
     """One decode step's weight-shaped matrix products alone, with the kernels the engine uses
-    (oneDNN on packed weights where the model is packed): every backbone projection once, the
-    local layer once per position (1 + n_vq), every head once."""
-    cfg = model.cfg
-    x = torch.randn(
-        rows, cfg.backbone.hidden_size, device=next(model.parameters()).device, dtype=next(model.parameters()).dtype
-    )
-    weights = []
-    for layer in model.transformer.layers:
-        weights += [m.weight for m in layer.modules() if isinstance(m, torch.nn.Linear)]
-    local = [m.weight for m in model.local_transformer.modules() if isinstance(m, torch.nn.Linear)]
-    weights += local * (1 + cfg.n_vq)
-    weights += model.packed_heads or [e.weight for e in model.audio_embeddings]
-    weights += [m.weight for m in (getattr(model, "local_text_lm_head", None),) if m is not None]
+    (oneDNN on packed weights where the model is packed)."""
+    weights = floor_weights(model)
+    x = torch.randn(rows, model.cfg.backbone.hidden_size, device=weights[0].device, dtype=weights[0].dtype)
     inputs = {width: x[:, :1].expand(rows, width).contiguous() for width in {w.shape[1] for w in weights}}
     _sync(x.device)
     start = time.perf_counter()
@@ -199,6 +189,23 @@ def _floor_step(model: MossTTSLocal, rows: int) -> float:
         kernels.linear(inputs[w.shape[1]], w)
     _sync(x.device)
     return time.perf_counter() - start
+
+
+def floor_weights(model: MossTTSLocal) -> list[torch.Tensor]:
+    """The weights of one decode step's products in the order the step reads them: every backbone
+    projection, then the local layer at each of the n_vq positions (position 0 is the backbone's
+    state, position k the code of codebook k-1), each followed by the head it feeds (the stop head
+    and head 0 after position 0). The order matters where a cache holds the local layer alone but
+    not the local layer and a head."""
+    weights = []
+    for layer in model.transformer.layers:
+        weights += [m.weight for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    local = [m.weight for m in model.local_transformer.modules() if isinstance(m, torch.nn.Linear)]
+    heads = model.packed_heads or [e.weight for e in model.audio_embeddings]
+    stop = getattr(model, "local_text_lm_head", None)
+    for k, head in enumerate(heads):
+        weights += local + ([stop.weight] if k == 0 and stop is not None else []) + [head]
+    return weights
 
 
 def padded_rows(model: MossTTSLocal, numerics: Numerics, batch: int, compile: bool) -> int:
