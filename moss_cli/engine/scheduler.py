@@ -59,6 +59,7 @@ class GenerationResult:
     last_step: int
     wall_s: float
     admitted_at: float = 0.0  # the engine clock's reading when the request was admitted
+    cancelled: bool = False  # dropped on the caller's word (`cancelled`), with the frames made until then
 
 
 @dataclass
@@ -145,10 +146,14 @@ class Engine:
         return admitted
 
     def run(
-        self, requests: Iterable[GenerationRequest | None], *, wait: Callable[[], None] | None = None
+        self,
+        requests: Iterable[GenerationRequest | None],
+        *,
+        wait: Callable[[], None] | None = None,
+        cancelled: Callable[[str], bool] | None = None,
     ) -> Iterator[GenerationResult]:
         """Yield each request's result as soon as it finishes."""
-        events = self.events(requests, frames=False, wait=wait)
+        events = self.events(requests, frames=False, wait=wait, cancelled=cancelled)
         return (event for event in events if isinstance(event, GenerationResult))
 
     def events(
@@ -157,13 +162,18 @@ class Engine:
         *,
         frames: bool = True,
         wait: Callable[[], None] | None = None,
+        cancelled: Callable[[str], bool] | None = None,
     ) -> Iterator[Event]:
         """Like `run`, with a `FrameEvent` for every frame as it is produced (streaming consumers
         decode or send it; the engine itself knows nothing of codecs or files).
 
         A source of live arrivals (a server's `Arrivals`) yields None when nothing has arrived
         yet: the engine goes on decoding what it has and looks again after the step. When it has
-        nothing to decode it calls `wait` (which blocks until the source may have more) first."""
+        nothing to decode it calls `wait` (which blocks until the source may have more) first.
+
+        `cancelled(key)` is asked before every step (and before admitting a request): a request it
+        names leaves the batch at once, its slot freed, with a result marked `cancelled` (a server
+        whose client went away). In batch-invariant mode the others' outputs do not change."""
         waiting = iter(requests)
         head = next(waiting, _END)  # the next request to admit, in input order
         running: list[_Running] = []
@@ -172,6 +182,10 @@ class Engine:
                 if not running and wait is not None:
                     wait()
                 head = next(waiting, _END)
+            if cancelled is not None:
+                for r in [r for r in running if cancelled(r.request.key)]:
+                    running.remove(r)
+                    yield self._finish(r, stopped=False, cancelled=True)
             admitted: list[GenerationRequest] = []
             while head is not None and head is not _END and len(running) + len(admitted) < self.max_batch:
                 if head.arrival_step > self.steps:
@@ -179,18 +193,9 @@ class Engine:
                         break  # not arrived yet: admitted at a later step
                     self.steps = head.arrival_step  # idle until it arrives
                 request, head = head, next(waiting, _END)
-                if request.max_new_frames <= 0:
-                    now = self.clock()
-                    yield GenerationResult(
-                        request.key,
-                        torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long),
-                        False,
-                        1,
-                        self.steps,
-                        self.steps,
-                        0.0,
-                        now,
-                    )
+                dropped = cancelled is not None and cancelled(request.key)
+                if dropped or request.max_new_frames <= 0:
+                    yield self._unrun(request, cancelled=dropped)
                     continue
                 admitted.append(request)
             running.extend(self._admit(admitted))
@@ -276,9 +281,9 @@ class Engine:
         for place, (_, r) in zip(places, feed):
             r.hidden = last[place]
 
-    def _finish(self, r: _Running, *, stopped: bool) -> GenerationResult:
+    def _finish(self, r: _Running, *, stopped: bool, cancelled: bool = False) -> GenerationResult:
         self.pool.release(r.slot)
-        codes = torch.stack(r.frames).cpu() if r.frames else torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long)
+        codes = torch.stack(r.frames).cpu() if r.frames else self._no_codes()
         return GenerationResult(
             r.request.key,
             codes,
@@ -288,4 +293,13 @@ class Engine:
             self.steps,
             self.clock() - r.started,
             r.started,
+            cancelled,
         )
+
+    def _unrun(self, request: GenerationRequest, *, cancelled: bool) -> GenerationResult:
+        """The result of a request never admitted: no frames asked for, or cancelled while waiting."""
+        now = self.clock()
+        return GenerationResult(request.key, self._no_codes(), False, 1, self.steps, self.steps, 0.0, now, cancelled)
+
+    def _no_codes(self) -> torch.Tensor:
+        return torch.zeros(0, self.model.cfg.n_vq, dtype=torch.long)

@@ -62,6 +62,7 @@ class SynthResult:
     prompt_tokens: int
     admitted_at: float = 0.0  # engine clock at admission
     stream: StreamingDecode | None = None  # chunk sizes and timings when decoded while generating
+    cancelled: bool = False  # left the engine on the caller's word: its codes so far, no audio decoded
 
     @property
     def time_to_first_audio(self) -> float | None:
@@ -77,7 +78,10 @@ class SynthResult:
 
     @property
     def stop_reason(self) -> str:
-        """`stop` (the stop head ended it), `max_frames` (the frame budget did) or `empty` (no audio)."""
+        """`stop` (the stop head ended it), `max_frames` (the frame budget did), `cancelled` (the caller
+        dropped it) or `empty` (no audio)."""
+        if self.cancelled:
+            return "cancelled"
         if self.frames == 0:
             return "empty"
         return "stop" if self.stopped else "max_frames"
@@ -209,11 +213,14 @@ class Synthesizer(Models):
         logits_hook: LogitsHook | None = None,
         stream: bool = False,
         sinks: Sinks | None = None,
+        cancelled: Callable[[str], bool] | None = None,
     ) -> Iterator[SynthResult]:
         """Synthesise in the given order; yield each request as soon as its audio is decoded.
 
         `stream` decodes each request chunk by chunk while it is generated (the deploy's chunk
-        schedule); `sinks(id)` then gives a callable that receives each chunk's audio."""
+        schedule); `sinks(id)` then gives a callable that receives each chunk's audio.
+        `cancelled(id)` drops a request from the engine (see `Engine.events`); its result comes
+        at once, with no audio decoded."""
         if self.options.legacy_global_rng:
             # Pre-fix behaviour: one global stream for every draw; seeded once per run, so a run
             # reproduces itself but not another batch composition.
@@ -231,17 +238,21 @@ class Synthesizer(Models):
         wait = getattr(prepared, "wait", None)  # live sources block the idle engine until an arrival
 
         engine = self.engine(max_batch, logits_hook)
+        silence = torch.zeros(self.codec.channels, 0)
         if stream:
-            for result, decoder in self._streamed(engine.events(generations(), wait=wait), sinks):
-                audio = decoder.finish() if decoder else torch.zeros(self.codec.channels, 0)  # no frames at all
+            events = engine.events(generations(), wait=wait, cancelled=cancelled)
+            for result, decoder in self._streamed(events, sinks):
+                audio = decoder.finish() if decoder and not result.cancelled else silence  # None: no frames at all
                 yield self._result(by_key.pop(result.key), result, audio, decoder)
             return
-        results = engine.run(generations(), wait=wait)
+        results = engine.run(generations(), wait=wait, cancelled=cancelled)
         # A live source never ends, so a group would wait for the next request to finish (forever
         # once the engine idles): decode each result at once (the same bits in batch-invariant mode).
         groups = self._decode_groups(results) if wait is None else ([result] for result in results)
         for group in groups:
-            for result, audio in zip(group, self.decode_many([r.codes for r in group])):
+            decoded = iter(self.decode_many([r.codes for r in group if not r.cancelled]))
+            for result in group:
+                audio = silence if result.cancelled else next(decoded)
                 yield self._result(by_key.pop(result.key), result, audio, None)
 
     def _streamed(
@@ -274,6 +285,7 @@ class Synthesizer(Models):
             p.prompt_length,
             result.admitted_at,
             decoder,
+            result.cancelled,
         )
 
     @staticmethod
@@ -298,7 +310,7 @@ class Synthesizer(Models):
     def decode_many(self, codes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Decode several requests in one padded batch; each gets back exactly its own length."""
         lengths = [int(c.shape[0]) for c in codes]
-        if max(lengths) == 0:
+        if max(lengths, default=0) == 0:
             return [torch.zeros(self.codec.channels, 0) for _ in codes]
         batch = torch.zeros(self.talker_config.n_vq, len(codes), max(lengths), dtype=torch.long)
         for i, c in enumerate(codes):

@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any, Callable
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
@@ -95,7 +95,12 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
     async def health() -> dict:
         if not service.ready:
             raise ApiError(503, "the engine is not running")
-        return {"status": "ok", "model": intake.model_name, "max_batch": service.max_batch}
+        return {
+            "status": "ok",
+            "model": intake.model_name,
+            "max_batch": service.max_batch,
+            "in_flight": service.in_flight,
+        }
 
     @app.get(MODELS_PATH)
     async def models() -> dict:
@@ -103,7 +108,7 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
         return {"object": "list", "data": [entry]}
 
     @app.post(SPEECH_PATH)
-    async def speech(body: SpeechBody) -> Response:
+    async def speech(body: SpeechBody, request: Request) -> Response:
         ask = await run_in_threadpool(intake.prepare, body.model_dump(exclude_unset=True))
         loop = asyncio.get_running_loop()
         arrived: asyncio.Queue = asyncio.Queue()  # chunks (bytes), then the result or the error
@@ -126,9 +131,14 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
             HEADER_CHANNELS: str(channels),
         }
         media_type = MEDIA_TYPES[ask.response_format]
+        key = ask.prepared.request.id
         if ask.stream:
-            return StreamingResponse(streamed(ask, arrived, rate, channels), media_type=media_type, headers=headers)
-        outcome = await arrived.get()  # no chunks come for a request that does not stream
+            body_chunks = streamed(ask, arrived, rate, channels, lambda: service.cancel(key))
+            return StreamingResponse(body_chunks, media_type=media_type, headers=headers)
+        outcome = await until_disconnected(request, arrived.get())  # no chunks come for a request that does not stream
+        if outcome is GONE:
+            service.cancel(key)
+            return Response(status_code=CLIENT_CLOSED)
         if isinstance(outcome, BaseException):
             raise ApiError(500, f"synthesis failed: {type(outcome).__name__}: {outcome}")
         headers.update(result_headers(outcome))
@@ -138,20 +148,51 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
     return app
 
 
-async def streamed(ask: Ask, arrived: asyncio.Queue, rate: int, channels: int):
-    """The body of a streaming response: each chunk's PCM as the engine decodes it."""
-    if ask.response_format == "wav":
-        yield wav_stream_header(rate, channels)
-    while True:
-        item = await arrived.get()
-        if isinstance(item, bytes):
-            if item:
-                yield item
-        elif isinstance(item, BaseException):  # too late for a status: the stream ends unfinished
-            log.error("request %s failed while streaming: %s", ask.prepared.request.id, item)
-            raise RuntimeError(f"synthesis failed: {item}")
-        else:
-            return
+GONE = object()  # the client closed its connection before the answer
+CLIENT_CLOSED = 499  # nobody reads it; the status access logs use for a client that went away
+
+
+async def until_disconnected(request: Request, answer):
+    """The answer awaited, or GONE if the client disconnects first (its body is already read, so
+    the next message it can send is the disconnect)."""
+    answered = asyncio.ensure_future(answer)
+    gone = asyncio.ensure_future(_disconnect(request))
+    await asyncio.wait((answered, gone), return_when=asyncio.FIRST_COMPLETED)
+    if answered.done():
+        gone.cancel()
+        return answered.result()
+    answered.cancel()
+    return GONE
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def streamed(ask: Ask, arrived: asyncio.Queue, rate: int, channels: int, cancel: Callable[[], None]):
+    """The body of a streaming response: each chunk's PCM as the engine decodes it. If the body
+    stops before the end (the client went away, so the server stops sending), `cancel` frees the
+    request's place in the batch."""
+    finished = False
+    try:
+        if ask.response_format == "wav":
+            yield wav_stream_header(rate, channels)
+        while True:
+            item = await arrived.get()
+            if isinstance(item, bytes):
+                if item:
+                    yield item
+            elif isinstance(item, BaseException):  # too late for a status: the stream ends unfinished
+                finished = True
+                log.error("request %s failed while streaming: %s", ask.prepared.request.id, item)
+                raise RuntimeError(f"synthesis failed: {item}")
+            else:
+                finished = True
+                return
+    finally:
+        if not finished:
+            cancel()
 
 
 def result_headers(result: SynthResult) -> dict[str, str]:

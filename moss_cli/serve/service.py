@@ -67,9 +67,11 @@ class Service:
         self.max_batch = max_batch or synth.max_batch
         self._arrivals: Arrivals[Prepared] = Arrivals()
         self._tickets: dict[str, Ticket] = {}
+        self._cancelled: set[str] = set()  # tickets whose client went away, until the engine drops them
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="moss-engine", daemon=True)
         self.failures = 0  # engine runs that ended in an error (their requests got a 500)
+        self.cancellations = 0  # requests the engine dropped because their client went away
 
     def start(self) -> None:
         self.synth.load()
@@ -86,6 +88,19 @@ class Service:
                 raise Unavailable("the server is shutting down")
             self._tickets[ticket.key] = ticket
             self._arrivals.put(ticket.prepared)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet answered (waiting or in the batch)."""
+        return len(self._tickets)
+
+    def cancel(self, key: str) -> None:
+        """The client of `key` went away: the engine drops the request before its next step (or
+        before admitting it), so it no longer holds a place in the batch. Its ticket still gets
+        the outcome, a result marked cancelled (or the answer, if it finished first)."""
+        with self._lock:
+            if key in self._tickets:
+                self._cancelled.add(key)
 
     def close(self, timeout: float | None = None) -> bool:
         """Take no more requests, let the engine finish the ones it has; True once it has."""
@@ -110,8 +125,18 @@ class Service:
         while True:
             source = _Taken(self._arrivals, end_when_idle=legacy)
             try:
-                for result in self.synth.run(source, max_batch=self.max_batch, stream=True, sinks=self._sink):
+                results = self.synth.run(
+                    source,
+                    max_batch=self.max_batch,
+                    stream=True,
+                    sinks=self._sink,
+                    cancelled=self._cancelled.__contains__,
+                )
+                for result in results:
                     source.taken.discard(result.request.id)
+                    if result.cancelled:
+                        self.cancellations += 1
+                        log.info("request %s cancelled after %d frames (client gone)", result.request.id, result.frames)
                     self._finish(result.request.id, result)
             except Exception as error:  # one failed step must not end the server
                 self.failures += 1
@@ -125,6 +150,7 @@ class Service:
     def _finish(self, key: str, outcome: SynthResult | BaseException) -> None:
         with self._lock:
             ticket = self._tickets.pop(key, None)
+            self._cancelled.discard(key)
         if ticket is None:
             return
         try:
