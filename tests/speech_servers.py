@@ -45,6 +45,7 @@ class Behaviour:
     token: str | None = None  # required `Authorization: Bearer <token>`; a wrong one is echoed back
     refuse_ref_audio: bool = False
     deploy_seed_elsewhere: bool = False  # unseeded requests draw from another stream than an explicit seed 42
+    rebuilt: bool = False  # another build of the same server: every answer a last bit off, whatever the batch
     seen: list[dict] = field(default_factory=list)  # bodies received
     headers_seen: list[dict] = field(default_factory=list)
     queries_seen: list[str] = field(default_factory=list)
@@ -124,6 +125,8 @@ def make_app(behaviour: Behaviour) -> FastAPI:
         pcm = synthesize(body["input"], drawn, frames, noisy=body.get("temperature") != 0)  # 0: greedy
         if behaviour.batch_rounding and in_flight > 1:
             pcm[::97] ^= 1  # what batch-dependent kernel rounding looks like in the audio
+        if behaviour.rebuilt:
+            pcm[::89] ^= 1  # other kernels, the same for every batch: only a baseline can tell
         headers = {}
         if behaviour.moss_headers:
             headers = {

@@ -190,3 +190,18 @@ def test_report_dir_holds_the_page_the_clips_and_plots_of_each_differing_id_with
     assert len(clips) == 2 and all(sf.info(str(rep / c)).frames > 0 for c in clips)
     assert len(plots) == 2 and all(is_png(rep / p) for p in plots)
     assert "Plots drawn for 1 of 1 diverging pair(s)." in page.words and "seed 2 -> 5" in page.words
+
+
+def test_runs_through_a_server_without_codes_hashes_are_compared_by_their_audio(runs, tmp_path):
+    """`moss synth --server` against a server that sends no codes hash leaves the column empty."""
+    a, b = _copy(runs["a"], tmp_path, "a"), _copy(runs["reseeded"], tmp_path, "b")
+    for run in (a, b):
+        _edit_manifest(run, lambda r: {**r, "codes_sha256": ""})
+    same = _moss("diff", a, a, "--json", tmp_path / "same.json")
+    assert same.exit_code == 0, same.output
+    assert {c["codes_equal"] for c in _cases(tmp_path / "same.json").values()} == {None}
+    differ = _moss("diff", a, b, "--json", tmp_path / "d.json")
+    assert differ.exit_code == 1, differ.output
+    cases = _cases(tmp_path / "d.json")
+    assert cases["beta"]["status"] == "differs" and cases["beta"]["cause"] == "seed"
+    assert cases["alpha"]["status"] == "identical"

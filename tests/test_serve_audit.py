@@ -84,6 +84,22 @@ def test_moss_serve_passes_bitwise_with_requests_that_really_ran_together(seeded
     assert report["summary"]["failures"] == 0 and report["summary"]["cases"] > 0
 
 
+def test_a_baseline_of_the_local_audit_is_met_bitwise_by_moss_serve(seeded_server, tmp_path):
+    """The same model, deploy and numerics behind a server give the local engine's codes and PCM,
+    so a baseline saved on a laptop can gate a deployment."""
+    requests = _file(tmp_path / "r.jsonl", RECORDS)
+    golden = tmp_path / "local-golden.json"
+    local = runner.invoke(
+        app, ["audit-determinism", str(requests), "--scenarios", "batched", "--save-golden", str(golden)]
+    )
+    assert local.exit_code == 0, local.output
+    code, report, output = _audit(
+        seeded_server, requests, tmp_path / "a.json", "--scenarios", "concurrent", "--golden", golden
+    )
+    assert code == 0 and report["golden"]["passed"], output
+    assert report["golden"]["environment_changes"] == {}  # moss_version and python_version: the same here
+
+
 def test_synth_through_moss_serve_equals_local_synth_bitwise(seeded_server, tmp_path):
     requests = _file(tmp_path / "job.jsonl", JOB)
     local = runner.invoke(app, ["synth", str(requests), "--out", str(tmp_path / "local")])

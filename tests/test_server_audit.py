@@ -163,10 +163,54 @@ def test_differing_alone_with_greedy_decoding_or_a_claimed_seed_is_run_to_run():
     "args, message",
     [
         (["--scenarios", "batched"], "unknown scenario(s) batched for a server audit"),
-        (["--golden", "g.json"], "--golden: only for the local engine"),
+        (["--max-batch", "4"], "--max-batch: only for the local engine"),
+        (["--golden", "missing.json"], "golden file does not exist"),
         (["--response-format", "mp3"], "--response-format"),
     ],
 )
 def test_bad_server_audit_options_exit_2(requests, tmp_path, args, message):
     code, _, output = _audit(Behaviour(), requests, tmp_path, *args)
     assert code == 2 and message in " ".join(output.split())
+
+
+def test_a_server_baseline_saved_today_passes_tomorrow_and_catches_another_build(requests, tmp_path):
+    golden = tmp_path / "server-golden.json"
+    code, _, output = _audit(Behaviour(), requests, tmp_path, "--save-golden", golden)
+    assert code == 0, output
+    saved = json.loads(golden.read_text())
+    assert saved["environment"]["server"].startswith("http://127.0.0.1:")
+    assert saved["requests"]["seeded"]["codes_sha256"] is None  # this server reports no codes: the PCM decides
+    again, report, output = _audit(Behaviour(), requests, tmp_path, "--golden", golden)
+    assert again == 0 and report["golden"]["passed"], output
+    # Another build: every request alone and in every batch agrees with itself, so only the baseline sees it.
+    drifted, report, output = _audit(Behaviour(rebuilt=True), requests, tmp_path, "--golden", golden)
+    assert drifted == 1 and report["summary"]["failures"] == 0, output
+    assert {d["request"]: d["reason"] for d in report["golden"]["drifts"]} == {
+        "seeded": "pcm",
+        "unseeded": "pcm",
+        "greedy": "pcm",
+    }
+    assert "codes not reported, different PCM bytes" in report["golden"]["drifts"][0]["detail"]
+    assert "golden drift: 3 request(s) drifted" in " ".join(output.split())
+
+
+def test_a_server_baseline_with_codes_hashes_names_drifted_codes(requests, tmp_path):
+    golden = tmp_path / "golden.json"
+    code, _, output = _audit(Behaviour(moss_headers=True), requests, tmp_path, "--save-golden", golden)
+    assert code == 0, output
+    assert len(json.loads(golden.read_text())["requests"]["seeded"]["codes_sha256"]) == 64
+    drifted, report, output = _audit(Behaviour(moss_headers=True, rebuilt=True), requests, tmp_path, "--golden", golden)
+    assert drifted == 1, output
+    assert {d["reason"] for d in report["golden"]["drifts"]} == {"codes"}  # this fake hashes its PCM as codes
+
+
+def test_moss_diff_compares_two_server_baselines_by_their_audio(requests, tmp_path):
+    today, tomorrow = tmp_path / "today.json", tmp_path / "tomorrow.json"
+    assert _audit(Behaviour(), requests, tmp_path, "--save-golden", today)[0] == 0
+    assert _audit(Behaviour(rebuilt=True), requests, tmp_path, "--save-golden", tomorrow)[0] == 0
+    same = runner.invoke(app, ["diff", str(today), str(today)])
+    assert same.exit_code == 0, same.output
+    differ = runner.invoke(app, ["diff", str(today), str(tomorrow), "--json", str(tmp_path / "d.json")])
+    assert differ.exit_code == 1, differ.output
+    cases = json.loads((tmp_path / "d.json").read_text())["cases"]
+    assert {c["status"] for c in cases} == {"differs"} and {c["codes_equal"] for c in cases} == {None}

@@ -1,7 +1,11 @@
 """Golden baselines: each request's codes and PCM hashes alone, plus the environment that made them.
 
 Fields added over time (the deploy file's hash, each request's effective seed) may be missing
-from older golden files: a missing field is unknown, never a drift or a cause."""
+from older golden files: a missing field is unknown, never a drift or a cause. A server audit's
+baseline has a codes hash only where the server reports one (`moss serve` does, vllm-omni does
+not): `codes_sha256` is then null, and drift is judged by the PCM alone. Either kind of baseline
+can be checked by either kind of audit (a local baseline against a server, say): only the
+environment fields both record are compared."""
 
 from __future__ import annotations
 
@@ -27,9 +31,9 @@ def golden_document(result: AuditResult) -> dict:
         "environment": result.environment,
         "requests": {
             key: {
-                "codes_sha256": codes_sha256(out.codes),
+                "codes_sha256": codes_sha256(out.codes) if out.codes is not None else out.codes_hash,
                 "pcm_sha256": out.pcm_sha256,
-                "frames": int(out.codes.shape[0]),
+                "frames": out.frames,
                 "seed_source": out.seed_source,
                 "seed": out.seed,
             }
@@ -143,10 +147,12 @@ def check_golden(path: Path, result: AuditResult) -> GoldenCheck:
         cause = None
         if "seed" in want and want["seed"] != got["seed"]:
             cause = f"seed {want['seed']} -> {got['seed'] if got['seed'] is not None else 'none (unseeded)'}"
-        if got["codes_sha256"] != want.get("codes_sha256"):
+        codes = got["codes_sha256"], want.get("codes_sha256")
+        if None not in codes and codes[0] != codes[1]:
             drifts.append(Drift(key, "codes", f"codes changed ({want.get('frames')} -> {got['frames']} frames)", cause))
         elif got["pcm_sha256"] != want.get("pcm_sha256"):
-            drifts.append(Drift(key, "pcm", "same codes, different PCM bytes", cause))
+            same = "same codes" if None not in codes else "codes not reported"
+            drifts.append(Drift(key, "pcm", f"{same}, different PCM bytes", cause))
     env_then = golden.get("environment") or {}
     changes = {k: (env_then[k], v) for k, v in now["environment"].items() if k in env_then and env_then[k] != v}
     unknown = [k for k in now["environment"] if k not in env_then]

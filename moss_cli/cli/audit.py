@@ -126,7 +126,8 @@ def audit_determinism(
         chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip()) if scenarios is not None else default
         if not chosen:
             raise MossError("no scenario selected", field="--scenarios")
-        check = None
+        if golden is not None and not golden.is_file():
+            raise MossError("golden file does not exist", file=golden, field="--golden")
         if server:
             refuse_local_options(ctx)
             settings = server_options(
@@ -174,15 +175,13 @@ def audit_determinism(
                     compile=compile,
                 ),
             )
-            if golden is not None and not golden.is_file():
-                raise MossError("golden file does not exist", file=golden, field="--golden")
             cluster = ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker)
             if cluster is not None:  # the same audit, its runs on Ray workers
                 from ..scaleout.audit import audit_on_ray
 
                 run_audit = partial(audit_on_ray, cluster, on_event=ray_event)
             result = run_audit(options)
-            check = check_golden(golden, result) if golden is not None else None
+        check = check_golden(golden, result) if golden is not None else None
         write_reports(
             result, check, json_path=json_path, junit_path=junit, markdown_path=markdown, report_dir=report_dir
         )

@@ -106,8 +106,6 @@ LOCAL_ONLY = (
     "legacy_global_rng",
     "batch_invariant",
     "stream",
-    "golden",
-    "save_golden_path",
     "ray",
     "ray_address",
     "workers",

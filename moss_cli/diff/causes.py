@@ -36,7 +36,7 @@ def named_differences(a: dict, b: dict) -> tuple[str | None, list[str]]:
     return cause, named
 
 
-def likely_cause(rows: tuple[dict, dict], codes_equal: bool, fingerprints: tuple, environment: list[str]):
+def likely_cause(rows: tuple[dict, dict], codes_equal: bool | None, fingerprints: tuple, environment: list[str]):
     """(cause, detail) for an id whose audio differs."""
     cause, named = named_differences(*rows)
     if named:
@@ -54,6 +54,8 @@ def likely_cause(rows: tuple[dict, dict], codes_equal: bool, fingerprints: tuple
         if fa and fb
         else "same seed and settings in both manifests"
     )
+    if codes_equal is None:
+        return "unexplained", f"{same}; the codes are not known on both sides (a server that sends no codes hash)"
     if codes_equal:
         return "codec-numeric", f"identical codes, different PCM: the codec's numbers differ ({same})"
     if fa and fb:

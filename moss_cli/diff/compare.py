@@ -87,7 +87,8 @@ class _Pair:
         self.notes: list[str] = []
         self.fingerprints = (a.fingerprints.get(key), b.fingerprints.get(key))
         self.audio, hashes = zip(*(self._audio(side) for side in (a, b)))
-        self.codes_equal = self.rows[0]["codes_sha256"] == self.rows[1]["codes_sha256"]
+        codes = [row.get("codes_sha256") for row in self.rows]  # None: not known (a server sent no codes hash)
+        self.codes_equal = None if None in codes else codes[0] == codes[1]
         self.pcm_equal = hashes[0] == hashes[1]
 
     def _audio(self, side) -> tuple:
@@ -118,7 +119,7 @@ def _measure(case: DiffCase, pair: _Pair) -> None:
 
 
 def _judge(case: DiffCase, pair: _Pair, level: str, min_snr_db: float, environment: list[str]) -> None:
-    if pair.pcm_equal and pair.codes_equal and not pair.notes:
+    if pair.pcm_equal and pair.codes_equal is not False and not pair.notes:  # unknown codes: the PCM decides
         case.status, case.cause = "identical", "-"
         return
     within = (
