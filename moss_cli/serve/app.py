@@ -108,7 +108,7 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
         return {"object": "list", "data": [entry]}
 
     @app.post(SPEECH_PATH)
-    async def speech(body: SpeechBody, request: Request) -> Response:
+    async def speech(body: SpeechBody, connection: Request) -> Response:
         ask = await run_in_threadpool(intake.prepare, body.model_dump(exclude_unset=True))
         loop = asyncio.get_running_loop()
         arrived: asyncio.Queue = asyncio.Queue()  # chunks (bytes), then the result or the error
@@ -135,7 +135,8 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
         if ask.stream:
             body_chunks = streamed(ask, arrived, rate, channels, lambda: service.cancel(key))
             return StreamingResponse(body_chunks, media_type=media_type, headers=headers)
-        outcome = await until_disconnected(request, arrived.get())  # no chunks come for a request that does not stream
+        # No chunks come for a request that does not stream: the first item is its outcome.
+        outcome = await until_disconnected(connection, arrived.get())
         if outcome is GONE:
             service.cancel(key)
             return Response(status_code=CLIENT_CLOSED)
@@ -152,11 +153,11 @@ GONE = object()  # the client closed its connection before the answer
 CLIENT_CLOSED = 499  # nobody reads it; the status access logs use for a client that went away
 
 
-async def until_disconnected(request: Request, answer):
+async def until_disconnected(connection: Request, answer):
     """The answer awaited, or GONE if the client disconnects first (its body is already read, so
     the next message it can send is the disconnect)."""
     answered = asyncio.ensure_future(answer)
-    gone = asyncio.ensure_future(_disconnect(request))
+    gone = asyncio.ensure_future(_disconnect(connection))
     await asyncio.wait((answered, gone), return_when=asyncio.FIRST_COMPLETED)
     if answered.done():
         gone.cancel()
@@ -165,8 +166,8 @@ async def until_disconnected(request: Request, answer):
     return GONE
 
 
-async def _disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
+async def _disconnect(connection: Request) -> None:
+    while (await connection.receive())["type"] != "http.disconnect":
         pass
 
 
