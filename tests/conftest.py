@@ -3,6 +3,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import private_network  # tests/ is on sys.path
 import pytest
 import torch
 
@@ -11,6 +12,16 @@ from moss_cli.assets import TINY_CODEC, TINY_TALKER
 
 # Tiny models on a busy 2-core box: one intra-op thread avoids OpenMP spin contention.
 torch.set_num_threads(1)
+NETWORK: list[str] = []
+
+
+def pytest_configure(config) -> None:
+    # Before any test starts a server or a thread: what they start inherits the namespace.
+    NETWORK.append(private_network.enter())
+
+
+def pytest_report_header(config) -> str:
+    return f"network: {NETWORK[0] if NETWORK else 'host'}"
 
 
 @pytest.fixture(scope="session")
