@@ -91,7 +91,8 @@ def bench(
     setup = report.setup
     table = Table(
         title=f"moss bench: {setup['model']}, {setup['device']} {setup['dtype']}, "
-        f"{setup['threads']} threads, {setup['frames']} frames, {setup['linear_kernel']} linear kernel"
+        f"{setup['threads']} thread{'s' if setup['threads'] != 1 else ''}, {setup['frames']} frames, "
+        f"{setup['linear_kernel']} linear kernel"
     )
     for title, _ in COLUMNS:
         table.add_column(title, justify="left" if title == "mode" else "right", no_wrap=True)
