@@ -55,3 +55,20 @@ def test_a_request_cancelled_while_waiting_is_never_admitted_and_frees_its_place
     assert results["0"].cancelled and results["0"].codes.shape == (0, talker32.model.cfg.n_vq)
     assert results["1"].first_step == results["2"].first_step == 0  # "2" took the place "0" left
     assert len(engine.pool.lengths) == 3  # scratch and two slots: "0" never had one
+
+
+def test_a_cancelled_request_comes_back_without_audio_and_the_others_are_decoded_as_usual():
+    from moss_cli.config.requests import Request
+    from moss_cli.pipeline import Synthesizer, SynthOptions
+
+    synth = Synthesizer(SynthOptions(device="cpu"))
+    requests = [Request(id=f"r{i}", text=f"Sentence number {i}.", line=i + 1, seed=i) for i in range(3)]
+    alone = {r.request.id: r for r in synth.run(synth.prepare(requests))}
+    for stream in (False, True):
+        results = {
+            r.request.id: r for r in synth.run(synth.prepare(requests), stream=stream, cancelled={"r1"}.__contains__)
+        }
+        assert results["r1"].stop_reason == "cancelled" and results["r1"].pcm.shape[0] == 0, stream
+        for key in ("r0", "r2"):
+            assert results[key].stop_reason == alone[key].stop_reason != "cancelled"
+            assert results[key].pcm.tobytes() == alone[key].pcm.tobytes(), (key, stream)
