@@ -21,6 +21,7 @@ from .config.request_fields import SAMPLING_FIELDS, Request
 SPEECH_PATH = "/v1/audio/speech"
 MODELS_PATH = "/v1/models"
 HEALTH_PATH = "/health"
+ENVIRONMENT_PATH = "/moss/environment"  # moss serve only: what its engine computes with
 RESPONSE_FORMATS = ("wav", "pcm", "flac")  # what moss serve answers; vllm-omni also has mp3/aac/opus
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac"}
 

@@ -14,6 +14,7 @@ from serve_helpers import local_synth, pcm_hash, running
 from moss_cli.config.requests import read_requests
 from moss_cli.pipeline import SynthOptions
 from moss_cli.speech_api import (
+    ENVIRONMENT_PATH,
     HEADER_CODES_SHA256,
     HEADER_FRAMES,
     HEADER_MAX_IN_FLIGHT,
@@ -66,6 +67,15 @@ def test_health_and_models_answer_in_the_openai_shapes(server):
     assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["moss-tts-local-tiny"]
     assert models["data"][0]["object"] == "model"
     assert httpx.get(server + "/health", timeout=5).json()["status"] == "ok"
+
+
+def test_the_server_reports_the_environment_a_local_run_of_the_same_model_records(server, tmp_path):
+    served = httpx.get(server + ENVIRONMENT_PATH, timeout=30).json()
+    local_synth(RECORDS[:1], tmp_path)
+    recorded = json.loads((tmp_path / "out" / ".moss" / "environment.json").read_text())
+    assert served.keys() == recorded.keys()
+    differ = {k for k in served if served[k] != recorded[k]}
+    assert differ <= {"engine_steps"}, differ  # the server's max batch is 4, the local run's the deploy's
 
 
 @pytest.mark.parametrize("response_format", ["wav", "pcm", "flac"])

@@ -97,7 +97,18 @@ def test_a_baseline_of_the_local_audit_is_met_bitwise_by_moss_serve(seeded_serve
         seeded_server, requests, tmp_path / "a.json", "--scenarios", "concurrent", "--golden", golden
     )
     assert code == 0 and report["golden"]["passed"], output
-    assert report["golden"]["environment_changes"] == {}  # moss_version and python_version: the same here
+    assert report["golden"]["environment_changes"] == {}  # moss serve reports its engine: the same one
+    assert (
+        report["environment"]["talker_checkpoint"] == json.loads(golden.read_text())["environment"]["talker_checkpoint"]
+    )
+    # The same model served in another dtype: every batch agrees with itself, the baseline does not,
+    # and the server's own account of its engine names the cause.
+    with moss_serve(tmp_path, "--dtype", "float64") as url:
+        code, report, output = _audit(
+            url, requests, tmp_path / "b.json", "--scenarios", "concurrent", "--golden", golden
+        )
+    assert code == 1 and report["summary"]["failures"] == 0, output
+    assert "dtype float32 -> float64" in report["golden"]["causes"]
 
 
 def test_synth_through_moss_serve_equals_local_synth_bitwise(seeded_server, tmp_path):

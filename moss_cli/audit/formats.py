@@ -172,11 +172,11 @@ def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
     env = result.environment
     s = summary(result, golden)
     icon = "✅" if s["passed"] else "❌"
-    where = (
-        f"against the server `{env['server']}`"
-        if "server" in env
-        else f"on {env['device']} ({env['dtype']}, torch {env['torch_version']})"
-    )
+    engine = f"{env['device']} ({env['dtype']}, torch {env['torch_version']})" if "torch_version" in env else None
+    if "server" in env:  # a server's engine is known where it reports it (moss serve)
+        where = f"against the server `{env['server']}`" + (f", on {engine}" if engine else "")
+    else:
+        where = f"on {engine}"
     out = [
         f"## {icon} moss audit-determinism: {'passed' if s['passed'] else outcome(s)}",
         "",

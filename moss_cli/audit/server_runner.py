@@ -112,6 +112,7 @@ class ServerAuditor:
         keys = [r.id for r in self.requests]
         async with SpeechClient(opts.server, opts.on_retry) as client:
             models = await client.models()
+            served = await client.environment()
             reference_run = ServerRun("alone", [Send(r) for r in self.requests], together=False)
             began = time.perf_counter()
             replies = await self._send(client, reference_run, "reference")
@@ -190,7 +191,7 @@ class ServerAuditor:
                 command=opts.command,
             ),
             cases,
-            _environment(opts.server, models),
+            _environment(opts.server, models, served),
             reference,
             outputs,
             time.perf_counter() - start,
@@ -238,15 +239,19 @@ def _in_flight(run: ServerRun, got: list[tuple[Send, Reply]]) -> dict:
     }
 
 
-def _environment(server: ServerOptions, models: list[str] | None) -> dict:
+def _environment(server: ServerOptions, models: list[str] | None, served: dict | None) -> dict:
+    """The server's own account of its engine where it gives one (`moss serve`: the fields of a
+    local run's environment, so baselines of both kinds compare field by field), then what this
+    client knows: the address, the models listed, the format asked for, its own versions."""
     import platform
 
     return {
-        "moss_version": __version__,
-        "python_version": platform.python_version(),
+        **(served or {}),
         "server": server.public_url,
         "models": models,
         "response_format": server.response_format,
+        "client_moss_version": __version__,
+        "client_python_version": platform.python_version(),
     }
 
 

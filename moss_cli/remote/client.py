@@ -115,6 +115,21 @@ class SpeechClient:
         except (ValueError, AttributeError):
             return None
 
+    async def environment(self) -> dict | None:
+        """What `moss serve` reports of its engine (`GET /moss/environment`: torch, device, dtype,
+        threads, checkpoints, deploy), or None from a server without that endpoint (vllm-omni)."""
+        try:
+            response = await self._http.get(api.ENVIRONMENT_PATH)
+        except httpx.HTTPError as e:
+            raise self._fail(f"{self._where(api.ENVIRONMENT_PATH)}: {self._describe(e)}") from None
+        if response.status_code != 200:
+            return None
+        try:
+            reported = response.json()
+        except ValueError:
+            return None
+        return reported if isinstance(reported, dict) else None
+
     def _where(self, path: str) -> str:
         return f"{self.options.public_url}{path}"
 

@@ -19,6 +19,7 @@ from .. import __version__
 from ..io.audio import codes_sha256
 from ..pipeline import SynthResult
 from ..speech_api import (
+    ENVIRONMENT_PATH,
     HEADER_CHANNELS,
     HEADER_CODES_SHA256,
     HEADER_FRAMES,
@@ -101,6 +102,10 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
             "max_batch": service.max_batch,
             "in_flight": service.in_flight,
         }
+
+    @app.get(ENVIRONMENT_PATH)
+    async def environment() -> dict:
+        return await run_in_threadpool(service.environment)
 
     @app.get(MODELS_PATH)
     async def models() -> dict:

@@ -72,6 +72,7 @@ class Service:
         self._thread = threading.Thread(target=self._loop, name="moss-engine", daemon=True)
         self.failures = 0  # engine runs that ended in an error (their requests got a 500)
         self.cancellations = 0  # requests the engine dropped because their client went away
+        self._environment: dict | None = None  # see environment()
 
     def start(self) -> None:
         self.synth.load()
@@ -88,6 +89,18 @@ class Service:
                 raise Unavailable("the server is shutting down")
             self._tickets[ticket.key] = ticket
             self._arrivals.put(ticket.prepared)
+
+    def environment(self) -> dict:
+        """What the engine computes with, as a local run records it (`.moss/environment.json`):
+        torch, device, dtype, threads, checkpoint fingerprints, deploy hash, engine layout. Computed
+        on first use (fingerprinting a real checkpoint reads up to a gigabyte), then kept."""
+        if self._environment is None:
+            from ..pipeline.environment import environment
+
+            recorded = environment(self.synth)
+            recorded["threads"] = self.synth.threads  # the engine thread's, whichever thread asks
+            self._environment = recorded
+        return self._environment
 
     @property
     def in_flight(self) -> int:
