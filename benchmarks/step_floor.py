@@ -10,7 +10,8 @@ float32, the invariant engine):
 - floor: the same products in the order a step must run them (`moss bench`'s floor: each local
   position followed by the head it feeds, since the next position needs that head's code);
 - KV reads: every backbone layer's keys and values read once, at the mean cache length of the run
-  (attention's least memory traffic: q k^T, then the weights times v);
+  (`moss_cli.bench.run.kv_read_step`, attention's least memory traffic; `moss bench` reports the
+  same bound);
 - engine: the engine's decode step (`moss bench`'s timed run).
 
 Times in ms, medians [min–max] over the repeats; ratios from each repeat's own figures. floor + KV
@@ -30,7 +31,7 @@ from rich.table import Table
 
 from moss_cli import kernels
 from moss_cli.bench.models import MODES, load_models
-from moss_cli.bench.run import BenchOptions, _talker_run, floor_weights, padded_rows
+from moss_cli.bench.run import BenchOptions, _talker_run, floor_weights, kv_read_step, padded_rows
 
 VARIANTS = ("grouped", "floor", "KV reads", "engine")
 
@@ -49,20 +50,6 @@ def products(weights: list[torch.Tensor], rows: int) -> float:
     start = time.perf_counter()
     for w in weights:
         kernels.linear(inputs[w.shape[1]], w)
-    return time.perf_counter() - start
-
-
-def kv_reads(model, rows: int, length: int) -> float:
-    """Each backbone layer's attention at its least: one query row per head against `length` keys
-    and values (grouped-query: the query heads of a KV head share its reads)."""
-    cfg = model.cfg.backbone
-    groups = cfg.num_heads // cfg.num_kv_heads
-    shape = (rows, cfg.num_kv_heads, length, cfg.head_dim)
-    caches = [(torch.randn(shape), torch.randn(shape)) for _ in range(cfg.num_layers)]
-    q = torch.randn(rows, cfg.num_kv_heads, groups, cfg.head_dim)
-    start = time.perf_counter()
-    for k, v in caches:
-        torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1), v)
     return time.perf_counter() - start
 
 
@@ -90,7 +77,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 times["grouped"].append(products(grouped_weights(model), rows))
                 times["floor"].append(products(floor_weights(model), rows))
-                times["KV reads"].append(kv_reads(model, rows, length))
+                times["KV reads"].append(kv_read_step(model, rows, length))
                 times["engine"].append(_talker_run(model, numerics, prompts, batch, args.frames).step_s)
             ratio = [f / e for f, e in zip(times["floor"], times["engine"])]
             bound = [f / (f + kv) for f, kv in zip(times["floor"], times["KV reads"])]

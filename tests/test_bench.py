@@ -35,6 +35,8 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
         "floor_step_ms",
         "efficiency",
         "efficiency_range",
+        "kv_read_ms",
+        "efficiency_bound",
         "peak_memory_mb",
         "compile_s",
     }
@@ -43,6 +45,7 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
         assert row["frames"] == 4 and row["talker_frames_per_s"] > 0 and row["decode_step_ms"] > 0
         assert row["floor_step_ms"] > 0 and 0 < row["efficiency"] and row["ttfa_s"] > 0 and row["codec_rtf"] > 0
         assert row["compile_s"] is None  # not compiled
+        assert row["kv_read_ms"] > 0 and 0 < row["efficiency_bound"] < 1
         for key in ("decode_step_ms", "efficiency"):  # the median of two repeats lies within their range
             low, high = row[f"{key}_range"]
             assert low <= row[key] <= high
@@ -50,6 +53,7 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
     for size, (low, high) in report["invariant_over_fast_range"].items():
         assert low <= report["invariant_over_fast"][size] <= high
     assert "invariant / fast step time" in result.output and "(the modes alternate)" in result.output
+    assert "so no engine could reach an efficiency above" in " ".join(result.output.split())
     assert report["setup"]["model"] == "tiny (shipped)" and report["setup"]["threads"] == 1
 
 

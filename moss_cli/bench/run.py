@@ -66,6 +66,8 @@ class BenchRow:
     floor_step_ms: float
     efficiency: float  # floor / engine step: the median of each run paired with the floors measured after it
     efficiency_range: list[float]  # [min, max] of those pairs
+    kv_read_ms: float  # one read of every backbone layer's keys and values at the run's mean cache length
+    efficiency_bound: float  # floor / (floor + KV read): what an engine with no other cost would reach
     peak_memory_mb: float
     compile_s: float | None = None  # --compile: seconds this row's first run spent compiling
 
@@ -109,6 +111,7 @@ class TalkerRun(NamedTuple):
     prefill_s: float
     prompt_tokens: int
     floor_s: float = 0.0  # the floor measured right after the run (_timed_runs)
+    kv_s: float = 0.0  # and the least reading of its KV cache (kv_read_step)
 
 
 def _talker_run(model, numerics: Numerics, prompts, batch: int, frames: int, compile: bool = False) -> TalkerRun:
@@ -142,7 +145,9 @@ def _timed_runs(model, prompts, batch: int, options: BenchOptions) -> tuple[dict
         for mode in options.modes:
             run = _talker_run(model, MODES[mode], prompts, batch, options.frames, options.compile)
             floor = statistics.median(_floor_step(model, rows[mode]) for _ in range(3))
-            timed[mode].append(run._replace(floor_s=floor))
+            length = run.prompt_tokens // batch + options.frames // 2  # the cache's mean length over the run
+            kv = statistics.median(kv_read_step(model, rows[mode], length) for _ in range(3))
+            timed[mode].append(run._replace(floor_s=floor, kv_s=kv))
     return timed, compile_times
 
 
@@ -208,6 +213,32 @@ def floor_weights(model: MossTTSLocal) -> list[torch.Tensor]:
     return weights
 
 
+@torch.inference_mode()
+def kv_read_step(model: MossTTSLocal, rows: int, length: int) -> float:
+    """The least memory traffic of one decode step's attention: each backbone layer's keys and
+    values read once, by one query row per head (grouped-query heads share their KV head's reads),
+    for `rows` requests holding `length` positions. No engine can attend for less."""
+    cfg = model.cfg.backbone
+    param = next(model.parameters())
+    shape = (rows, cfg.num_kv_heads, length, cfg.head_dim)
+    caches = [
+        (
+            torch.randn(shape, device=param.device, dtype=param.dtype),
+            torch.randn(shape, device=param.device, dtype=param.dtype),
+        )
+        for _ in range(cfg.num_layers)
+    ]
+    q = torch.randn(
+        rows, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim, device=param.device, dtype=param.dtype
+    )
+    _sync(param.device)
+    start = time.perf_counter()
+    for k, v in caches:
+        torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1), v)
+    _sync(param.device)
+    return time.perf_counter() - start
+
+
 def padded_rows(model: MossTTSLocal, numerics: Numerics, batch: int, compile: bool) -> int:
     """Rows a decode step of `batch` requests really computes (the floor is measured at that size)."""
     if not numerics.engine_rows:
@@ -268,6 +299,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
             prefill = statistics.median(run.prefill_s for run in runs)
             tokens = runs[0].prompt_tokens
             efficiencies = [run.floor_s / run.step_s for run in runs]
+            bounds = [run.floor_s / (run.floor_s + run.kv_s) for run in runs]
             audio_s = batch * options.frames / frame_rate
             talker_s = prefill + step * options.frames
             report.rows.append(
@@ -285,6 +317,8 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                     floor_step_ms=round(statistics.median(run.floor_s for run in runs) * 1e3, 3),
                     efficiency=round(statistics.median(efficiencies), 3),
                     efficiency_range=[round(min(efficiencies), 3), round(max(efficiencies), 3)],
+                    kv_read_ms=round(statistics.median(run.kv_s for run in runs) * 1e3, 3),
+                    efficiency_bound=round(statistics.median(bounds), 3),
                     peak_memory_mb=round(_peak_memory_mb(device), 1),
                     compile_s=round(compile_times[mode], 2) if options.compile else None,
                 )

@@ -107,6 +107,14 @@ def bench(
             highlight=False,
             markup=False,
         )
+    bounds = {row.batch: row for row in report.rows}  # the bound hardly depends on the mode: one line per batch
+    for batch, row in bounds.items():
+        stdout.print(
+            f"batch {batch}: reading the KV cache once takes {row.kv_read_ms} ms per step, so no engine could reach "
+            f"an efficiency above {row.efficiency_bound} here",
+            highlight=False,
+            markup=False,
+        )
     for row in report.rows:
         if row.compile_s:
             stdout.print(f"{row.mode} x{row.batch}: compiled the frame step in {row.compile_s} s", highlight=False)
