@@ -107,7 +107,9 @@ def bench(
             highlight=False,
             markup=False,
         )
-    bounds = {row.batch: row for row in report.rows}  # the bound hardly depends on the mode: one line per batch
+    bounds: dict[int, object] = {}  # the bound hardly depends on the mode: one line per batch, its first mode's
+    for row in report.rows:
+        bounds.setdefault(row.batch, row)
     for batch, row in bounds.items():
         stdout.print(
             f"batch {batch}: reading the KV cache once takes {row.kv_read_ms} ms per step, so no engine could reach "
