@@ -107,7 +107,7 @@ def bench(
             highlight=False,
             markup=False,
         )
-    bounds: dict[int, object] = {}  # the bound hardly depends on the mode: one line per batch, its first mode's
+    bounds = {}  # the bound hardly depends on the mode: one line per batch, its first mode's
     for row in report.rows:
         bounds.setdefault(row.batch, row)
     for batch, row in bounds.items():
