@@ -10,7 +10,7 @@ float32, the invariant engine):
 - floor: the same products in the order a step must run them (`moss bench`'s floor: each local
   position followed by the head it feeds, since the next position needs that head's code);
 - KV reads: every backbone layer's keys and values read once, at the mean cache length of the run
-  (`moss_cli.bench.run.kv_read_step`, attention's least memory traffic; `moss bench` reports the
+  (`moss_cli.bench.floor.kv_read_step`, attention's least memory traffic; `moss bench` reports the
   same bound);
 - engine: the engine's decode step (`moss bench`'s timed run).
 
@@ -30,8 +30,9 @@ from rich.console import Console
 from rich.table import Table
 
 from moss_cli import kernels
+from moss_cli.bench.floor import floor_weights, kv_read_step, padded_rows
 from moss_cli.bench.models import MODES, load_models
-from moss_cli.bench.run import BenchOptions, _talker_run, floor_weights, kv_read_step, padded_rows
+from moss_cli.bench.run import BenchOptions, _talker_run
 
 VARIANTS = ("grouped", "floor", "KV reads", "engine")
 

@@ -9,7 +9,6 @@ engine step time: how close the engine is to what the hardware allows for these 
 
 from __future__ import annotations
 
-import math
 import os
 import resource
 import statistics
@@ -20,19 +19,17 @@ from typing import NamedTuple
 
 import torch
 
-from .. import kernels
 from ..device import resolve_device, resolve_dtype
 from ..engine.compiled import compile_seconds
-from ..engine.row_probe import wide_unit
 from ..engine.scheduler import Engine, FrameEvent, GenerationRequest
 from ..errors import MossError
 from ..model.codec import AudioCodec
 from ..model.prompt import PromptBuilder
-from ..model.talker import MossTTSLocal
 from ..numerics import Numerics
 from ..pipeline.streaming import StreamingDecode
 from ..sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 from ..threads import apply_threads
+from .floor import floor_step, kv_read_step, padded_rows, sync
 from .models import MODES, PROMPT, load_models
 
 
@@ -144,7 +141,7 @@ def _timed_runs(model, prompts, batch: int, options: BenchOptions) -> tuple[dict
     for _ in range(options.repeats):
         for mode in options.modes:
             run = _talker_run(model, MODES[mode], prompts, batch, options.frames, options.compile)
-            floor = statistics.median(_floor_step(model, rows[mode]) for _ in range(3))
+            floor = statistics.median(floor_step(model, rows[mode]) for _ in range(3))
             length = run.prompt_tokens // batch + options.frames // 2  # the cache's mean length over the run
             kv = statistics.median(kv_read_step(model, rows[mode], length) for _ in range(3))
             timed[mode].append(run._replace(floor_s=floor, kv_s=kv))
@@ -168,83 +165,11 @@ def _ttfa(
 
 def _codec_seconds(codec: AudioCodec, n_vq: int, batch: int, frames: int, device) -> float:
     codes = torch.randint(0, codec.cfg.quantizer.codebook_size, (n_vq, batch, frames), device=device)
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     codec.decode(codes)
-    _sync(device)
+    sync(device)
     return time.perf_counter() - start
-
-
-def _sync(device: torch.device) -> None:
-    """Wait for queued accelerator work, so wall-clock readings cover it."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@torch.inference_mode()
-def _floor_step(model: MossTTSLocal, rows: int) -> float:
-    """One decode step's weight-shaped matrix products alone, with the kernels the engine uses
-    (oneDNN on packed weights where the model is packed)."""
-    weights = floor_weights(model)
-    x = torch.randn(rows, model.cfg.backbone.hidden_size, device=weights[0].device, dtype=weights[0].dtype)
-    inputs = {width: x[:, :1].expand(rows, width).contiguous() for width in {w.shape[1] for w in weights}}
-    _sync(x.device)
-    start = time.perf_counter()
-    for w in weights:
-        kernels.linear(inputs[w.shape[1]], w)
-    _sync(x.device)
-    return time.perf_counter() - start
-
-
-def floor_weights(model: MossTTSLocal) -> list[torch.Tensor]:
-    """The weights of one decode step's products in the order the step reads them: every backbone
-    projection, then the local layer at each of the n_vq positions (position 0 is the backbone's
-    state, position k the code of codebook k-1), each followed by the head it feeds (the stop head
-    and head 0 after position 0). The order matters where a cache holds the local layer alone but
-    not the local layer and a head."""
-    weights = []
-    for layer in model.transformer.layers:
-        weights += [m.weight for m in layer.modules() if isinstance(m, torch.nn.Linear)]
-    local = [m.weight for m in model.local_transformer.modules() if isinstance(m, torch.nn.Linear)]
-    heads = model.packed_heads or [e.weight for e in model.audio_embeddings]
-    stop = getattr(model, "local_text_lm_head", None)
-    for k, head in enumerate(heads):
-        weights += local + ([stop.weight] if k == 0 and stop is not None else []) + [head]
-    return weights
-
-
-@torch.inference_mode()
-def kv_read_step(model: MossTTSLocal, rows: int, length: int) -> float:
-    """The least memory traffic of one decode step's attention: each backbone layer's keys and
-    values read once, by one query row per head (grouped-query heads share their KV head's reads),
-    for `rows` requests holding `length` positions. No engine can attend for less."""
-    cfg = model.cfg.backbone
-    param = next(model.parameters())
-    shape = (rows, cfg.num_kv_heads, length, cfg.head_dim)
-    caches = [
-        (
-            torch.randn(shape, device=param.device, dtype=param.dtype),
-            torch.randn(shape, device=param.device, dtype=param.dtype),
-        )
-        for _ in range(cfg.num_layers)
-    ]
-    q = torch.randn(
-        rows, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim, device=param.device, dtype=param.dtype
-    )
-    _sync(param.device)
-    start = time.perf_counter()
-    for k, v in caches:
-        torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1), v)
-    _sync(param.device)
-    return time.perf_counter() - start
-
-
-def padded_rows(model: MossTTSLocal, numerics: Numerics, batch: int, compile: bool) -> int:
-    """Rows a decode step of `batch` requests really computes (the floor is measured at that size)."""
-    if not numerics.engine_rows:
-        return batch
-    unit = wide_unit(model, numerics, batch, compile) or numerics.engine_block
-    return unit * math.ceil(batch / unit)
 
 
 def _peak_memory_mb(device: torch.device) -> float:

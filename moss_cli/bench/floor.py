@@ -1,0 +1,91 @@
+"""The floor a decode step is measured against, and the bound on what any engine could reach.
+
+The floor: the step's weight-shaped matrix products alone, in the order a frame runs them, with the
+engine's kernels. The bound: the floor plus the least reading of the KV cache that exact attention
+needs at every step (`kv_read_step`); floor / (floor + that reading) is the most efficiency an
+engine with no other cost would report.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from .. import kernels
+from ..engine.row_probe import wide_unit
+from ..model.talker import MossTTSLocal
+from ..numerics import Numerics
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued accelerator work, so wall-clock readings cover it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def floor_step(model: MossTTSLocal, rows: int) -> float:
+    """One decode step's weight-shaped matrix products alone, with the kernels the engine uses
+    (oneDNN on packed weights where the model is packed)."""
+    weights = floor_weights(model)
+    x = torch.randn(rows, model.cfg.backbone.hidden_size, device=weights[0].device, dtype=weights[0].dtype)
+    inputs = {width: x[:, :1].expand(rows, width).contiguous() for width in {w.shape[1] for w in weights}}
+    sync(x.device)
+    start = time.perf_counter()
+    for w in weights:
+        kernels.linear(inputs[w.shape[1]], w)
+    sync(x.device)
+    return time.perf_counter() - start
+
+
+def floor_weights(model: MossTTSLocal) -> list[torch.Tensor]:
+    """The weights of one decode step's products in the order the step reads them: every backbone
+    projection, then the local layer at each of the n_vq positions (position 0 is the backbone's
+    state, position k the code of codebook k-1), each followed by the head it feeds (the stop head
+    and head 0 after position 0). The order matters where a cache holds the local layer alone but
+    not the local layer and a head."""
+    weights = []
+    for layer in model.transformer.layers:
+        weights += [m.weight for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    local = [m.weight for m in model.local_transformer.modules() if isinstance(m, torch.nn.Linear)]
+    heads = model.packed_heads or [e.weight for e in model.audio_embeddings]
+    stop = getattr(model, "local_text_lm_head", None)
+    for k, head in enumerate(heads):
+        weights += local + ([stop.weight] if k == 0 and stop is not None else []) + [head]
+    return weights
+
+
+@torch.inference_mode()
+def kv_read_step(model: MossTTSLocal, rows: int, length: int) -> float:
+    """The least memory traffic of one decode step's attention: each backbone layer's keys and
+    values read once, by one query row per head (grouped-query heads share their KV head's reads),
+    for `rows` requests holding `length` positions. No engine can attend for less."""
+    cfg = model.cfg.backbone
+    param = next(model.parameters())
+    shape = (rows, cfg.num_kv_heads, length, cfg.head_dim)
+    caches = [
+        (
+            torch.randn(shape, device=param.device, dtype=param.dtype),
+            torch.randn(shape, device=param.device, dtype=param.dtype),
+        )
+        for _ in range(cfg.num_layers)
+    ]
+    q = torch.randn(
+        rows, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim, device=param.device, dtype=param.dtype
+    )
+    sync(param.device)
+    start = time.perf_counter()
+    for k, v in caches:
+        torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1), v)
+    sync(param.device)
+    return time.perf_counter() - start
+
+
+def padded_rows(model: MossTTSLocal, numerics: Numerics, batch: int, compile: bool) -> int:
+    """Rows a decode step of `batch` requests really computes (the floor is measured at that size)."""
+    if not numerics.engine_rows:
+        return batch
+    unit = wide_unit(model, numerics, batch, compile) or numerics.engine_block
+    return unit * math.ceil(batch / unit)
