@@ -104,31 +104,29 @@ class SpeechClient:
 
     async def models(self) -> list[str] | None:
         """The ids `GET /v1/models` lists, or None when the server has no such endpoint."""
-        try:
-            response = await self._http.get(api.MODELS_PATH)
-        except httpx.HTTPError as e:
-            raise self._fail(f"{self._where(api.MODELS_PATH)}: {self._describe(e)}") from None
-        if response.status_code != 200:
-            return None
-        try:
-            return [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
-        except (ValueError, AttributeError):
-            return None
+        listed = await self._document(api.MODELS_PATH)
+        data = listed.get("data", []) if isinstance(listed, dict) else None
+        return [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else None
 
     async def environment(self) -> dict | None:
         """What `moss serve` reports of its engine (`GET /moss/environment`: torch, device, dtype,
         threads, checkpoints, deploy), or None from a server without that endpoint (vllm-omni)."""
+        reported = await self._document(api.ENVIRONMENT_PATH)
+        return reported if isinstance(reported, dict) else None
+
+    async def _document(self, path: str):
+        """The JSON a `GET path` answers with, or None when it answers no 200 JSON (no such
+        endpoint); a server that cannot be reached is an error."""
         try:
-            response = await self._http.get(api.ENVIRONMENT_PATH)
+            response = await self._http.get(path)
         except httpx.HTTPError as e:
-            raise self._fail(f"{self._where(api.ENVIRONMENT_PATH)}: {self._describe(e)}") from None
+            raise self._fail(f"{self._where(path)}: {self._describe(e)}") from None
         if response.status_code != 200:
             return None
         try:
-            reported = response.json()
+            return response.json()
         except ValueError:
             return None
-        return reported if isinstance(reported, dict) else None
 
     def _where(self, path: str) -> str:
         return f"{self.options.public_url}{path}"
