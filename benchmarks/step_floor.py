@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from moss_cli import kernels
-from moss_cli.bench.floor import floor_weights, kv_read_step, padded_rows
+from moss_cli.bench.floor import floor_weights, kv_read_step, padded_rows, time_products
 from moss_cli.bench.models import MODES, load_models
 from moss_cli.bench.run import BenchOptions, _talker_run
 
@@ -44,14 +42,6 @@ def grouped_weights(model) -> list[torch.Tensor]:
     heads = model.packed_heads or [e.weight for e in model.audio_embeddings]
     stop = [model.local_text_lm_head.weight] if hasattr(model, "local_text_lm_head") else []
     return backbone + local * model.cfg.n_vq + stop + heads
-
-
-def products(weights: list[torch.Tensor], rows: int) -> float:
-    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype) for w in weights}
-    start = time.perf_counter()
-    for w in weights:
-        kernels.linear(inputs[w.shape[1]], w)
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -76,8 +66,8 @@ def main() -> None:
             length = run.prompt_tokens // batch + args.frames // 2
             times = {v: [] for v in VARIANTS}
             for _ in range(args.repeats):
-                times["grouped"].append(products(grouped_weights(model), rows))
-                times["floor"].append(products(floor_weights(model), rows))
+                times["grouped"].append(time_products(grouped_weights(model), rows))
+                times["floor"].append(time_products(floor_weights(model), rows))
                 times["KV reads"].append(kv_read_step(model, rows, length))
                 times["engine"].append(_talker_run(model, numerics, prompts, batch, args.frames).step_s)
             ratio = [f / e for f, e in zip(times["floor"], times["engine"])]

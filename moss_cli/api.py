@@ -186,7 +186,7 @@ def codec_tiles(codec: AudioCodec, numerics: Numerics | None) -> RowTiles | None
     rows, unit = numerics.codec_rows, numerics.wide_unit
     if numerics.wide_blocks and unit < rows and rows % unit == 0:
         device = next(codec.parameters()).device
-        for tall in (numerics.codec_tall_tile, rows):
+        for tall in dict.fromkeys((numerics.codec_tall_tile, rows)):  # each ladder probed once
             tiles = RowTiles(tall, unit, rows)
             if linears_agree(codec.tiled_shapes(), unit, tiles.sizes, device, codec.packed):
                 return tiles

@@ -9,6 +9,7 @@ engine with no other cost would report.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 
 import torch
@@ -25,13 +26,17 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-@torch.inference_mode()
 def floor_step(model: MossTTSLocal, rows: int) -> float:
     """One decode step's weight-shaped matrix products alone, with the kernels the engine uses
     (oneDNN on packed weights where the model is packed)."""
-    weights = floor_weights(model)
-    x = torch.randn(rows, model.cfg.backbone.hidden_size, device=weights[0].device, dtype=weights[0].dtype)
-    inputs = {width: x[:, :1].expand(rows, width).contiguous() for width in {w.shape[1] for w in weights}}
+    return time_products(floor_weights(model), rows)
+
+
+@torch.inference_mode()
+def time_products(weights: list[torch.Tensor], rows: int) -> float:
+    """Seconds for `rows` rows through each weight in turn, nothing between the products."""
+    x = torch.randn(rows, max(w.shape[1] for w in weights), device=weights[0].device, dtype=weights[0].dtype)
+    inputs = {width: x[:, :width].contiguous() for width in {w.shape[1] for w in weights}}
     sync(x.device)
     start = time.perf_counter()
     for w in weights:
@@ -58,10 +63,11 @@ def floor_weights(model: MossTTSLocal) -> list[torch.Tensor]:
 
 
 @torch.inference_mode()
-def kv_read_step(model: MossTTSLocal, rows: int, length: int) -> float:
+def kv_read_step(model: MossTTSLocal, rows: int, length: int, repeats: int = 3) -> float:
     """The least memory traffic of one decode step's attention: each backbone layer's keys and
     values read once, by one query row per head (grouped-query heads share their KV head's reads),
-    for `rows` requests holding `length` positions. No engine can attend for less."""
+    for `rows` requests holding `length` positions; the median of `repeats` reads of one cache.
+    No engine can attend for less."""
     cfg = model.cfg.backbone
     param = next(model.parameters())
     shape = (rows, cfg.num_kv_heads, length, cfg.head_dim)
@@ -75,12 +81,15 @@ def kv_read_step(model: MossTTSLocal, rows: int, length: int) -> float:
     q = torch.randn(
         rows, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim, device=param.device, dtype=param.dtype
     )
-    sync(param.device)
-    start = time.perf_counter()
-    for k, v in caches:
-        torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1), v)
-    sync(param.device)
-    return time.perf_counter() - start
+    seconds = []
+    for _ in range(repeats):
+        sync(param.device)
+        start = time.perf_counter()
+        for k, v in caches:
+            torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1), v)
+        sync(param.device)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
 
 
 def padded_rows(model: MossTTSLocal, numerics: Numerics, batch: int, compile: bool) -> int:

@@ -143,7 +143,7 @@ def _timed_runs(model, prompts, batch: int, options: BenchOptions) -> tuple[dict
             run = _talker_run(model, MODES[mode], prompts, batch, options.frames, options.compile)
             floor = statistics.median(floor_step(model, rows[mode]) for _ in range(3))
             length = run.prompt_tokens // batch + options.frames // 2  # the cache's mean length over the run
-            kv = statistics.median(kv_read_step(model, rows[mode], length) for _ in range(3))
+            kv = kv_read_step(model, rows[mode], length)
             timed[mode].append(run._replace(floor_s=floor, kv_s=kv))
     return timed, compile_times
 

@@ -152,7 +152,7 @@ def blocked_linear(
     different row counts; with fixed tiles a row's result depends only on that row, however many
     rows come with it. One product per tile reads the weight as a plain matrix: a batched product
     over a broadcast weight costs up to 5x more in bfloat16."""
-    if tiles is None or x.numel() == 0:
+    if tiles is None:
         return kernels.linear(x, weight, bias)
     out = in_row_tiles(x, tiles, lambda tile: kernels.linear(tile, weight))
     return out if bias is None else out + bias

@@ -15,6 +15,7 @@ import torch
 from ..engine.arrivals import Arrivals
 from ..io.audio import to_pcm16
 from ..pipeline import Prepared, Synthesizer, SynthResult
+from ..pipeline.environment import environment
 
 log = logging.getLogger("moss.serve")
 
@@ -95,8 +96,6 @@ class Service:
         torch, device, dtype, threads, checkpoint fingerprints, deploy hash, engine layout. Computed
         on first use (fingerprinting a real checkpoint reads up to a gigabyte), then kept."""
         if self._environment is None:
-            from ..pipeline.environment import environment
-
             recorded = environment(self.synth)
             recorded["threads"] = self.synth.threads  # the engine thread's, whichever thread asks
             self._environment = recorded
