@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
 from moss_cli.remote.reply import NotAudio, audio_tensor, decode_audio
-from moss_cli.remote.settings import ServerOptions, parse_headers, public_url
+from moss_cli.remote.settings import ServerOptions, parse_headers, public_url, redact
 
 runner = CliRunner()
 
@@ -139,6 +139,10 @@ def test_a_malformed_header_is_refused_without_echoing_its_value():
 
 def test_public_url_drops_credentials_and_query():
     assert public_url("https://me:pw@example.com:8443/tts/?key=abc") == "https://example.com:8443/tts"
+    command = "moss synth --server 'https://me:pw@example.com:8443/tts?key=abc&flag#t' --header 'X-Key: ab'"
+    assert redact(command, ["ab"]) == (
+        "moss synth --server 'https://***:***@example.com:8443/tts?key=***&***#***' --header 'X-Key: ***'"
+    )
 
 
 def test_raw_pcm_decodes_with_the_given_rate_and_channels_and_odd_bodies_are_refused():
@@ -183,3 +187,34 @@ def test_bad_server_options_are_refused_before_anything_is_sent():
     with pytest.raises(Exception, match="--response-format"):
         ServerOptions("http://example.com", response_format="mp3")
     assert os.environ.get("MOSS_DEBUG") is None  # errors above are user errors, not tracebacks
+
+
+def test_every_output_masks_user_password_query_and_header_values_even_short_ones(tmp_path, monkeypatch):
+    # Short secrets too: a two-letter password must not survive because it is too short to search for.
+    user, password, key, header = "Uzer-Name", "Qz", "Kq-query-value", "Hx"
+    secrets = (user, f":{password}@", password, key, header)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "step-summary.md"))
+    requests = _requests(tmp_path)
+    with serving(Behaviour(moss_headers=True)) as url:
+        url = url.replace("http://", f"http://{user}:{password}@") + f"/?key={key}&token={key}"
+        secret_options = ("--server", url, "--header", f"X-Api-Key: {header}")
+        outputs = {
+            "--json": tmp_path / "a.json",
+            "--junit": tmp_path / "a.xml",
+            "--markdown": tmp_path / "a.md",
+            "--save-golden": tmp_path / "golden.json",
+            "--report-dir": tmp_path / "report",
+        }
+        audit = ["audit-determinism", str(requests), *secret_options, "--scenarios", "repeat"]
+        saved = runner.invoke(app, [*audit, *(str(x) for pair in outputs.items() for x in pair)])
+        checked = runner.invoke(app, [*audit, "--golden", str(tmp_path / "golden.json"), "--json", tmp_path / "g.json"])
+        synth = _synth(requests, tmp_path / "out", url, "--header", f"X-Api-Key: {header}", "--json")
+    assert saved.exit_code == checked.exit_code == synth.exit_code == 0, saved.output + checked.output + synth.output
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix not in (".wav", ".png", ".jsonl")]
+    written += [tmp_path / "out" / ".moss" / "journal.jsonl"]
+    expected = {"a.json", "a.xml", "a.md", "golden.json", "g.json", "index.html", "step-summary.md", "manifest.csv"}
+    assert expected <= {p.name for p in written}
+    assert "***" in (tmp_path / "a.json").read_text()  # the command line is recorded, masked
+    for text in [saved.output, checked.output, synth.output, *(p.read_text() for p in written)]:
+        for secret in secrets:
+            assert secret not in text

@@ -91,7 +91,10 @@ def _errors_to_exit_codes():
 
 def command_line(ctx: typer.Context) -> str:
     """The running command as a person would type it: `moss <command>` and the options given on the
-    command line or by environment (defaults left out), for the reports to show what was run."""
+    command line or by environment (defaults left out), for the reports to show what was run.
+    Credentials never show: URLs lose their user info and query values, headers their values."""
+    from ..remote.settings import mask_header, redact
+
     words = ["moss", ctx.info_name or ""]
     for param in ctx.command.params:
         source = ctx.get_parameter_source(param.name)
@@ -105,7 +108,7 @@ def command_line(ctx: typer.Context) -> str:
             words.append(param.opts[0] if value else (param.secondary_opts or param.opts)[0])
         elif isinstance(value, (list, tuple)):  # a repeatable option: once per value
             for item in value:
-                words += [param.opts[0], str(item)]
+                words += [param.opts[0], mask_header(str(item)) if param.name == "header" else str(item)]
         elif value is not None:
             words += [param.opts[0], str(value)]
-    return shlex.join(words)
+    return redact(shlex.join(words))

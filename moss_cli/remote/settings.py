@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass
+from typing import Iterable
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..errors import MossError
@@ -13,6 +14,7 @@ from ..speech_api import RESPONSE_FORMATS
 
 DEFAULT_PCM_RATE = 24_000  # vllm-omni's raw PCM carries no rate; its TTS models answer at 24 kHz
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")  # up to a space or quote (shlex quotes the word)
 
 
 @dataclass(frozen=True)
@@ -77,9 +79,36 @@ class ServerOptions:
         return [s for s in found if len(s) >= 3]  # a one-letter "secret" would blank out half the text
 
     def redact(self, text: str) -> str:
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            text = text.replace(secret, "***")
-        return text
+        return redact(text, self.secrets)
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` as it may be shown or written: every URL in it with its user, password and query
+    values masked (whatever their length), then every known secret (header values) replaced."""
+    text = _URL.sub(lambda found: mask_url(found.group()), text)
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def mask_url(url: str) -> str:
+    """The URL with `***` for its user info, each query value and its fragment; the rest kept."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unbalanced IPv6 bracket: nothing in it can be trusted to be public
+        return "***"
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if at:
+        host = ("***:***@" if ":" in userinfo else "***@") + host
+    pairs = [pair.partition("=") for pair in parts.query.split("&") if pair]
+    query = "&".join(f"{name}=***" if equals else "***" for name, equals, _ in pairs)
+    return urlunsplit((parts.scheme, host, parts.path, query, "***" if parts.fragment else ""))
+
+
+def mask_header(header: str) -> str:
+    """`Name: value` with the value masked (a header given to be sent may carry a token)."""
+    name, colon, _ = header.partition(":")
+    return f"{name.strip()}: ***" if colon else "***"
 
 
 def public_url(url: str) -> str:
