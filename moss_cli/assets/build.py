@@ -2,11 +2,14 @@
 
     python -m moss_cli.assets.build [OUT_DIR]     (default: next to this file)
 
-Every tensor is drawn from a generator seeded by a hash of its name, so the files are
-byte-identical on every run. The weights are random but shaped so the output behaves like speech
-synthesis: the stop head ends an utterance after about 20 frames (1.6 s) on average, the audio
-heads give peaked, non-degenerate code distributions, and the prompt matters: another text,
-instruction or reference voice gives other codes, as it would with a trained model.
+Every tensor is drawn from a generator seeded by a hash of its name, and those derived from dot
+products are computed in float64 with exact sums, so the files are byte-identical on every run and
+every x86-64 CPU with AVX2 or later (torch's float32 normal sampler has another kernel without it).
+
+The weights are random but shaped so the output behaves like speech synthesis: the stop head ends
+an utterance after about 20 frames (1.6 s) on average, the audio heads give peaked, non-degenerate
+code distributions, and the prompt matters: another text, instruction or reference voice gives
+other codes, as it would with a trained model.
 
 Plain random initialisation does not give the last point. The prompt is ~200 rows, mostly the
 fixed template, and the talker continues from the same `<|audio_start|>` row every time. With
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,6 +305,11 @@ def _randn(name: str, shape: tuple[int, ...], std: float) -> torch.Tensor:
     return torch.randn(shape, generator=gen, dtype=torch.float32) * std
 
 
+def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The dot product of two float64 vectors, its products summed exactly (the same on any CPU)."""
+    return math.fsum((a * b).tolist())
+
+
 def _fill(name: str, shape: tuple[int, ...]) -> torch.Tensor:
     """A plausible initial value for a tensor, chosen by its role in the name."""
     leaf = name.rsplit(".", 1)[-1]
@@ -330,22 +339,28 @@ def talker_tensors(cfg: TalkerConfig, stop_margin: float = STOP_MARGIN) -> dict[
             tensors[name] = tensors[name] * ATTENTION_GAIN
     head = _randn("local_text_lm_head.weight", (2, cfg.hidden_size), STOP_HEAD_STD)
     tensors["local_text_lm_head.weight"] = head
-    direction = head[0] - head[1]
+    # The tensors derived below are computed in float64 with exactly summed dot products, then
+    # rounded once: a float32 BLAS dot product sums in an order that depends on the CPU.
+    direction = (head[0] - head[1]).double()
     # Shift ln_f's bias along (continue - stop) so that continuing is STOP_MARGIN logits likelier.
-    tensors["local_transformer.ln_f.bias"] = direction * (stop_margin / direction.dot(direction))
+    tensors["local_transformer.ln_f.bias"] = (direction * (stop_margin / _dot(direction, direction))).float()
     # The audio heads are tied to the audio embeddings: without this projection the shift above
     # adds the same offset to every frame's audio logits, and one code wins whatever the prompt.
-    unit = direction / direction.norm()
+    unit = direction / math.sqrt(_dot(direction, direction))
     for k in range(cfg.n_vq):
         key = f"audio_embeddings.{k}.weight"
-        table = _randn(key, tuple(tensors[key].shape), 0.5)
-        tensors[key] = table - torch.outer(table @ unit, unit)
+        table = _randn(key, tuple(tensors[key].shape), 0.5).double()
+        along = torch.tensor([_dot(row, unit) for row in table], dtype=torch.float64)
+        tensors[key] = (table - along[:, None] * unit).float()
     # Frame 0 continues from the <|audio_start|> row: give its embedding the direction that, through
     # the backbone's final RMSNorm and ln_f (which drops the mean), reads as "continue" to the head.
-    continue_dir = direction * tensors["local_transformer.ln_f.weight"]
-    continue_dir = (continue_dir - continue_dir.mean()) / tensors["transformer.norm.weight"]
+    continue_dir = direction * tensors["local_transformer.ln_f.weight"].double()
+    mean = math.fsum(continue_dir.tolist()) / len(continue_dir)
+    continue_dir = (continue_dir - mean) / tensors["transformer.norm.weight"].double()
     embed = tensors["transformer.embed_tokens.weight"]
-    embed[cfg.audio_start_token_id] += START_CONTINUE * continue_dir / continue_dir.norm()
+    start = cfg.audio_start_token_id
+    push = START_CONTINUE * continue_dir / math.sqrt(_dot(continue_dir, continue_dir))
+    embed[start] = (embed[start].double() + push).float()
     return tensors
 
 
