@@ -180,10 +180,11 @@ def synthesize(
                     outdir.record(rid, row, result.pcm, rate)  # as each request finishes
                 if on_result:
                     on_result(result)
-    except KeyboardInterrupt:
-        for writer in writers.values():
+    except BaseException as stopped:  # an interrupt, or a failed write (a full disk)
+        for writer in writers.values():  # a half-streamed file never appears
             writer.discard()
-        outdir.write_manifest()
+        if isinstance(stopped, KeyboardInterrupt):
+            outdir.write_manifest()
         raise
     wall = time.perf_counter() - start
     recorded = environment(synth, checkpoints) if runner is None else runner.environment

@@ -1,6 +1,10 @@
 """`moss synth` on the embedded default: files, manifest, seeding, batch composition."""
 
+import errno
+import os
 import random
+import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -143,3 +147,58 @@ def test_config_show_prints_values_and_their_sources():
     assert values["default_sampling_params.seed"]["value"] is None
     assert "moss_tts_local_v1.5_unseeded.yaml:7" in values["default_sampling_params.seed"]["source"]
     assert "moss_tts_local_v1.5.yaml:" in values["default_sampling_params.temperature"]["source"]
+
+
+def _refusal(tmp_path, out, monkeypatch=None) -> str:
+    """Run synth into `out`, expecting exit 2 without a traceback and before any model loads."""
+    if monkeypatch is not None:
+        from moss_cli.pipeline.models import Models
+
+        monkeypatch.setattr(Models, "load", lambda self: pytest.fail("a model loaded before the output check"))
+    result = runner.invoke(app, ["synth", str(EXAMPLES / "lines.txt"), "--out", str(out)])
+    assert result.exit_code == 2 and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output and "Errno" not in result.output
+    return " ".join(result.output.split())
+
+
+def test_an_output_path_under_a_file_or_in_a_read_only_folder_is_refused_before_any_model_loads(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    message = _refusal(tmp_path, tmp_path / "a-file" / "out", monkeypatch)
+    assert f"{tmp_path / 'a-file' / 'out'} [--out]: cannot create it: {tmp_path / 'a-file'} is a file" in message
+    # A read-only file system: access(2) says EROFS for writing, even to root (who ignores permission bits).
+    (tmp_path / "ro").mkdir()
+    real_access = os.access
+    read_only = tmp_path / "ro"
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: not (Path(p) == read_only and mode & os.W_OK) and real_access(p, mode)
+    )
+    assert f"{tmp_path / 'ro'} [--out]: directory is not writable" in _refusal(tmp_path, tmp_path / "ro", monkeypatch)
+    message = _refusal(tmp_path, tmp_path / "ro" / "new" / "out", monkeypatch)
+    assert f"cannot create it: {tmp_path / 'ro'} is not writable" in message
+
+
+@pytest.mark.parametrize(
+    "failure, cause",
+    [(errno.EROFS, "read-only file system"), (errno.ENOSPC, "disk full"), (errno.EDQUOT, "disk quota exceeded")],
+)
+def test_a_failed_write_names_the_file_and_the_cause(tmp_path, monkeypatch, failure, cause):
+    def refuse(self, data):
+        raise OSError(failure, os.strerror(failure))
+
+    monkeypatch.setattr(Path, "write_bytes", refuse)  # where each audio file is written
+    message = _refusal(tmp_path, tmp_path / "out")
+    ids = "|".join(r.id for r in read_requests(EXAMPLES / "lines.txt"))  # whichever finished first
+    assert re.search(rf"{tmp_path / 'out'}/({ids})\.wav \[--out\]: cannot write it: {cause}", message), message
+    assert not list((tmp_path / "out").glob("*.wav")) and not list((tmp_path / "out").glob(".*tmp*"))
+
+
+def test_a_full_disk_while_streaming_says_so_although_libsndfile_only_says_system_error(tmp_path, monkeypatch):
+    def refuse(self, data):
+        raise sf.LibsndfileError(2, "System error.")
+
+    monkeypatch.setattr(sf.SoundFile, "write", refuse)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100, 100, 0))
+    result = runner.invoke(app, ["synth", str(EXAMPLES / "lines.txt"), "--out", str(tmp_path / "out"), "--stream"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "[--out]: cannot write it: disk full" in " ".join(result.output.split())
+    assert not [p for p in (tmp_path / "out").iterdir() if p.suffix == ".wav" or ".tmp-" in p.name]

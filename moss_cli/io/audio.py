@@ -7,6 +7,7 @@ exactly the samples stored in the file: interleaved int16, little-endian.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from .atomic import atomic_path, temporary_name
+from .atomic import atomic_path, temporary_name, writing
 
 FORMATS = {"wav": "WAV", "flac": "FLAC"}
 
@@ -36,14 +37,17 @@ def codes_sha256(codes: torch.Tensor) -> str:
 
 
 def write_audio(path: Path, pcm: np.ndarray, sample_rate: int, audio_format: str) -> None:
-    """Write atomically: a temporary file in the same directory, renamed into place when complete."""
+    """Write atomically: a temporary file in the same directory, renamed into place when complete.
+    Encoded in memory first, so that a failed write says why (libsndfile would say "System error.")."""
+    encoded = io.BytesIO()
+    sf.write(encoded, pcm, sample_rate, subtype="PCM_16", format=FORMATS[audio_format])
     with atomic_path(path) as tmp:
-        sf.write(str(tmp), pcm, sample_rate, subtype="PCM_16", format=FORMATS[audio_format])
+        tmp.write_bytes(encoded.getvalue())
 
 
 class ProgressiveAudio:
-    """An audio file written chunk by chunk (streaming) under a temporary name, renamed into place
-    by `commit` once complete; `discard` removes it."""
+    """An audio file of `--out` written chunk by chunk (streaming) under a temporary name, renamed
+    into place by `commit` once complete; `discard` removes it."""
 
     def __init__(self, path: Path, sample_rate: int, channels: int, audio_format: str) -> None:
         self.path = path
@@ -52,16 +56,20 @@ class ProgressiveAudio:
         self.file: sf.SoundFile | None = None
 
     def write(self, audio: torch.Tensor) -> None:
-        if self.file is None:
-            self.file = sf.SoundFile(str(self.tmp), "w", self.sample_rate, self.channels, "PCM_16", format=self.format)
-        self.file.write(to_pcm16(audio))
-        self.file.flush()
+        with writing(self.path, "--out"):
+            if self.file is None:
+                self.file = sf.SoundFile(
+                    str(self.tmp), "w", self.sample_rate, self.channels, "PCM_16", format=self.format
+                )
+            self.file.write(to_pcm16(audio))
+            self.file.flush()
 
     def commit(self) -> None:
         if self.file is None:  # no audio at all: still an (empty) file
             self.write(torch.zeros(self.channels, 0))
-        self.file.close()
-        os.replace(self.tmp, self.path)
+        with writing(self.path, "--out"):
+            self.file.close()
+            os.replace(self.tmp, self.path)
 
     def discard(self) -> None:
         if self.file is not None:

@@ -9,12 +9,13 @@ are removed; the manifest is written atomically, in input order."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import MossError
-from .atomic import write_text_atomic
+from .atomic import check_creatable, write_text_atomic, writing
 from .audio import FORMATS, write_audio
 from .manifest import write_manifest
 from .resume import Journal, orphan_files, plan_resume, remove_stale_temporaries
@@ -46,11 +47,15 @@ class OutputDir:
 
     @staticmethod
     def check(out: Path, audio_format: str) -> None:
-        """What can be checked before the requests are read."""
+        """What can be checked before the requests are read and any model loads."""
         if audio_format not in FORMATS:
             raise MossError(f"unknown audio format {audio_format!r}; expected wav or flac", field="--format")
         if out.exists() and not out.is_dir():
             raise MossError("output path exists and is not a directory", file=out, field="--out")
+        if not out.is_dir():
+            check_creatable(out, "--out")
+        elif not os.access(out, os.W_OK | os.X_OK):  # false on a read-only file system, even for root
+            raise MossError("directory is not writable", file=out, field="--out")
 
     def path(self, rid: str) -> Path:
         return self.out / self.names[rid]
@@ -70,27 +75,32 @@ class OutputDir:
 
     def open(self, force: bool) -> None:
         """Before the first result: a fresh journal with `force`; the folder; no stale temporaries."""
-        if force:
-            self.journal.reset()
-        self.out.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(self.out)
+        with writing(self.out, "--out"):
+            if force:
+                self.journal.reset()
+            self.out.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(self.out)
 
     def record(self, rid: str, row: dict, pcm: np.ndarray | None = None, sample_rate: int | None = None) -> None:
         """A finished request: first the journal, then its audio file (unless the caller commits a
         file it streamed)."""
-        self.journal.append(self.fingerprints[rid], row)
+        with writing(self.journal.path, "--out"):
+            self.journal.append(self.fingerprints[rid], row)
         if pcm is not None:
-            write_audio(self.path(rid), pcm, sample_rate, self.format)
+            with writing(self.path(rid), "--out"):
+                write_audio(self.path(rid), pcm, sample_rate, self.format)
         self.rows[rid] = row
 
     def write_environment(self, environment: dict) -> None:
         """Recorded for `moss diff`: it names the fields that differ between two machines' runs (the
         run that wrote the directory last; requests resumed from an earlier run kept their files)."""
-        write_text_atomic(self.out / ENVIRONMENT, json.dumps(environment, indent=2, sort_keys=True) + "\n")
+        with writing(self.out / ENVIRONMENT, "--out"):
+            write_text_atomic(self.out / ENVIRONMENT, json.dumps(environment, indent=2, sort_keys=True) + "\n")
 
     def write_manifest(self) -> tuple[Path, list[dict]]:
         """The manifest of every finished request, in input order (a partial one after an interrupt)."""
         ordered = [self.rows[rid] for rid in self.ids if rid in self.rows]
         manifest = self.out / "manifest.csv"
-        write_manifest(manifest, ordered)
+        with writing(manifest, "--out"):
+            write_manifest(manifest, ordered)
         return manifest, ordered
