@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import MossError
-from ..io.atomic import atomic_dir, write_text_atomic
+from ..io.atomic import atomic_dir, check_creatable, write_text_atomic
 from .compare import format_audio, format_db
 from .formats import junit_xml, markdown, to_json
 from .golden import GoldenCheck
@@ -187,13 +187,6 @@ def replaceable(folder: Path) -> list[str]:
     )
 
 
-def _nearest_existing(path: Path) -> Path:
-    for parent in path.parents:
-        if parent.exists():
-            return parent
-    return Path(".")
-
-
 def check_output_paths(
     files: dict[str, Path | None], report_dir: Path | None = None, defaults: dict[str, str] = REPORT_DIR_FILES
 ) -> None:
@@ -201,20 +194,12 @@ def check_output_paths(
     that is an existing directory, a report directory that is an existing file, holds things moss did
     not write (it is replaced whole), or a parent that is a file or not writable. Missing parent
     directories are fine: the writers create them. `defaults`: the files a report folder holds."""
-
-    def check_parent(path: Path, option: str) -> None:
-        existing = _nearest_existing(path)
-        if not existing.is_dir():
-            raise MossError(f"cannot create it: {existing} is a file, not a directory", file=path, field=option)
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise MossError(f"cannot create it: {existing} is not writable", file=path, field=option)
-
     if report_dir is not None:
         if report_dir.exists() and not report_dir.is_dir():
             raise MossError("exists and is not a directory", file=report_dir, field="--report-dir")
         if report_dir.is_dir() and not os.access(report_dir, os.W_OK | os.X_OK):
             raise MossError("directory is not writable", file=report_dir, field="--report-dir")
-        check_parent(report_dir.resolve(), "--report-dir")  # the report is built beside it
+        check_creatable(report_dir.resolve(), "--report-dir")  # the report is built beside it
         # What --report-dir writes by default, unless an explicit option says where.
         files = {
             **{option: report_dir / name for option, name in defaults.items()},
@@ -225,7 +210,7 @@ def check_output_paths(
             continue
         if path.is_dir():
             raise MossError("is a directory; expected a file path", file=path, field=option)
-        check_parent(path, option)
+        check_creatable(path, option)
     if report_dir is not None and report_dir.is_dir():
         foreign = replaceable(report_dir)
         if foreign:
