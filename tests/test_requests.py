@@ -100,6 +100,34 @@ def test_a_quoted_csv_field_over_several_lines_is_numbered_from_its_first_line(t
     assert [(p.line, p.field) for p in err.value.problems] == [(4, "seed")]  # lines 4-5
 
 
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        # Left open to the end: rows 3-5 would have become r2's text.
+        (["r3,Three.", "r4,Four.", "r5,Five."], "the quote opened on this line is never closed"),
+        # Closed by a later row's quote, which is then not followed by a comma or the line end.
+        (["r3,Three.", 'r4,"Four."', "r5,Five."], "runs on to line 5, which is not valid there"),
+        # Closed at a later row's end, with a column too many.
+        (["r3,Three.", 'r4,Four",x', "r5,Five."], "expected 2 columns, got 3 (a quoted field runs from this line to"),
+    ],
+)
+def test_a_csv_quote_left_open_is_an_error_at_the_line_it_opened(tmp_path, rows, message):
+    path = tmp_path / "r.csv"
+    path.write_text("\n".join(["id,text", "r1,One.", 'r2,"Opening quote never closed.', *rows]) + "\n")
+    with pytest.raises(RequestFileError) as err:
+        read_requests(path)
+    assert [p.line for p in err.value.problems] == [3]
+    assert message in err.value.problems[0].message
+
+
+def test_a_csv_quote_closed_by_other_text_on_its_own_line_is_an_error(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text('id,text\nr1,"Quoted" and more\nr2,Two.\n')
+    with pytest.raises(RequestFileError) as err:
+        read_requests(path)
+    assert [(p.line, p.message) for p in err.value.problems] == [(2, "malformed CSV: ',' expected after '\"'")]
+
+
 def test_utf16_is_named_as_such(tmp_path):
     path = tmp_path / "r.txt"
     path.write_text("hello\n", encoding="utf-16")

@@ -215,40 +215,89 @@ def _csv_records(file: Path, problems: list[Problem], max_line_bytes: int):
             consumed = number
             yield "\n" if line is None else line  # a skipped line reads as a blank one
 
-    reader = csv.reader(lines())
+    # Strict: a quote left open must not swallow the rows after it. Without it the csv module ends
+    # an unclosed quoted field at the end of the file, and takes `"a"b` as `ab`.
+    reader = csv.reader(lines(), strict=True)
     # A quoted field may span lines; the csv module caps a field at 128 Ki characters unless told
     # otherwise, which is below what a long utterance may need.
     previous_limit = csv.field_size_limit(max(max_line_bytes, csv.field_size_limit()))
     try:
 
-        def next_row() -> list[str] | None:
+        def next_row(start: int) -> list[str] | None:
             """The next record, or None at the end or at a malformed one (reported; reading stops)."""
             try:
                 return next(reader)
             except StopIteration:
                 return None
             except csv.Error as e:
-                problems.append(Problem(consumed, None, f"malformed CSV: {e}"))
+                problems.append(_csv_error(file, max_line_bytes, start, consumed, e))
                 return None
 
-        header = next_row()
+        header = next_row(1)
         if header is None:
             return
         header = [h.strip() for h in header]
         while True:
             start = consumed + 1
-            row = next_row()
+            row = next_row(start)
             if row is None:
                 return
             if not any(cell.strip() for cell in row):
                 continue
             if len(row) != len(header):
-                problems.append(Problem(start, None, f"expected {len(header)} columns, got {len(row)}"))
+                spans = f" (a quoted field runs from this line to line {consumed}: is a quote left open?)"
+                spans = spans if consumed > start else ""
+                problems.append(Problem(start, None, f"expected {len(header)} columns, got {len(row)}{spans}"))
                 continue
             # Empty cells mean "not given"; numbers are parsed by the same checks as JSON values.
             yield start, {key: _csv_value(key, cell) for key, cell in zip(header, row) if cell.strip() != ""}
     finally:
         csv.field_size_limit(previous_limit)
+
+
+def _csv_error(file: Path, max_line_bytes: int, start: int, end: int, error: csv.Error) -> Problem:
+    """The problem for a malformed CSV record on lines start..end, named at the line where the
+    quoted field behind it opened when that field spans lines."""
+    lines = (item for item in _lines(file, [], max_line_bytes) if start <= item[0] <= end)
+    if str(error) == "unexpected end of data":  # the end of the file inside a quoted field
+        opened = _open_quote_line(lines, end)
+        return Problem(
+            opened,
+            None,
+            f"malformed CSV: the quote opened on this line is never closed, so every line after it, to the "
+            f'end of the file (line {end}), would be part of one field; close it (a quote inside a quoted field is "")',
+        )
+    opened = _open_quote_line(lines, end - 1)
+    if opened is None:
+        return Problem(end, None, f"malformed CSV: {error}")
+    return Problem(
+        opened,
+        None,
+        f"malformed CSV: the quoted field opened on this line runs on to line {end}, which is not valid "
+        f"there ({error}); is its closing quote missing?",
+    )
+
+
+def _open_quote_line(lines: Iterable[tuple[int, str | None]], last: int) -> int | None:
+    """The line on which the quoted field still open at the end of line `last` opened, or None."""
+    opened, field_start = None, True
+    for number, text in lines:
+        if number > last:
+            break
+        text = text or "\n"
+        i = 0
+        while i < len(text):
+            char = text[i]
+            if opened is not None:
+                if char == '"' and text.startswith('"', i + 1):
+                    i += 1  # a doubled quote is a literal one
+                elif char == '"':
+                    opened = None
+            elif char == '"' and field_start:
+                opened = number
+            field_start = opened is None and char in ",\r\n"
+            i += 1
+    return opened
 
 
 def _csv_value(key: str, cell: str) -> Any:
