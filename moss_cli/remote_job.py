@@ -152,8 +152,7 @@ def synthesize_remote(
         return SynthSummary(
             len(requests), 0.0, 0.0, out, None, list(done.values()), dry_run=True, seed_sources=sources, **summary
         )
-    outdir.open(force)
-    todo = [r for r in requests if r.id not in done]
+    todo = [r for r in requests if r.id not in done]  # the folder appears with the first answer
     if on_start:
         on_start(len(requests), len(done))
     start = time.perf_counter()
@@ -161,7 +160,8 @@ def synthesize_remote(
         with interrupts_as_exceptions():
             asyncio.run(_send_all(todo, server, outdir, on_result, on_retry))
     except (KeyboardInterrupt, MossError):
-        outdir.write_manifest()  # what finished stays, and the same command resumes
+        if outdir.rows:  # what finished stays, and the same command resumes; no answer: nothing written
+            outdir.write_manifest()
         raise
     wall = time.perf_counter() - start
     manifest, ordered = outdir.write_manifest()

@@ -213,3 +213,24 @@ def resetting(start_timeout: float = 5.0) -> Iterator[str]:
         stop.set()
         thread.join(timeout=5)
         sock.close()
+
+
+@contextmanager
+def plain_web_server() -> Iterator[str]:
+    """Python's own HTTP server, which answers POST with 501 and an HTML page (a URL that points at
+    some other web server)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
+        server.server_close()

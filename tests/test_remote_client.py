@@ -8,7 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from speech_servers import RATE, Behaviour, resetting, serving, synthesize, unused_port  # tests/ is on sys.path
+from speech_servers import (  # tests/ is on sys.path
+    RATE,
+    Behaviour,
+    plain_web_server,
+    resetting,
+    serving,
+    synthesize,
+    unused_port,
+)
 from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
@@ -54,10 +62,20 @@ def test_an_error_answer_exits_2_naming_the_request_the_status_and_the_servers_w
     assert not list((tmp_path / "out").glob("*.wav"))
 
 
-def test_a_refused_connection_exits_2_and_says_so(tmp_path):
+def test_a_refused_connection_exits_2_says_so_and_writes_nothing(tmp_path):
     result = _synth(_requests(tmp_path), tmp_path / "out", f"http://127.0.0.1:{unused_port()}")
     assert result.exit_code == 2
     assert "cannot connect" in _one_line(result.output) and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()  # no request succeeded: no folder, no header-only manifest
+
+
+def test_an_html_error_page_is_quoted_by_one_line_and_nothing_is_written(tmp_path):
+    with plain_web_server() as url:
+        result = _synth(_requests(tmp_path), tmp_path / "out", url)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "HTTP 501 Unsupported method ('POST'): 'Error response' (first line of the body)" in _one_line(result.output)
+    assert "<" not in result.output and len(result.output.splitlines()) <= 3
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_server_slower_than_the_timeout_exits_2_naming_the_request(tmp_path):

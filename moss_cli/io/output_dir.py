@@ -43,6 +43,8 @@ class OutputDir:
         self.journal = Journal(out)
         self.rows: dict[str, dict] = {}
         self.fingerprints: dict[str, str] = {}
+        self.force = False
+        self.opened = False
         self.orphans = orphan_files(out, set(self.names.values()))
 
     @staticmethod
@@ -63,7 +65,7 @@ class OutputDir:
     def plan(self, fingerprints: dict[str, str], force: bool) -> dict[str, dict]:
         """The manifest rows of requests an earlier run of the same command finished (none with
         `force`); raises MossError for files that belong to other content."""
-        self.fingerprints = fingerprints
+        self.fingerprints, self.force = fingerprints, force
         done: dict[str, dict] = {}
         if not force:
             self.journal.load()
@@ -74,7 +76,9 @@ class OutputDir:
         return done
 
     def open(self, force: bool) -> None:
-        """Before the first result: a fresh journal with `force`; the folder; no stale temporaries."""
+        """Before the first result (`record` does it if no one did): a fresh journal with `force`;
+        the folder; no stale temporaries."""
+        self.opened = True
         with writing(self.out, "--out"):
             if force:
                 self.journal.reset()
@@ -84,6 +88,8 @@ class OutputDir:
     def record(self, rid: str, row: dict, pcm: np.ndarray | None = None, sample_rate: int | None = None) -> None:
         """A finished request: first the journal, then its audio file (unless the caller commits a
         file it streamed)."""
+        if not self.opened:
+            self.open(self.force)
         with writing(self.journal.path, "--out"):
             self.journal.append(self.fingerprints[rid], row)
         if pcm is not None:

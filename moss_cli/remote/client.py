@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable
@@ -69,7 +70,18 @@ def _error_message(response: httpx.Response) -> str:
             return str(body["detail"])
     except ValueError:
         pass
-    return response.text[:300].strip() or "(empty body)"
+    return _first_line(response.text)
+
+
+def _first_line(body: str, limit: int = 120) -> str:
+    """A body that is not the API's error JSON (a proxy's or a plain web server's HTML page),
+    quoted by its first line of text only."""
+    text = re.sub(r"(?is)<(head|script|style)\b.*?</\1\s*>|<[^>]*>", "\n", body)
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if not line:
+        return "(empty body)"
+    more = len(line) > limit or text.strip() != line
+    return repr(line[:limit]) + (" (first line of the body)" if more else "")
 
 
 class SpeechClient:
