@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
 from moss_cli.io.audio import pcm_sha256
-from moss_cli.io.manifest import COLUMNS
+from moss_cli.io.manifest import COLUMNS, write_manifest
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,3 +135,13 @@ def test_a_killed_client_resumes_to_the_same_files_and_manifest_with_no_leftover
     expected_files, expected_manifest = _outputs(tmp_path / "clean")
     assert files == expected_files and manifest["id"].is_unique
     pd.testing.assert_frame_equal(manifest, expected_manifest)
+
+
+def test_integer_columns_with_empty_cells_are_written_as_integers(tmp_path):
+    # A server's run: one request gives top_k, the other does not, and the server sends no frame count.
+    top_k = next(c for c in COLUMNS if c.endswith("top_k"))
+    rows = [{"id": "a", top_k: 3, "frames": None, "seed": 7}, {"id": "b", top_k: None, "frames": None, "seed": None}]
+    write_manifest(tmp_path / "manifest.csv", rows)
+    lines = (tmp_path / "manifest.csv").read_text().splitlines()
+    cells = dict(zip(lines[0].split(","), lines[1].split(",")))
+    assert (cells[top_k], cells["seed"], cells["frames"]) == ("3", "7", "")

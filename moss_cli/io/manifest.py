@@ -38,7 +38,12 @@ COLUMNS = [
 
 def manifest_frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    frame["seed"] = frame["seed"].astype("Int64")  # integer column that can hold "no seed"
+    for column in COLUMNS:
+        # An integer column with empty cells (a server's run: a request without top_k) stays integer,
+        # written `3` as a local run writes it, not `3.0`.
+        given = [row.get(column) for row in rows if row.get(column) is not None]
+        if given and all(isinstance(v, int) and not isinstance(v, bool) for v in given):
+            frame[column] = frame[column].astype("Int64")
     return frame
 
 
