@@ -157,9 +157,23 @@ def test_a_file_changed_after_synthesis_and_ids_on_one_side_only_fail(runs, tmp_
     result = _moss("diff", runs["a"], touched, "--json", tmp_path / "d.json", "--markdown", tmp_path / "d.md")
     assert result.exit_code == 1
     cases = _cases(tmp_path / "d.json")
-    assert cases["alpha"]["cause"] == "file-changed" and "no longer holds the audio" in cases["alpha"]["detail"]
+    assert cases["alpha"]["cause"] == "file-changed" and cases["alpha"]["detail"] == (
+        "B: alpha.wav no longer holds the audio its manifest lists; both manifests list the same audio"
+    )
     assert cases["gamma"]["status"] == "only-a" and cases["beta"]["status"] == "identical"
     assert "| gamma | only-a | missing |" in (tmp_path / "d.md").read_text()
+
+
+def test_a_missing_audio_file_is_named_as_such_not_as_the_codecs_numbers(runs, tmp_path):
+    gone = _copy(runs["a"], tmp_path, "gone")
+    (gone / "beta.wav").unlink()
+    result = _moss("diff", runs["a"], gone, "--json", tmp_path / "d.json")
+    assert result.exit_code == 1
+    beta = _cases(tmp_path / "d.json")["beta"]
+    assert beta["cause"] == "file-changed" and beta["detail"] == (
+        "B: audio file beta.wav is missing or unreadable; both manifests list the same audio"
+    )
+    assert "codec" not in _flat(result.output) and "missing or unreadable" in _flat(result.output)
 
 
 def test_a_golden_file_compares_with_a_run_of_the_same_requests(runs, tmp_path):

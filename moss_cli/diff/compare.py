@@ -131,7 +131,11 @@ def _judge(case: DiffCase, pair: _Pair, level: str, min_snr_db: float, environme
     case.status = "within-tolerance" if within and not pair.notes else "differs"
     case.cause, case.detail = likely_cause(pair.rows, pair.codes_equal, pair.fingerprints, environment)
     if pair.notes:
-        case.cause, case.detail = "file-changed", "; ".join(pair.notes) + (f"; {case.detail}" if case.detail else "")
+        # What the manifests say still stands; only a difference between them has a cause to name.
+        listed = [row["pcm_sha256"] for row in pair.rows]
+        same = listed[0] == listed[1] and pair.codes_equal is not False
+        why = "both manifests list the same audio" if same else case.detail
+        case.cause, case.detail = "file-changed", "; ".join([*pair.notes, why])
     elif level == "waveform" and pair.codes_equal and not case.audio_compared:
         case.detail += "; no audio to measure the SNR on (a golden file keeps hashes only)"
     if case.status == "within-tolerance":
