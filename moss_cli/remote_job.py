@@ -27,7 +27,7 @@ from .remote.client import Retry, SpeechClient
 from .remote.references import check_references, reference_sha256
 from .remote.reply import Reply
 from .remote.settings import ServerOptions
-from .speech_api import body_from_request
+from .speech_api import body_from_request, check_dropped_fields
 
 STOPPED = {"stop": True, "empty": True, "max_frames": False}
 
@@ -79,10 +79,10 @@ def reply_row(request: Request, reply: Reply, file: str) -> dict:
         "file": file,
         "stopped": STOPPED.get(stop),
         "stop_reason": stop,
-        "temperature": sampling.get("temperature"),
-        "top_p": sampling.get("top_p"),
-        "top_k": sampling.get("top_k"),
-        "repetition_penalty": sampling.get("repetition_penalty"),
+        "audio_temperature": sampling.get("audio_temperature"),
+        "audio_top_p": sampling.get("audio_top_p"),
+        "audio_top_k": sampling.get("audio_top_k"),
+        "audio_repetition_penalty": sampling.get("audio_repetition_penalty"),
         "prompt_tokens": None,
         "ttfa_s": None,
         "chunks": None,
@@ -132,11 +132,16 @@ def synthesize_remote(
     on_start: Callable[[int, int], None] | None = None,
     on_result: Callable[[Served], None] | None = None,
     on_retry: Callable[[Retry], None] | None = None,
+    allow_dropped_fields: bool = False,
+    on_warning: Callable[[str], None] | None = None,
 ) -> SynthSummary:
     """Check the requests and the output directory, then synthesise what an earlier run of the
     same command did not finish. `dry_run` stops after the checks; nothing is sent or written."""
     OutputDir.check(out, audio_format)
     requests = read_requests(requests_path)
+    for warning in check_dropped_fields(requests, requests_path, allow_dropped_fields):
+        if on_warning:
+            on_warning(f"sent although vllm-omni drops it: {warning}")
     check_references(requests, requests_path)
     outdir = OutputDir(out, audio_format, [r.id for r in requests], requests_path)
     done = outdir.plan({r.id: remote_fingerprint(r, server, audio_format) for r in requests}, force)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .config.request_fields import SAMPLING_FIELDS, Request
+from .errors import MossError
 
 SPEECH_PATH = "/v1/audio/speech"
 MODELS_PATH = "/v1/models"
@@ -41,6 +42,50 @@ HEADER_STOP_REASON = "x-moss-stop-reason"  # stop | max_frames | empty
 HEADER_SAMPLE_RATE = "x-moss-sample-rate"
 HEADER_CHANNELS = "x-moss-channels"  # interleaved channels of a `pcm` body
 HEADER_REQUEST_ID = "x-request-id"  # the id moss serve gave the request (its logs use it)
+
+
+# Request-file fields a vllm-omni 0.30.0 MOSS-TTS-Local server drops without a word, and why. Its
+# request model ignores unknown body fields (pydantic's default; protocol/audio.py:58), and its
+# MOSS adapter builds the Local prompt from the text, the reference, its transcript and the language
+# only (tts_adapters/moss_tts.py:337-385); `extra_params` reach the stage sampler's extra_args, not
+# the prompt (serving_speech.py:2014-2029). Paths: the vllm_omni package of the 0.30.0 wheel.
+_SAMPLER = (
+    "vllm-omni's speech request has no such field and drops it silently; its MOSS-TTS-Local audio sampler is "
+    "fixed at temperature 1.7, top_p 0.8, top_k 25, repetition penalty 1.0 "
+    "(model_executor/models/moss_tts/modeling_moss_tts_talker.py:1634-1654)"
+)
+_PROMPT = (
+    "vllm-omni's MOSS-TTS-Local prompt ignores it (only text, ref_audio, ref_text and language reach it: "
+    "tts_adapters/moss_tts.py:337-385)"
+)
+DROPPED_BY_SERVER = {
+    **{name: _SAMPLER for name in SAMPLING_FIELDS},
+    "instruction": _PROMPT + "; 'instructions' is read for MOSS-VoiceGenerator only (moss_tts.py:359-360)",
+    **{name: _PROMPT for name in ("tokens", "quality", "sound_event", "ambient_sound")},
+}
+
+
+def dropped_fields(request: Request) -> list[str]:
+    """The fields of `request` that a vllm-omni MOSS-TTS-Local server would drop (see DROPPED_BY_SERVER)."""
+    given = {**request.prompt_fields, **request.sampling}
+    return [name for name in DROPPED_BY_SERVER if given.get(name) is not None]
+
+
+def check_dropped_fields(requests: list[Request], file: Path | None, allow: bool) -> list[str]:
+    """Every field a vllm-omni MOSS-TTS-Local server would drop, as one error naming each line and
+    field (exit 2, before anything is sent); with `allow`, the same as warnings to show."""
+    found = [
+        f"{f'line {r.line}' if r.line else r.id} [{name}]: {DROPPED_BY_SERVER[name]}"
+        for r in requests
+        for name in dropped_fields(r)
+    ]
+    if found and not allow:
+        raise MossError(
+            "; ".join(found) + ". Remove these fields, or pass --allow-dropped-fields to send them anyway (the audit "
+            "then judges each request as the server samples it)",
+            file=file,
+        )
+    return found
 
 
 def data_uri(path: Path) -> str:

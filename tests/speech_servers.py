@@ -122,7 +122,9 @@ def make_app(behaviour: Behaviour) -> FastAPI:
         if behaviour.batch_dependent and in_flight > 1 and seed is not None:
             drawn += 1000  # what a batch-coupled random stream looks like from outside
         frames = int(body.get("max_new_tokens") or 20)
-        pcm = synthesize(body["input"], drawn, frames, noisy=body.get("temperature") != 0)  # 0: greedy
+        # moss serve honours audio_temperature 0 (greedy); a server without its headers drops it, as vllm-omni does.
+        greedy = behaviour.moss_headers and body.get("audio_temperature") == 0
+        pcm = synthesize(body["input"], drawn, frames, noisy=not greedy)
         if behaviour.batch_rounding and in_flight > 1:
             pcm[::97] ^= 1  # what batch-dependent kernel rounding looks like in the audio
         if behaviour.rebuilt:

@@ -34,8 +34,6 @@ LAYERS = {
     "device": 1,
     "interrupts": 1,
 }
-MAX_LINES = 320  # "about 300"; model files may be longer: one architecture per file reads best whole
-LONG_ALLOWED = {"model/codec.py", "model/config.py"}
 
 
 def _modules():
@@ -80,10 +78,13 @@ def test_the_engine_knows_nothing_of_files_or_codec_streaming():
             assert not {"io", "pipeline", "job", "audit", "cli"} & set(_imported_tops(relative, tree)), relative
 
 
-def test_no_module_grows_into_a_grab_bag():
-    long = [
-        f"{r} ({len((PACKAGE / r).read_text().splitlines())} lines)"
-        for r, _ in _modules()
-        if str(r) not in LONG_ALLOWED and len((PACKAGE / r).read_text().splitlines()) > MAX_LINES
-    ]
-    assert not long
+def test_no_module_imports_another_modules_private_names():
+    """A file holds one concept whatever its length; what it keeps private (a leading underscore)
+    stays inside it, so a concept cannot leak across files."""
+    leaks = []
+    for relative, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("moss_cli")):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                leaks += [f"{relative} imports {node.module}.{name}" for name in private]
+    assert not leaks

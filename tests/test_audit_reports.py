@@ -121,7 +121,7 @@ def _mixups(prepared, seeds_used=True):
 
 def test_requests_differing_only_in_a_seed_the_engine_ignores_are_twins_not_a_mixup():
     synth = Synthesizer(SynthOptions(device="cpu"))
-    greedy = {"temperature": 0.0}
+    greedy = {"audio_temperature": 0.0}
     greedy_pair = synth.prepare(
         [
             Request("g1", "Same text.", 1, seed=1, sampling=greedy),
@@ -247,8 +247,8 @@ def test_golden_records_the_deploy_files_content_and_names_a_change_in_its_base_
     recorded = json.loads(golden.read_text())["environment"]["deploy_sha256"]
     assert re.fullmatch(r"[0-9a-f]{64}", recorded)
 
-    # Same path, same top file: only the base it inherits from changes (the sampling temperature).
-    base.write_text(base.read_text().replace("temperature: 1.7", "temperature: 1.1", 1))
+    # Same path, same top file: only the base it inherits from changes (the frame budget).
+    base.write_text(base.read_text().replace("max_tokens: 200", "max_tokens: 5", 1))
     result = _audit(
         requests, "--deploy", deploy, "--scenarios", "repeat", "--golden", golden, "--json", tmp_path / "d.json"
     )

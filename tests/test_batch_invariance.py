@@ -31,7 +31,7 @@ def _random_requests(rng: random.Random, prefix: str, count: int, seeded: bool) 
             line=i + 1,
             seed=rng.randint(0, 2**31) if seeded or rng.random() < 0.5 else None,
             max_new_frames=rng.randint(1, 40),
-            sampling={"temperature": rng.choice([0.8, 1.2, 1.7])} if rng.random() < 0.3 else {},
+            sampling={"audio_temperature": rng.choice([0.8, 1.2, 1.7])} if rng.random() < 0.3 else {},
         )
         for i in range(count)
     ]

@@ -13,6 +13,7 @@ from moss_cli.config.deploy import DeployWarning, load_deploy
 from moss_cli.config.effective import effective, effective_seed, frame_budget
 from moss_cli.config.requests import Request
 from moss_cli.errors import ConfigError
+from moss_cli.sampling_params import HeadSampling
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -145,13 +146,14 @@ def test_keys_only_a_server_understands_are_accepted(tmp_path):
     assert load_deploy(path).sampling == {"detokenize": False, "stop_token_ids": [1]}
 
 
+# vllm_omni/deploy/moss_tts_local.yaml:33-39 in the vllm-omni 0.30.0 wheel.
 VLLM_OMNI_V1_5 = {
-    "temperature": 1.0,
-    "top_p": 0.95,
-    "top_k": 50,
+    "temperature": 1.7,
+    "top_p": 0.8,
+    "top_k": 25,
     "max_tokens": 4096,
     "seed": 42,
-    "repetition_penalty": 1.1,
+    "repetition_penalty": 1.0,
 }
 
 
@@ -162,18 +164,6 @@ def test_recipe_named_after_vllm_omnis_deploy_file_carries_vllm_omnis_values():
     unseeded = load_deploy(RECIPES / "moss_tts_local_v1.5_unseeded.yaml")
     assert unseeded.default_seed is None and unseeded.sampling == {**VLLM_OMNI_V1_5, "seed": None}
     assert (RECIPES / "moss_tts_local_tiny.yaml").read_text() == TINY_DEPLOY.read_text()
-
-
-def test_openmoss_reference_recipe_carries_the_reference_generate_defaults():
-    reference = load_deploy(RECIPES / "moss_tts_local_v1.5_openmoss_reference.yaml")
-    assert reference.sampling == {
-        "temperature": 1.7,
-        "top_p": 0.8,
-        "top_k": 25,
-        "max_tokens": 4096,
-        "seed": 42,
-        "repetition_penalty": 1.0,
-    }
 
 
 def test_built_in_defaults_are_vllm_omnis_v1_5_deploy_values():
@@ -412,7 +402,7 @@ def test_resolving_requests_never_mutates_the_shared_defaults():
         line=1,
         seed=5,
         max_new_frames=3,
-        sampling={"temperature": 0.5, "top_k": 3, "top_p": 0.5, "repetition_penalty": 1.3},
+        sampling={"audio_temperature": 0.5, "audio_top_k": 3, "audio_top_p": 0.5, "audio_repetition_penalty": 1.3},
     )
     eff = effective(req, config)
     assert eff.seed == 5 and eff.audio.temperature == 0.5 and eff.audio.top_k == 3
@@ -431,6 +421,25 @@ def test_frame_budget_is_capped_by_max_tokens_and_the_model_length(tmp_path):
     assert frame_budget(Request(id="a", text="x", line=1), config, 900) == 124
 
 
-def test_temperature_zero_means_greedy():
+def test_audio_temperature_zero_means_greedy():
     config = load_deploy(TINY_DEPLOY)
-    assert not effective(Request(id="a", text="x", line=1, sampling={"temperature": 0.0}), config).do_sample
+    assert not effective(Request(id="a", text="x", line=1, sampling={"audio_temperature": 0.0}), config).do_sample
+
+
+def test_stage_0_sampling_values_do_not_reach_the_audio_as_in_vllm_omni(tmp_path):
+    """vllm-omni 0.30.0 samples MOSS-TTS-Local audio at 1.7 / 0.8 / 25 / 1.0 and the stop gate at
+    1.0 / 1.0 / 50, whatever stage 0 says (modeling_moss_tts_talker.py:1634-1654); so does moss.
+    Stage 0's seed still applies."""
+    other = tmp_path / "other.yaml"
+    other.write_text(
+        "base_config: " + str(RECIPES / "moss_tts_local_v1.5.yaml") + "\n"
+        "stages:\n  - stage_id: 0\n    default_sampling_params:\n"
+        "      {temperature: 0.0, top_p: 0.95, top_k: 50, repetition_penalty: 1.1, seed: 7}\n"
+    )
+    request = Request(id="a", text="x", line=1)
+    shipped, changed = effective(request, load_deploy(RECIPES / "moss_tts_local_v1.5.yaml")), effective(
+        request, load_deploy(other)
+    )
+    assert shipped.audio == changed.audio == HeadSampling(1.7, 0.8, 25, 1.0)
+    assert shipped.stop == changed.stop == HeadSampling(1.0, 1.0, 50, 1.0)
+    assert changed.do_sample and (shipped.seed, changed.seed) == (42, 7)

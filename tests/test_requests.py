@@ -24,7 +24,7 @@ def test_shipped_examples_parse():
     jsonl = read_requests(EXAMPLES / "requests.jsonl")
     assert [r.id for r in jsonl][:3] == ["greeting", "weather", "seed-zero"]
     assert jsonl[2].seed == 0 and jsonl[0].seed is None
-    assert {r.id: r.sampling for r in jsonl}["calm"] == {"temperature": 1.2, "top_k": 20}
+    assert {r.id: r.sampling for r in jsonl}["calm"] == {"audio_temperature": 1.2, "audio_top_k": 20}
     csv = read_requests(EXAMPLES / "requests.csv")
     assert [(r.id, r.seed, r.max_new_frames) for r in csv] == [
         ("csv-1", None, 30),

@@ -34,7 +34,7 @@ RECORDS = [
     {"id": "seed-zero", "text": "Hello, and welcome to the reproducibility lab.", "seed": 0, "max_new_frames": 40},
     {"id": "long", "text": "Tomorrow will be cloudy with a chance of rain.", "seed": 5, "max_new_frames": 60},
     {"id": "short", "text": "Yes.", "seed": 11, "max_new_frames": 12},
-    {"id": "calm", "text": "Please speak slowly.", "instruction": "A calm voice.", "seed": 7, "temperature": 1.2},
+    {"id": "calm", "text": "Please speak slowly.", "instruction": "A calm voice.", "seed": 7, "audio_temperature": 1.2},
     {"id": "french", "text": "Bonjour tout le monde.", "language": "fr", "seed": 3, "max_new_frames": 30},
 ]
 

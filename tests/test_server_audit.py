@@ -23,8 +23,9 @@ runner = CliRunner()
 REQUESTS = [
     {"id": "seeded", "text": "A request with its own seed.", "seed": 5, "max_new_frames": 3},
     {"id": "unseeded", "text": "A request without a seed.", "max_new_frames": 3},
-    {"id": "greedy", "text": "A greedy request.", "max_new_frames": 3, "temperature": 0},
 ]
+GREEDY = {"id": "greedy", "text": "A greedy request.", "max_new_frames": 3, "audio_temperature": 0}
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
 
 @pytest.fixture
@@ -61,8 +62,8 @@ def _verdicts(report: dict) -> dict[str, str]:
 def test_a_server_that_ignores_the_seed_is_reported_seed_ignored(requests, tmp_path):
     code, report, output = _audit(Behaviour(seeds="ignore"), requests, tmp_path)
     assert code == 1, output
-    # Seed 5 and seed 6 give the same audio; so do no seed and an explicit one. Greedy has no probe.
-    assert _verdicts(report) == {"seeded": "seed-ignored", "unseeded": "seed-ignored", "greedy": "identical"}
+    # Seed 5 and seed 6 give the same audio; so do no seed and an explicit one.
+    assert _verdicts(report) == {"seeded": "seed-ignored", "unseeded": "seed-ignored"}
     failed = {(c["request"], c["run"]) for c in report["cases"] if c["verdict"] == "fail"}
     assert failed == {("seeded", "another-explicit-seed"), ("unseeded", "unseeded-sent-with-seed-1000003")}
     assert report["summary"]["causes"] == {"seed-ignored": 2}
@@ -79,7 +80,7 @@ def test_a_reproducible_server_passes_with_reports_shaped_like_the_local_audits(
         assert runs[label]["max_in_flight_server"] > 1 and runs[label]["max_in_flight_client"] > 1
     assert runs["reference/alone"]["max_in_flight_client"] == 1
     # The deploy seed the server reports, sent explicitly, gives the unseeded request's audio.
-    probe = [c for c in report["cases"] if c["run"] == "the-reported-deploy-seed-sent-explicitly"]
+    probe = [c for c in report["cases"] if c["run"] == "the-deploy-seed-sent-explicitly"]
     assert [(c["request"], c["verdict"]) for c in probe] == [("unseeded", "pass")]
     assert report["server"]["codes"] == "x-moss-codes-sha256 header"
 
@@ -90,7 +91,7 @@ def test_a_batch_dependent_server_fails_and_the_report_dir_holds_both_audio_file
         Behaviour(batch_dependent=True), requests, tmp_path, *scenarios, "--report-dir", tmp_path / "r"
     )
     assert code == 1, output
-    assert _verdicts(report) == {"seeded": "batch-dependent", "unseeded": "batch-dependent", "greedy": "identical"}
+    assert _verdicts(report) == {"seeded": "batch-dependent", "unseeded": "batch-dependent"}
     assert "batch-dependent" in " ".join(output.split())
     failing = [c for c in report["cases"] if c["verdict"] == "fail"]
     assert {c["scenario"] for c in failing} == {"concurrent", "seeded-neighbours"}
@@ -122,18 +123,62 @@ def test_a_server_without_a_deploy_seed_is_unseeded_and_fails_only_when_strict(r
     behaviour = Behaviour(seeds="no-deploy-seed", moss_headers=True)
     code, report, output = _audit(behaviour, requests, tmp_path, "--scenarios", "repeat,concurrent")
     assert code == 0, output
-    assert _verdicts(report) == {"seeded": "identical", "unseeded": "unseeded", "greedy": "identical"}
+    assert _verdicts(report) == {"seeded": "identical", "unseeded": "unseeded"}
     assert report["summary"]["unseeded"] >= 2
     strict, report, _ = _audit(behaviour, requests, tmp_path, "--scenarios", "repeat", "--strict-unseeded")
     assert strict == 1 and report["summary"]["causes"] == {"unseeded": 1}
 
 
-def test_a_deploy_seed_that_does_not_act_as_a_request_seed_is_seed_ignored(requests, tmp_path):
+def test_a_deploy_seed_that_does_not_act_as_a_request_seed_is_deploy_seed_not_applied(requests, tmp_path):
     behaviour = Behaviour(moss_headers=True, deploy_seed_elsewhere=True)
     code, report, _ = _audit(behaviour, requests, tmp_path, "--scenarios", "seeds")
     assert code == 1
-    assert _verdicts(report)["unseeded"] == "seed-ignored"
-    assert "deploy seed" in report["server"]["requests"]["unseeded"]["detail"]
+    assert _verdicts(report)["unseeded"] == "deploy-seed-not-applied"
+    assert "stage-0 seed 42" in report["server"]["requests"]["unseeded"]["detail"]
+
+
+def test_with_the_deploy_file_an_unseeded_request_that_varies_fails_deploy_seed_not_applied(requests, tmp_path):
+    behaviour = Behaviour(seeds="no-deploy-seed")  # no headers: from outside, as vllm-omni 0.30.0
+    deploy = RECIPES / "moss_tts_local_v1.5.yaml"
+    scenarios = ("--scenarios", "repeat,concurrent,seeds")
+    code, report, output = _audit(behaviour, requests, tmp_path, *scenarios, "--deploy", deploy)
+    assert code == 1, output
+    assert _verdicts(report) == {"seeded": "identical", "unseeded": "deploy-seed-not-applied"}
+    detail = report["server"]["requests"]["unseeded"]["detail"]
+    assert "stage-0 seed 42" in detail and "process-wide RNG" in detail
+    assert report["server"]["deploy_seed"] == {
+        "file": str(deploy),
+        "seed": 42,
+        "checked": True,
+        "note": "checked: every unseeded request must give the audio of the same request sent with seed 42",
+    }
+    # Without the deploy file the same server is `unseeded` (not a failure), and the report says how to check.
+    code, report, output = _audit(behaviour, requests, tmp_path, *scenarios)
+    assert code == 0 and _verdicts(report)["unseeded"] == "unseeded", output
+    assert "--deploy FILE" in report["server"]["requests"]["unseeded"]["detail"]
+    assert "Deploy seed: not checked: pass --deploy FILE" in " ".join(output.split())
+
+
+def test_fields_the_server_would_drop_are_refused_before_anything_is_sent(requests, tmp_path):
+    path = tmp_path / "dropped.jsonl"
+    path.write_text(json.dumps(GREEDY) + "\n" + json.dumps({"text": "x", "instruction": "Calm."}) + "\n")
+    behaviour = Behaviour()
+    code, _, output = _audit(behaviour, path, tmp_path)
+    flat = " ".join(output.split())
+    assert code == 2 and "dropped.jsonl" in flat and behaviour.seen == []
+    assert "line 1 [audio_temperature]: vllm-omni's speech request has no such field" in flat
+    assert "line 2 [instruction]: vllm-omni's MOSS-TTS-Local prompt ignores it" in flat
+    # Allowed: sent with a warning; a server without moss's headers is taken to sample "greedy" requests.
+    code, report, output = _audit(behaviour, path, tmp_path, "--scenarios", "repeat,seeds", "--allow-dropped-fields")
+    assert code == 0, output
+    assert [c["run"] for c in report["cases"] if c["request"] == "greedy"] == ["repeat", "unseeded-sent-with-seed-1000003"]
+    assert len(report["server"]["dropped_fields"]) == 2
+    # moss serve honours audio_temperature 0 (its headers say what it did): greedy requests get no seed probe.
+    code, report, output = _audit(
+        Behaviour(moss_headers=True), path, tmp_path, "--scenarios", "repeat,seeds", "--allow-dropped-fields"
+    )
+    assert code == 0, output
+    assert [c["run"] for c in report["cases"] if c["request"] == "greedy"] == ["repeat"]
 
 
 def test_a_server_that_refuses_reference_audio_skips_the_voices_scenario_and_says_so(requests, tmp_path):
@@ -151,8 +196,9 @@ def _output(pcm: np.ndarray, seed_source: str) -> Output:
 def test_differing_alone_with_greedy_decoding_or_a_claimed_seed_is_run_to_run():
     rules = Rules("codes", 60.0, False, 24_000)
     a, b = synthesize("x", None, 1), synthesize("x", None, 1)  # fresh noise each time
-    greedy = Request("g", "x", 1, sampling={"temperature": 0})
-    assert alone(greedy, _output(a, "deploy"), _output(b, "deploy"), rules).cause == RUN_TO_RUN
+    greedy = Request("g", "x", 1, sampling={"audio_temperature": 0})
+    honoured = Rules("codes", 60.0, False, 24_000, greedy=frozenset({"g"}))
+    assert alone(greedy, _output(a, "deploy"), _output(b, "deploy"), honoured).cause == RUN_TO_RUN
     claimed = Request("c", "x", 1)  # no seed of its own, yet the server says it applied its deploy seed
     assert alone(claimed, _output(a, "deploy"), _output(b, "deploy"), rules).cause == RUN_TO_RUN
     assert alone(claimed, _output(a, "unknown"), _output(b, "unknown"), rules).cause == "unseeded"
@@ -185,13 +231,9 @@ def test_a_server_baseline_saved_today_passes_tomorrow_and_catches_another_build
     # Another build: every request alone and in every batch agrees with itself, so only the baseline sees it.
     drifted, report, output = _audit(Behaviour(rebuilt=True), requests, tmp_path, "--golden", golden)
     assert drifted == 1 and report["summary"]["failures"] == 0, output
-    assert {d["request"]: d["reason"] for d in report["golden"]["drifts"]} == {
-        "seeded": "pcm",
-        "unseeded": "pcm",
-        "greedy": "pcm",
-    }
+    assert {d["request"]: d["reason"] for d in report["golden"]["drifts"]} == {"seeded": "pcm", "unseeded": "pcm"}
     assert "codes not reported, different PCM bytes" in report["golden"]["drifts"][0]["detail"]
-    assert "golden drift: 3 request(s) drifted" in " ".join(output.split())
+    assert "golden drift: 2 request(s) drifted" in " ".join(output.split())
 
 
 def test_a_server_baseline_with_codes_hashes_names_drifted_codes(requests, tmp_path):

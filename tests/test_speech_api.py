@@ -24,7 +24,7 @@ def test_a_request_survives_the_trip_through_a_body():
         seed=0,  # an explicit seed 0 is a seed
         max_new_frames=30,
         prompt_fields={"instruction": "calm", "language": "English", "quality": "high", "tokens": 40},
-        sampling={"temperature": 1.2, "top_k": 10},
+        sampling={"audio_temperature": 1.2, "audio_top_k": 10},
     )
     body = body_from_request(request)
     assert body["input"] == "Hello there." and body["max_new_tokens"] == 30 and body["seed"] == 0

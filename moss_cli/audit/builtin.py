@@ -17,11 +17,13 @@ _TEXTS = [
 ]
 
 
-def builtin_requests() -> list[Request]:
+def builtin_requests(for_server: bool = False) -> list[Request]:
+    """`for_server`: without the fields a vllm-omni MOSS-TTS-Local server drops (an instruction,
+    audio sampling overrides), so the default server audit sends only what the server honours."""
     requests = []
     for line, (rid, text, seed, frames) in enumerate(_TEXTS, start=1):
-        fields = {"instruction": "Calm and slow."} if rid == "instructed" else {}
-        sampling = {"temperature": 1.2, "top_k": 30} if rid == "medium-seeded" else {}
+        fields = {"instruction": "Calm and slow."} if rid == "instructed" and not for_server else {}
+        sampling = {"audio_temperature": 1.2, "audio_top_k": 30} if rid == "medium-seeded" and not for_server else {}
         requests.append(
             Request(
                 id=rid, text=text, line=line, seed=seed, max_new_frames=frames, prompt_fields=fields, sampling=sampling

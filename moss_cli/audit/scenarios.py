@@ -73,7 +73,7 @@ def neighbour_requests(count: int, prefix: str, *, seed_base: int, frames: list[
             line=0,
             seed=seed_base + i,
             max_new_frames=frames[i % len(frames)],
-            sampling={"temperature": 0.0} if greedy else {},
+            sampling={"audio_temperature": 0.0} if greedy else {},
         )
         for i in range(count)
     ]

@@ -14,6 +14,14 @@ from .runner import AuditResult
 STYLE = {"identical": "green", "unseeded": "yellow"}
 
 
+def notes(server: dict) -> list[str]:
+    """What the audit learnt of the server and assumed, one sentence each (every report shows them)."""
+    out = [f"Deploy seed: {server['deploy_seed']['note']}."]
+    out.append(f"Reference voice: {server['reference_voice']}.")
+    out += [f"Sent although vllm-omni drops it: {field}." for field in server["dropped_fields"]]
+    return out
+
+
 def _in_flight(run: dict) -> str:
     server = run["max_in_flight_server"]
     return f"{run['max_in_flight_client']}" + (f" (server: {server})" if server is not None else "")
@@ -40,6 +48,8 @@ def render_server(console: Console, result: AuditResult) -> None:
     if server["retries"]:
         console.print(f"[yellow]{len(server['retries'])} re-send(s)[/] after 5xx answers or reset connections")
     console.print(f"codes: {escape(server['codes'])}", highlight=False)
+    for line in notes(server):
+        console.print(escape(line), highlight=False, soft_wrap=True)
 
 
 def server_markdown(result: AuditResult) -> list[str]:
@@ -59,6 +69,7 @@ def server_markdown(result: AuditResult) -> list[str]:
         out += ["", f"{len(server['retries'])} re-send(s) after 5xx answers or reset connections:"]
         out += [f"- {r['request']} ({r['context']}), attempt {r['attempt']}: {r['reason']}" for r in server["retries"]]
     out += ["", f"Codes: {server['codes']}."]
+    out += ["", *(f"- {line}" for line in notes(server))]
     return out
 
 
@@ -85,7 +96,7 @@ def server_blocks(server: dict) -> list:
             for label, run in server["runs"].items()
         ],
     )
-    blocks: list = [requests, runs, f"Codes: {server['codes']}."]
+    blocks: list = [requests, runs, f"Codes: {server['codes']}.", *notes(server)]
     blocks += [f"Skipped {scenario}: {why}" for scenario, why in server["skipped"].items()]
     if server["retries"]:
         blocks.append(f"{len(server['retries'])} re-send(s) after 5xx answers or reset connections (see the JSON).")

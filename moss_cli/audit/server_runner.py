@@ -13,18 +13,30 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
+from ..config.deploy import load_deploy
 from ..config.requests import Request, read_requests
 from ..errors import MossError
 from ..remote.client import Retry, ServerError, SpeechClient, all_or_nothing
 from ..remote.references import check_references, reference_sha256
 from ..remote.reply import Reply, audio_tensor
 from ..remote.settings import ServerOptions
+from ..speech_api import check_dropped_fields
 from .builtin import builtin_requests
 from .compare import Output
 from .mixups import MixUpLog
 from .runner import LEVELS, AuditOptions, AuditResult
-from .server_scenarios import SERVER_SCENARIOS, Send, ServerRun, build_server_runs, greedy, seed_probes, voice_check
-from .server_verdicts import Rules, alone, judge, request_verdicts
+from .server_scenarios import (
+    SERVER_SCENARIOS,
+    Send,
+    ServerRun,
+    build_server_runs,
+    default_voice,
+    greedy,
+    seed_probes,
+    voice_check,
+    with_voice,
+)
+from .server_verdicts import DEPLOY_HINT, Rules, alone, judge, request_verdicts
 
 
 @dataclass
@@ -36,23 +48,26 @@ class ServerAuditOptions:
     min_snr_db: float = 60.0
     strict_unseeded: bool = False
     stagger_s: float | None = None  # None: a quarter of a request's time alone (measured by the reference run)
+    deploy: Path | None = None  # the deploy file the server runs: its stage-0 seed is checked
+    allow_foreign_deploy: bool = False
+    allow_dropped_fields: bool = False  # send fields vllm-omni drops (a warning instead of exit 2)
     on_retry: Callable[[Retry], None] | None = field(default=None, repr=False)
     command: str | None = None  # the command line, as the reports show it (secrets already blanked)
 
 
-def served_content(request: Request, seed: int | None) -> dict:
+def served_content(request: Request, seed: int | None, greedy_ids: set[str]) -> dict:
     """What should shape a request's audio (as mixups.request_content, from the request itself)."""
     return {
         "text": request.text,
         "prompt fields": request.prompt_fields,
         "ref_text": request.ref_text,
         "ref_audio": reference_sha256(request),
-        "seed": None if greedy(request) else seed,
+        "seed": None if request.id in greedy_ids else seed,
         "sampling": request.sampling,
     }
 
 
-def served_output(send: Send, reply: Reply) -> Output:
+def served_output(send: Send, reply: Reply, greedy_ids: set[str]) -> Output:
     """An answer as the audit keeps it: no codes, only what the server reported about them."""
     seed = send.sent_seed
     source = reply.seed_source or ("request" if seed is not None else "unknown")
@@ -63,7 +78,7 @@ def served_output(send: Send, reply: Reply) -> Output:
         seed_source=source,
         seed=reply.seed if reply.seed is not None else seed,
         wall_s=reply.wall_s,
-        content=served_content(send.request, seed),
+        content=served_content(send.request, seed, greedy_ids),
         codes_hash=reply.codes_sha256,
         frame_count=reply.frames,
     )
@@ -87,14 +102,50 @@ class ServerAuditor:
                 field="--scenarios",
             )
         self.options = options
-        self.requests = read_requests(options.requests) if options.requests else builtin_requests()
+        self.deploy = None
+        if options.deploy is not None:  # its platform sections for CUDA, where vllm-omni serves
+            self.deploy = load_deploy(options.deploy, "cuda", allow_foreign=options.allow_foreign_deploy)
+        self.requests = read_requests(options.requests) if options.requests else builtin_requests(for_server=True)
+        self.dropped = check_dropped_fields(self.requests, options.requests, options.allow_dropped_fields)
         check_references(self.requests, options.requests)
         # The repeat decides what every other comparison means: it always runs, first.
         self.scenarios = ["repeat", *dict.fromkeys(s for s in options.scenarios if s != "repeat")]
 
+    @property
+    def deploy_seed(self) -> int | None:
+        return self.deploy.default_seed if self.deploy is not None else None
+
     def run(self) -> AuditResult:
         with tempfile.TemporaryDirectory(prefix="moss-server-audit-") as workdir:  # generated voice clips
             return asyncio.run(self._run_all(Path(workdir)))
+
+    async def _voice_for_all(self, client: SpeechClient, workdir: Path) -> tuple[Path | None, str]:
+        """Whether the server requires a reference voice (vllm-omni's MOSS-TTS-Local does: its
+        adapter refuses a request without `ref_audio`), learnt from its answer to one short request
+        without one. Where it does, the audit's own requests carry a clip it makes (returned);
+        requests of a file are sent as written, so one without a reference is an error here."""
+        probe = with_voice(builtin_requests(for_server=True)[:1], None)[0]
+        body = Send(probe, seed=1).body(self.options.server) | {"max_new_tokens": 2}
+        try:
+            await client.speak(probe.id, body, "reference-voice-check")
+            return None, "not required: the server answers a request without ref_audio"
+        except ServerError as e:
+            if e.status != 400 or "ref_audio" not in e.message:
+                raise
+            said = e.message.split(": HTTP 400 Bad Request: ")[-1]
+        missing = [r for r in self.requests if r.ref_audio is None]
+        if self.options.requests is not None and missing:
+            lines = ", ".join(str(r.line) for r in missing)
+            raise MossError(
+                f"the server requires a reference voice (it answers a request without one: {said!r}), and the "
+                f"request(s) on line(s) {lines} have no ref_audio",
+                file=self.options.requests,
+                line=missing[0].line,
+                field="ref_audio",
+            )
+        voice = default_voice(workdir)
+        self.requests = with_voice(self.requests, voice)
+        return voice, f"required ({said}); the audit's own requests carry a synthetic 2 s voice"
 
     async def _send(self, client: SpeechClient, run: ServerRun, scenario: str) -> list[tuple[Send, Reply]]:
         server, context, started = self.options.server, f"{scenario}/{run.label}", time.perf_counter()
@@ -113,13 +164,17 @@ class ServerAuditor:
         async with SpeechClient(opts.server, opts.on_retry) as client:
             models = await client.models()
             served = await client.environment()
+            voice, voice_note = await self._voice_for_all(client, workdir)
             reference_run = ServerRun("alone", [Send(r) for r in self.requests], together=False)
             began = time.perf_counter()
             replies = await self._send(client, reference_run, "reference")
             stagger_s = opts.stagger_s
             if stagger_s is None:  # sends must overlap for "staggered" to mean anything, on a fast server too
                 stagger_s = min(max((time.perf_counter() - began) / len(replies) / 4, 0.005), 1.0)
-            reference = {s.request.id: served_output(s, r) for s, r in replies}
+            # Only moss serve (which says what it did in x-moss-* headers) honours audio_temperature 0.
+            honoured = all(r.seed_source is not None for _, r in replies)
+            greedy_ids = {r.id for r in self.requests if greedy(r, honoured)}
+            reference = {s.request.id: served_output(s, r, greedy_ids) for s, r in replies}
             reported = {s.request.id: (r.seed, r.seed_source) for s, r in replies}
             mixups = MixUpLog(keys)
             mixups.add("reference", "alone", reference)
@@ -129,7 +184,7 @@ class ServerAuditor:
             for scenario in self.scenarios:
                 began = time.perf_counter()
                 if scenario == "seeds":
-                    runs = seed_probes(self.requests, reported)
+                    runs = seed_probes(self.requests, reported, self.deploy_seed, greedy_ids)
                 else:
                     runs = build_server_runs(
                         scenario,
@@ -137,19 +192,29 @@ class ServerAuditor:
                         concurrency=opts.server.concurrency,
                         stagger_s=stagger_s,
                         workdir=workdir,
+                        voice=voice,
                     )
                 if scenario == "voices" and (refused := await self._refuses_voices(client, workdir)):
                     skipped[scenario], runs = refused, []
                 for run in runs:
                     got = await self._send(client, run, scenario)
-                    outputs[(scenario, run.label)] = {s.request.id: served_output(s, r) for s, r in got if s.audited}
+                    outputs[(scenario, run.label)] = {
+                        s.request.id: served_output(s, r, greedy_ids) for s, r in got if s.audited
+                    }
                     mixups.add(scenario, run.label, outputs[(scenario, run.label)])
                     runs_seen[f"{scenario}/{run.label}"] = _in_flight(run, got)
                     sent.append((scenario, run, got))
                 scenario_s[scenario] = time.perf_counter() - began
             models_sent = client.sent
             retries = [r.as_dict() for r in client.retries]
-        rules = Rules(opts.level, opts.min_snr_db, opts.strict_unseeded, next(iter(replies))[1].sample_rate)
+        rules = Rules(
+            opts.level,
+            opts.min_snr_db,
+            opts.strict_unseeded,
+            next(iter(replies))[1].sample_rate,
+            deploy_seed=self.deploy_seed,
+            greedy=frozenset(greedy_ids),
+        )
         by_id = {r.id: r for r in self.requests}
         verdicts_alone = {k: alone(by_id[k], reference[k], outputs[("repeat", "repeat")][k], rules) for k in keys}
         cases = []
@@ -177,6 +242,9 @@ class ServerAuditor:
             "http_requests": models_sent,
             "retries": retries,
             "skipped": skipped,
+            "deploy_seed": self._deploy_note(),
+            "reference_voice": voice_note,
+            "dropped_fields": self.dropped,
             "probes": {f"seeds/{run.label}": [s.request.id for s in run.sends] for sc, run, _ in sent if sc == "seeds"},
             "requests": request_verdicts(cases, keys),
             "runs": runs_seen,
@@ -201,6 +269,18 @@ class ServerAuditor:
             scenario_s=scenario_s,
             server=server,
         )
+
+    def _deploy_note(self) -> dict:
+        """What the audit knows of the seed unseeded requests must get, for the reports."""
+        if self.deploy is None:
+            return {"file": None, "seed": None, "checked": False, "note": f"not checked: {DEPLOY_HINT}"}
+        seed = self.deploy_seed
+        note = (
+            f"checked: every unseeded request must give the audio of the same request sent with seed {seed}"
+            if seed is not None
+            else "the deploy file gives no stage-0 seed: unseeded requests are not expected to be reproducible"
+        )
+        return {"file": str(self.options.deploy), "seed": seed, "checked": seed is not None, "note": note}
 
     async def _refuses_voices(self, client: SpeechClient, workdir: Path) -> str | None:
         """The server's words when it refuses reference audio (4xx), else None."""

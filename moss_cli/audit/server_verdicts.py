@@ -7,10 +7,14 @@ comparison of it means anything. Then:
   neighbours, staggered, voices): what another request did changed its audio;
 - `run-to-run`: different alone-vs-alone although nothing random should differ (greedy decoding,
   or a seed the server says it applied);
-- `seed-ignored`: one explicit seed gives different audio alone, two different explicit seeds give
-  identical audio, or the deploy seed the server reports, sent explicitly, gives other audio;
-- `unseeded`: no explicit seed and different alone-vs-alone (the server applies no deploy seed),
-  or the server says it used none; a failure only with --strict-unseeded, as in the local audit.
+- `deploy-seed-not-applied`: the deploy seed is known (--deploy, or the server reports it) and an
+  unseeded request differs alone-vs-alone, or differs from the same request sent with that seed:
+  the deploy-seed fix is not in effect (vllm-omni 0.30.0 draws unseeded audio from the
+  process-wide RNG);
+- `seed-ignored`: one explicit seed gives different audio alone, or two different explicit seeds
+  give identical audio;
+- `unseeded`: no explicit seed and no known deploy seed, and different alone-vs-alone, or the
+  server says it used none; a failure only with --strict-unseeded, as in the local audit.
 """
 
 from __future__ import annotations
@@ -20,11 +24,24 @@ from dataclasses import dataclass
 from .attribution import Attribution
 from .compare import Output, compare
 from .runner import Case, violates
-from .server_scenarios import greedy
 
 BATCH_DEPENDENT, RUN_TO_RUN, SEED_IGNORED, UNSEEDED = "batch-dependent", "run-to-run", "seed-ignored", "unseeded"
+DEPLOY_SEED_NOT_APPLIED = "deploy-seed-not-applied"
 IDENTICAL = "identical"
-VERDICTS = (RUN_TO_RUN, BATCH_DEPENDENT, SEED_IGNORED, UNSEEDED)  # a request's verdict: the first that applies
+# A request's verdict: the first that applies.
+VERDICTS = (RUN_TO_RUN, DEPLOY_SEED_NOT_APPLIED, BATCH_DEPENDENT, SEED_IGNORED, UNSEEDED)
+# Why an unseeded request's audio can vary on vllm-omni (paths: the vllm_omni package of its 0.30.0 wheel).
+UNSEEDED_CAUSES = (
+    "the deploy seed does not reach the residual sampler (vllm-omni 0.30.0 gives tts_local_seed to seeded "
+    "requests only, entrypoints/openai/serving_speech.py:2036-2044, and an unseeded request's audio draws from "
+    "the process-wide RNG, worker/gpu_model_runner.py:1968-1979)"
+)
+RETRY_CAUSE = (
+    "or a retry with a random seed (vllm-omni retries an unseeded, non-streaming request without "
+    "max_new_tokens once with a random seed when its adapter rejects the generated audio: "
+    "entrypoints/openai/serving_speech.py:2632-2657; 0.30.0's MOSS adapter rejects none, tts_adapters/base.py:301-314)"
+)
+DEPLOY_HINT = "pass --deploy FILE (the deploy file the server runs) to check that unseeded requests get its seed"
 
 
 @dataclass(frozen=True)
@@ -33,6 +50,16 @@ class Rules:
     min_snr_db: float
     strict_unseeded: bool
     sample_rate: int
+    deploy_seed: int | None = None  # the stage-0 seed of --deploy: unseeded requests must be its audio
+    greedy: frozenset[str] = frozenset()  # requests the server decodes greedily (it honours audio_temperature 0)
+
+
+def unseeded_causes(request) -> str:
+    """The possible causes of an unseeded request's varying audio, for its detail."""
+    causes = f"possible causes: {UNSEEDED_CAUSES}"
+    if request.max_new_frames is None:
+        causes += ", " + RETRY_CAUSE
+    return causes
 
 
 @dataclass(frozen=True)
@@ -48,7 +75,7 @@ def alone(request, reference: Output, repeat: Output, rules: Rules) -> Alone:
     cmp = compare(reference, repeat, rules.sample_rate)
     if not violates(cmp, rules.level, rules.min_snr_db):
         return Alone(True)
-    if greedy(request):
+    if request.id in rules.greedy:
         return Alone(False, RUN_TO_RUN, "greedy decoding, yet two runs alone differ")
     if request.seed is not None:
         return Alone(
@@ -57,12 +84,19 @@ def alone(request, reference: Output, repeat: Output, rules: Rules) -> Alone:
             f"explicit seed {request.seed}, yet two runs alone differ: the server ignores the seed, or is not "
             "deterministic with a fixed seed",
         )
+    if rules.deploy_seed is not None:
+        return Alone(
+            False,
+            DEPLOY_SEED_NOT_APPLIED,
+            f"no explicit seed, and two runs alone differ although the deploy file gives stage-0 seed "
+            f"{rules.deploy_seed}; {unseeded_causes(request)}",
+        )
     if reference.seed_source in ("none", "unknown"):
         return Alone(
             False,
             UNSEEDED,
-            "no explicit seed, and two runs alone differ: the server applies no deploy seed, so the audio is "
-            "expected to vary",
+            f"no explicit seed, and two runs alone differ: no deploy seed reaches it, so the audio varies; "
+            f"{unseeded_causes(request)}" + ("" if reference.seed_source == "none" else f"; {DEPLOY_HINT}"),
         )
     return Alone(
         False,
@@ -97,15 +131,16 @@ def judge(
         return case
     if not request_alone.stable:
         return _as_alone(case, request_alone, rules)
-    if reference.seed_source == "none":  # the server says so: as the local audit, not a failure
-        return _unseeded(case, f"the server reports no seed for it; it differs in {scenario}/{run}", rules)
     if scenario == "seeds":
+        where = "the deploy file's" if rules.deploy_seed is not None else "the server's reported"
         return _fail(
             case,
-            SEED_IGNORED,
-            f"the deploy seed the server reports ({out.seed}), sent explicitly, gives other audio than no seed: "
-            "the deploy seed does not reach the sampler as a request seed would",
+            DEPLOY_SEED_NOT_APPLIED,
+            f"sent with {where} stage-0 seed {out.seed} explicitly, it gives other audio than without a seed: "
+            "unseeded requests do not get the deploy seed as their residual sampler's seed",
         )
+    if reference.seed_source == "none" and rules.deploy_seed is None:  # the server says so: not a failure
+        return _unseeded(case, f"the server reports no seed for it; it differs in {scenario}/{run}", rules)
     return _fail(
         case,
         BATCH_DEPENDENT,

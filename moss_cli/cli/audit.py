@@ -34,6 +34,7 @@ from .options import (
     synth_options,
 )
 from .server_options import (
+    AllowDroppedFieldsOption,
     ChannelsOption,
     ConcurrencyOption,
     HeaderOption,
@@ -98,8 +99,9 @@ def audit_determinism(
     header: HeaderOption = None,
     response_format: ResponseFormatOption = "wav",
     sample_rate: SampleRateOption = None,
-    channels: ChannelsOption = 1,
+    channels: ChannelsOption = None,
     served_model: ServedModelOption = None,
+    allow_dropped_fields: AllowDroppedFieldsOption = False,
     ray: RayOption = False,
     ray_address: RayAddressOption = None,
     workers: WorkersOption = None,
@@ -109,8 +111,9 @@ def audit_determinism(
     """Synthesise the same requests in many batch compositions and compare each with its output alone.
 
     With --server, audit a running speech server instead (a black box: its audio, and moss serve's
-    headers when it sends them). Exit 0: no violation; 1: a violation (or golden drift); 2: bad input
-    or runtime error (including a server that does not answer with audio)."""
+    headers when it sends them); --deploy then names the deploy file the server runs, whose stage-0
+    seed unseeded requests must get (the deploy-seed fix). Exit 0: no violation; 1: a violation (or
+    golden drift); 2: bad input or runtime error (including a server that does not answer with audio)."""
     with user_errors():
         # torch loads here, not for --help
         from ..audit.golden import check_golden, save_golden
@@ -129,7 +132,7 @@ def audit_determinism(
         if golden is not None and not golden.is_file():
             raise MossError("golden file does not exist", file=golden, field="--golden")
         if server:
-            refuse_local_options(ctx)
+            refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
             settings = server_options(
                 server=server,
                 concurrency=concurrency,
@@ -152,6 +155,9 @@ def audit_determinism(
                 None if stagger_ms is None else stagger_ms / 1000.0,
                 settings,
                 command,
+                deploy=deploy,
+                allow_foreign_deploy=allow_foreign_deploy,
+                allow_dropped_fields=allow_dropped_fields,
             )
         else:
             options = AuditOptions(
@@ -208,7 +214,7 @@ def audit_determinism(
     raise typer.Exit(s["exit_code"])
 
 
-def _server_audit(requests, scenarios, level, min_snr_db, strict_unseeded, stagger_s, server, command):
+def _server_audit(requests, scenarios, level, min_snr_db, strict_unseeded, stagger_s, server, command, **deploy):
     """Audit a running server; each re-send is shown as it happens (and listed in the reports)."""
     from ..audit.server_runner import ServerAuditOptions, run_server_audit
 
@@ -226,5 +232,6 @@ def _server_audit(requests, scenarios, level, min_snr_db, strict_unseeded, stagg
             stagger_s=stagger_s,
             on_retry=on_retry,
             command=command,
+            **deploy,
         )
     )

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from ..assets import TINY_DEPLOY
-from ..config.deploy import PLATFORMS, load_deploy
+from ..config.deploy import DRIVES_NOTE, PLATFORMS, STAGE0_DRIVES, load_deploy
 from .common import stdout, user_errors
 
 app = typer.Typer(help="Inspect deploy configs.", no_args_is_help=True)
@@ -32,7 +32,8 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Print stage 0's default sampling params, max_num_seqs, max_model_len and codec streaming keys,
-    each with the file and line it came from (after base_config and platform merges)."""
+    each with the file and line it came from (after base_config and platform merges) and what it
+    drives in a vllm-omni MOSS-TTS-Local deployment and in moss."""
     with user_errors():
         config = load_deploy(
             None if builtin else (deploy or TINY_DEPLOY), platform.lower(), allow_foreign=allow_foreign_deploy
@@ -60,7 +61,10 @@ def show(
                 {
                     "deploy": str(config.path) if config.path else None,
                     "platform": platform,
-                    "values": {name: {"value": value, "source": str(src)} for name, value, src in rows},
+                    "note": DRIVES_NOTE,
+                    "values": {
+                        name: {"value": value, "source": str(src), **_drives(name)} for name, value, src in rows
+                    },
                 }
             )
         )
@@ -69,6 +73,17 @@ def show(
     table.add_column("key", overflow="fold")
     table.add_column("value", justify="right", overflow="fold")
     table.add_column("from", overflow="fold")
+    table.add_column("drives in vllm-omni", overflow="fold")
+    table.add_column("drives in moss", overflow="fold")
     for name, value, src in rows:
-        table.add_row(name, "null" if value is None else str(value), str(src))
+        drives = _drives(name)
+        table.add_row(name, "null" if value is None else str(value), str(src), drives["vllm_omni"], drives["moss"])
     stdout.print(table)
+    stdout.print(DRIVES_NOTE, highlight=False)
+
+
+def _drives(name: str) -> dict[str, str]:
+    if name.startswith("connectors."):
+        return {"vllm_omni": "the codec's streaming chunks", "moss": "the chunks of --stream"}
+    vllm_omni, moss = STAGE0_DRIVES.get(name, ("", ""))
+    return {"vllm_omni": vllm_omni, "moss": moss}

@@ -47,16 +47,25 @@ SampleRateOption = Annotated[
         "--sample-rate",
         min=1,
         help="--server with --response-format pcm: the sample rate when the server sends none "
-        "(x-moss-sample-rate; default 24000).",
+        "(x-moss-sample-rate; default 48000, MOSS-TTS-Local v1.5's).",
     ),
 ]
 ChannelsOption = Annotated[
-    int,
+    Optional[int],
     typer.Option(
         "--channels",
         min=1,
         help="--server with --response-format pcm: interleaved channels when the server does not say "
-        "(x-moss-channels).",
+        "(x-moss-channels; default 2, MOSS-TTS-Local v1.5's stereo).",
+    ),
+]
+AllowDroppedFieldsOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-dropped-fields",
+        help="--server: send request fields that vllm-omni's MOSS-TTS-Local drops silently (audio_* sampling "
+        "overrides, instruction, tokens, quality, sound_event, ambient_sound) with a warning, instead of "
+        "refusing the request file (exit 2).",
     ),
 ]
 ServedModelOption = Annotated[
@@ -74,7 +83,7 @@ def server_options(
     header: list[str] | None,
     response_format: str,
     sample_rate: int | None,
-    channels: int,
+    channels: int | None,
     served_model: str | None,
 ):
     from ..remote.settings import ServerOptions, parse_headers
@@ -114,13 +123,19 @@ LOCAL_ONLY = (
 )
 
 
-def refuse_local_options(ctx: typer.Context) -> None:
+def refuse_local_options(ctx: typer.Context, allowed: tuple[str, ...] = ()) -> None:
     """With --server the server's own settings decide: an option of the local engine given on the
-    command line would be silently meaningless, so it is an error."""
+    command line would be silently meaningless, so it is an error (except those in `allowed`,
+    which mean something for a server too)."""
     named = []
     for param in ctx.command.params:
         source = ctx.get_parameter_source(param.name)
-        if param.name in LOCAL_ONLY and source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+        if (
+            param.name in LOCAL_ONLY
+            and param.name not in allowed
+            and source is not None
+            and source.name in ("COMMANDLINE", "ENVIRONMENT")
+        ):
             off = ctx.params.get(param.name) is False and param.secondary_opts
             named.append(param.secondary_opts[0] if off else param.opts[0])
     if named:

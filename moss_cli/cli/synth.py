@@ -34,6 +34,7 @@ from .options import (
     synth_options,
 )
 from .server_options import (
+    AllowDroppedFieldsOption,
     ChannelsOption,
     ConcurrencyOption,
     HeaderOption,
@@ -95,7 +96,8 @@ def synth(
     header: HeaderOption = None,
     response_format: ResponseFormatOption = "wav",
     sample_rate: SampleRateOption = None,
-    channels: ChannelsOption = 1,
+    channels: ChannelsOption = None,
+    allow_dropped_fields: AllowDroppedFieldsOption = False,
     served_model: ServedModelOption = None,
     ray: RayOption = False,
     ray_address: RayAddressOption = None,
@@ -112,6 +114,7 @@ def synth(
     with user_errors():  # torch loads inside, not for --help
         run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force)
         if server:
+            run["allow_dropped_fields"] = allow_dropped_fields
             refuse_local_options(ctx)
             settings = server_options(
                 server=server,
@@ -180,6 +183,10 @@ def _through_server(requests: Path, out: Path, server, run: dict) -> SynthSummar
     def on_retry(retry) -> None:
         stderr.print(f"[yellow]retry:[/] {escape(retry.message)}", highlight=False, soft_wrap=True)
 
+    def on_warning(message: str) -> None:
+        stderr.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+    run = {**run, "on_warning": on_warning}
     if interactive():
         with progress_bar() as (on_start, on_result):
             return synthesize_remote(

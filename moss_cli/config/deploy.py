@@ -49,7 +49,16 @@ from .deploy_merge import (
     wrap,
 )
 
-__all__ = ["DeployConfig", "DeployWarning", "Source", "PLATFORMS", "load_deploy", "check_platform"]
+__all__ = [
+    "DeployConfig",
+    "DeployWarning",
+    "Source",
+    "PLATFORMS",
+    "STAGE0_DRIVES",
+    "DRIVES_NOTE",
+    "load_deploy",
+    "check_platform",
+]
 
 CODEC_STREAM_KEYS = (
     "codec_chunk_frames",
@@ -57,7 +66,7 @@ CODEC_STREAM_KEYS = (
     "codec_chunk_ramp",
     "codec_left_context_frames",
 )
-VLLM_OMNI_DEPLOY = "vllm-omni vllm_omni/deploy/moss_tts_local.yaml @ 86406a44"
+VLLM_OMNI_DEPLOY = "vllm-omni 0.30.0 vllm_omni/deploy/moss_tts_local.yaml"
 BUILT_IN = f"built-in ({VLLM_OMNI_DEPLOY})"
 
 # The MOSS-TTS-Local-Transformer-v1.5 stage defaults of vllm-omni's deploy file (the file is cited
@@ -69,12 +78,12 @@ V1_5_DEFAULTS: dict[str, Any] = {
             "max_num_seqs": 64,
             "max_model_len": 4096,
             "default_sampling_params": {
-                "temperature": 1.0,
-                "top_p": 0.95,
-                "top_k": 50,
+                "temperature": 1.7,
+                "top_p": 0.8,
+                "top_k": 25,
                 "max_tokens": 4096,
                 "seed": 42,
-                "repetition_penalty": 1.1,
+                "repetition_penalty": 1.0,
             },
         },
         {
@@ -98,6 +107,35 @@ V1_5_DEFAULTS: dict[str, Any] = {
         }
     },
 }
+
+
+# What each stage-0 key drives in a vllm-omni 0.30.0 MOSS-TTS-Local deployment and in moss, for
+# `moss config show` (vllm-omni paths: the vllm_omni package of its 0.30.0 wheel).
+NOT_AUDIO = "not the audio (fixed 1.7 / 0.8 / 25 / 1.0)"
+STAGE0_DRIVES: dict[str, tuple[str, str]] = {
+    "default_sampling_params.temperature": (NOT_AUDIO, NOT_AUDIO),
+    "default_sampling_params.top_p": (NOT_AUDIO, NOT_AUDIO),
+    "default_sampling_params.top_k": (NOT_AUDIO, NOT_AUDIO),
+    "default_sampling_params.repetition_penalty": (NOT_AUDIO, NOT_AUDIO),
+    "default_sampling_params.seed": (
+        "seeded requests' stage seed; unseeded audio: global RNG (0.30.0), this seed (after the fix)",
+        "the seed of unseeded requests",
+    ),
+    "default_sampling_params.max_tokens": (
+        "frames when max_new_tokens is absent",
+        "frames when max_new_frames is absent",
+    ),
+    "max_num_seqs": ("requests batched at once", "the default --max-batch"),
+    "max_model_len": ("prompt + frames, at most", "prompt + frames, at most"),
+}
+DRIVES_NOTE = (
+    "vllm-omni 0.30.0 samples MOSS-TTS-Local's audio codes at temperature 1.7, top_p 0.8, top_k 25, repetition "
+    "penalty 1.0 whatever stage 0 says, and the continue/stop gate at 1.0 / top_k 50 / top_p 1.0 "
+    "(model_executor/models/moss_tts/modeling_moss_tts_talker.py:1634-1654, modeling_moss_tts_local_depth.py:274-276); "
+    "moss samples the same. An explicit request seed becomes the audio sampler's tts_local_seed "
+    "(entrypoints/openai/serving_speech.py:2036-2044). A request's audio_* fields override the audio sampler in "
+    "local runs only."
+)
 
 
 @dataclass

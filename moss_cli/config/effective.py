@@ -3,13 +3,18 @@
 Precedence, per the deploy-seed fix: an explicit request seed (0 included) wins; otherwise the
 deploy's stage-0 `default_sampling_params.seed`; otherwise none (the global RNG, not
 reproducible). The deploy defaults are read as a copy and never modified.
+
+The audio sampler and the stop gate sample what a vllm-omni MOSS-TTS-Local deployment samples
+(`AUDIO_DEFAULTS`, `STOP_HEAD_DEFAULTS`), whatever stage 0's temperature, top_p, top_k and
+repetition_penalty say: vllm-omni does not apply them to the audio. A request's `audio_*` fields
+(a moss extension for local runs) override the audio sampler; `audio_temperature` 0 is greedy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..sampling_params import STOP_HEAD_DEFAULTS, HeadSampling
+from ..sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, HeadSampling
 from .deploy import DeployConfig
 from .requests import Request
 
@@ -32,18 +37,16 @@ def effective_seed(request_seed: int | None, deploy_seed: int | None) -> tuple[i
 
 
 def effective(request: Request, deploy: DeployConfig) -> Effective:
-    defaults = deploy.sampling  # a copy: overrides below never reach the shared defaults
-    params = {**defaults, **request.sampling}
-    temperature = float(params.get("temperature", 1.0))
-    top_k = int(params.get("top_k", 0) or 0)
+    given = request.sampling
+    temperature = float(given.get("audio_temperature", AUDIO_DEFAULTS.temperature))
     audio = HeadSampling(
-        temperature=temperature if temperature > 0 else 1.0,
-        top_p=float(params.get("top_p", 1.0)),
-        top_k=max(top_k, 0),
-        repetition_penalty=float(params.get("repetition_penalty", 1.0)),
+        temperature=temperature if temperature > 0 else AUDIO_DEFAULTS.temperature,
+        top_p=float(given.get("audio_top_p", AUDIO_DEFAULTS.top_p)),
+        top_k=int(given.get("audio_top_k", AUDIO_DEFAULTS.top_k)),
+        repetition_penalty=float(given.get("audio_repetition_penalty", AUDIO_DEFAULTS.repetition_penalty)),
     )
-    seed, source = effective_seed(request.seed, defaults.get("seed"))
-    # temperature 0 means greedy, as in vLLM; the stop head then decodes greedily too.
+    seed, source = effective_seed(request.seed, deploy.default_seed)
+    # audio_temperature 0 means greedy, as temperature 0 does in vLLM; the stop gate then decodes greedily too.
     return Effective(seed, source, audio, STOP_HEAD_DEFAULTS, do_sample=temperature > 0)
 
 

@@ -12,7 +12,18 @@ from typing import Any
 from ..model.template import PROMPT_FIELDS
 from ..validation import is_int64, is_integer, is_number
 
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty")
+# A moss extension for local runs: overrides of the audio sampler, named for what they change (the
+# OpenMOSS reference generate() arguments). vllm-omni has no such fields (see DROPPED_BY_VLLM_OMNI).
+SAMPLING_FIELDS = ("audio_temperature", "audio_top_p", "audio_top_k", "audio_repetition_penalty")
+# Names a user may carry over from an OpenAI-style API: vllm-omni's speech request has no such
+# fields and drops them silently, and its MOSS-TTS-Local audio sampler is fixed
+# (vllm_omni/model_executor/models/moss_tts/modeling_moss_tts_talker.py:1634-1639).
+DROPPED_BY_VLLM_OMNI = {
+    "temperature": "audio_temperature",
+    "top_p": "audio_top_p",
+    "top_k": "audio_top_k",
+    "repetition_penalty": "audio_repetition_penalty",
+}
 FIELDS = ("id", "text", "seed", "max_new_frames", "ref_audio", "ref_text", *PROMPT_FIELDS, *SAMPLING_FIELDS)
 MAX_FRAMES_LIMIT = 1_000_000  # beyond this a value is a typo, not a request
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -80,7 +91,7 @@ class Request:
     seed: int | None = None
     max_new_frames: int | None = None
     prompt_fields: dict[str, Any] = field(default_factory=dict)
-    sampling: dict[str, Any] = field(default_factory=dict)  # per-request overrides of stage-0 defaults
+    sampling: dict[str, Any] = field(default_factory=dict)  # audio_* overrides of the audio sampler (local runs)
     ref_audio: Path | None = None  # reference voice, resolved against the request file's folder
     ref_text: str | None = None  # its transcript: continuation mode
 
@@ -101,7 +112,14 @@ def validate_record(
         problems.append(Problem(line, field_name, message))
 
     for key in record:
-        if key not in FIELDS:
+        if key in DROPPED_BY_VLLM_OMNI:
+            bad(
+                str(key),
+                f"{key!r} is not a request field: vllm-omni drops it silently and samples MOSS-TTS-Local audio at "
+                f"fixed values (temperature 1.7, top_p 0.8, top_k 25, repetition_penalty 1.0); for a local run, "
+                f"{DROPPED_BY_VLLM_OMNI[key]!r} overrides the audio sampler",
+            )
+        elif key not in FIELDS:
             hint = difflib.get_close_matches(str(key), FIELDS, n=1)
             bad(
                 str(key),
@@ -143,14 +161,14 @@ def validate_record(
         if value is None:
             continue
         number = is_number(value)
-        if key == "temperature" and not (number and value >= 0):
-            bad(key, f"'temperature' must be a number >= 0 (0 means greedy), got {value!r}")
-        elif key == "top_p" and not (number and 0 < value <= 1):
-            bad(key, f"'top_p' must be in (0, 1], got {value!r}")
-        elif key == "top_k" and not (number and isinstance(value, int) and value >= 0):
-            bad(key, f"'top_k' must be an integer >= 0 (0 disables it), got {value!r}")
-        elif key == "repetition_penalty" and not (number and value > 0):
-            bad(key, f"'repetition_penalty' must be a number > 0, got {value!r}")
+        if key == "audio_temperature" and not (number and value >= 0):
+            bad(key, f"'audio_temperature' must be a number >= 0 (0 means greedy), got {value!r}")
+        elif key == "audio_top_p" and not (number and 0 < value <= 1):
+            bad(key, f"'audio_top_p' must be in (0, 1], got {value!r}")
+        elif key == "audio_top_k" and not (number and isinstance(value, int) and value >= 0):
+            bad(key, f"'audio_top_k' must be an integer >= 0 (0 disables it), got {value!r}")
+        elif key == "audio_repetition_penalty" and not (number and value > 0):
+            bad(key, f"'audio_repetition_penalty' must be a number > 0, got {value!r}")
         else:
             sampling[key] = value
 

@@ -301,12 +301,12 @@ def _open_quote_line(lines: Iterable[tuple[int, str | None]], last: int) -> int 
 
 
 def _csv_value(key: str, cell: str) -> Any:
-    if key in ("seed", "max_new_frames", "top_k", "tokens"):
+    if key in ("seed", "max_new_frames", "audio_top_k", "tokens"):
         try:
             return int(cell)
         except ValueError:
             pass
-    if key in ("temperature", "top_p", "repetition_penalty"):
+    if key in ("audio_temperature", "audio_top_p", "audio_repetition_penalty"):
         try:
             return float(cell)
         except ValueError:

@@ -21,7 +21,15 @@ MANIFEST = "manifest.csv"
 REQUIRED = ("id", "codes_sha256", "pcm_sha256")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 # What a manifest row may say about how a request was made; a difference is a likely cause.
-SETTINGS = ("text", "temperature", "top_p", "top_k", "repetition_penalty", "sample_rate", "channels")
+SETTINGS = (
+    "text",
+    "audio_temperature",
+    "audio_top_p",
+    "audio_top_k",
+    "audio_repetition_penalty",
+    "sample_rate",
+    "channels",
+)
 
 
 @dataclass

@@ -19,7 +19,7 @@ import httpx
 from .. import speech_api as api
 from ..errors import MossError
 from .reply import NotAudio, Reply, decode_audio, moss_headers
-from .settings import DEFAULT_PCM_RATE, ServerOptions
+from .settings import DEFAULT_PCM_CHANNELS, DEFAULT_PCM_RATE, ServerOptions
 
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # before re-send 1, 2, ...; the last repeats
 
@@ -207,7 +207,7 @@ class SpeechClient:
         headers = moss_headers(response.headers)
         # Raw PCM says nothing of its layout: the server's headers where sent, else the options.
         rate = _positive(headers.get(api.HEADER_SAMPLE_RATE)) or self.options.sample_rate or DEFAULT_PCM_RATE
-        channels = _positive(headers.get(api.HEADER_CHANNELS)) or self.options.channels
+        channels = _positive(headers.get(api.HEADER_CHANNELS)) or self.options.channels or DEFAULT_PCM_CHANNELS
         try:
             pcm, rate = decode_audio(
                 response.content,

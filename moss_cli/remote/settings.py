@@ -12,7 +12,11 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from ..errors import MossError
 from ..speech_api import RESPONSE_FORMATS
 
-DEFAULT_PCM_RATE = 24_000  # vllm-omni's raw PCM carries no rate; its TTS models answer at 24 kHz
+# Raw PCM carries no layout: without x-moss-* headers or options, that of MOSS-TTS-Local v1.5's codec,
+# 48 kHz stereo int16, as vllm-omni serves it (model_executor/models/moss_tts/
+# configuration_moss_audio_tokenizer_v2.py; deploy/moss_tts_local.yaml:1-3 in the 0.30.0 wheel).
+DEFAULT_PCM_RATE = 48_000
+DEFAULT_PCM_CHANNELS = 2
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")  # up to a space or quote (shlex quotes the word)
 
@@ -27,7 +31,7 @@ class ServerOptions:
     model: str | None = None  # the body's `model` (None: the server's own)
     response_format: str = "wav"
     sample_rate: int | None = None  # raw PCM: the rate when the server sends none in a header
-    channels: int = 1  # raw PCM: interleaved channels
+    channels: int | None = None  # raw PCM: interleaved channels when the server sends none
 
     def __post_init__(self) -> None:
         problems = []
@@ -40,7 +44,7 @@ class ServerOptions:
             ("--timeout", self.timeout_s, 0.0),
             ("--retries", self.retries, -1),
             ("--concurrency", self.concurrency, 0),
-            ("--channels", self.channels, 0),
+            ("--channels", DEFAULT_PCM_CHANNELS if self.channels is None else self.channels, 0),
         ):
             if not value > low:
                 problems.append((option, f"must be {'>= 0' if low < 0 else '> 0'}, got {value}"))

@@ -61,10 +61,10 @@ class SpeechBody(BaseModel):
     ref_text: str | None = None
     max_new_tokens: int | None = None
     seed: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    repetition_penalty: float | None = None
+    audio_temperature: float | None = None  # audio_*: moss's overrides of the audio sampler (vllm-omni has none)
+    audio_top_p: float | None = None
+    audio_top_k: int | None = None
+    audio_repetition_penalty: float | None = None
     extra_params: dict[str, Any] | None = None
     speed: float | None = None
     task_type: str | None = None
