@@ -175,7 +175,19 @@ def test_report_dir_with_a_directory_where_a_report_file_goes_exits_2(tmp_path, 
     monkeypatch.setattr(audit_runner, "run_audit", lambda options: pytest.fail("the audit ran"))
     (tmp_path / "reports" / "junit.xml").mkdir(parents=True)
     result = _audit("--report-dir", tmp_path / "reports")
-    assert result.exit_code == 2 and "[--junit]" in _flat(result.output)
+    assert result.exit_code == 2 and f"{tmp_path / 'reports' / 'junit.xml'} [--report-dir]" in _flat(result.output)
+
+
+def test_report_dir_holds_every_report_when_they_are_also_written_elsewhere(tmp_path):
+    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Hello there.", "seed": 3, "max_new_frames": 4}])
+    elsewhere = {"--json": tmp_path / "a.json", "--junit": tmp_path / "j.xml", "--markdown": tmp_path / "s.md"}
+    options = [str(x) for pair in elsewhere.items() for x in pair]
+    result = _audit(requests, "--scenarios", "repeat", "--report-dir", tmp_path / "rep", *options)
+    assert result.exit_code == 0, result.output
+    rep = tmp_path / "rep"
+    assert {"audit.json", "junit.xml", "summary.md", "index.html"} <= {p.name for p in rep.iterdir()}
+    for name, option in (("audit.json", "--json"), ("junit.xml", "--junit"), ("summary.md", "--markdown")):
+        assert (rep / name).read_text() == elsewhere[option].read_text()
 
 
 def test_missing_parent_folders_of_outputs_are_created(tmp_path):

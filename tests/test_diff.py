@@ -194,10 +194,13 @@ def test_report_dir_holds_the_page_the_clips_and_plots_of_each_differing_id_with
     sides = [_copy(runs[name], tmp_path, name) for name in ("a", "reseeded")]
     for side in sides:
         _edit_manifest(side, lambda r: {**r, "id": odd, "file": "beta.wav"} if r["id"] == "beta" else r)
-    result = _moss("diff", *sides, "--report-dir", tmp_path / "rep")
+    elsewhere = tmp_path / "d.json", tmp_path / "j.xml"  # written there too, not instead
+    result = _moss("diff", *sides, "--report-dir", tmp_path / "rep", "--json", elsewhere[0], "--junit", elsewhere[1])
     assert result.exit_code == 1, result.output
     rep = tmp_path / "rep"
     assert {"index.html", "diff.json", "junit.xml", "summary.md"} <= {p.name for p in rep.iterdir()}
+    assert (rep / "diff.json").read_text() == elsewhere[0].read_text()
+    assert (rep / "junit.xml").read_text() == elsewhere[1].read_text()
     page = parse_page(rep / "index.html")
     assert odd in page.words and not page.all("i")
     clips, plots = page.files("audio"), page.files("img")

@@ -149,17 +149,16 @@ def write_reports(
 
 def write_report_files(texts: dict, explicit: dict, report_dir: Path | None, defaults: dict, pairs, view) -> list[Path]:
     """The report files (`texts`: option -> a function giving the text) at their `explicit` paths and,
-    for `report_dir`, a folder written whole or not at all: the `defaults` files an explicit path does
-    not take elsewhere, whatever `pairs(folder)` writes (the audio of diverging pairs), the HTML page
-    of `view()` with its plots, and the marker that lets a later report replace the folder."""
+    for `report_dir`, a folder written whole or not at all: every one of the `defaults` files (an
+    explicit path is a copy elsewhere), whatever `pairs(folder)` writes (the audio of diverging pairs),
+    the HTML page of `view()` with its plots, and the marker that lets a later report replace the folder."""
     from .html import write_page
 
     written = []
     if report_dir is not None:
         with atomic_dir(report_dir) as folder:
             for option, name in defaults.items():
-                if explicit.get(option) is None:
-                    write_text_atomic(folder / name, texts[option]())
+                write_text_atomic(folder / name, texts[option]())
             pairs(folder)
             write_page(folder, view())
             write_text_atomic(folder / MARKER, "moss\n")
@@ -193,21 +192,18 @@ def check_output_paths(
     """Fail before any work when an output cannot be written, naming the option: a file output
     that is an existing directory, a report directory that is an existing file, holds things moss did
     not write (it is replaced whole), or a parent that is a file or not writable. Missing parent
-    directories are fine: the writers create them. `defaults`: the files a report folder holds."""
+    directories are fine: the writers create them. `defaults`: the files a report folder holds (as
+    well as any explicit path)."""
     if report_dir is not None:
         if report_dir.exists() and not report_dir.is_dir():
             raise MossError("exists and is not a directory", file=report_dir, field="--report-dir")
         if report_dir.is_dir() and not os.access(report_dir, os.W_OK | os.X_OK):
             raise MossError("directory is not writable", file=report_dir, field="--report-dir")
         check_creatable(report_dir.resolve(), "--report-dir")  # the report is built beside it
-        # What --report-dir writes by default, unless an explicit option says where.
-        files = {
-            **{option: report_dir / name for option, name in defaults.items()},
-            **{option: path for option, path in files.items() if path is not None},
-        }
-    for option, path in files.items():
-        if path is None:
-            continue
+    outputs = [(option, path) for option, path in files.items() if path is not None]
+    if report_dir is not None:
+        outputs += [("--report-dir", report_dir / name) for name in defaults.values()]
+    for option, path in outputs:
         if path.is_dir():
             raise MossError("is a directory; expected a file path", file=path, field=option)
         check_creatable(path, option)
