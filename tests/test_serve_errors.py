@@ -1,5 +1,5 @@
-"""Bad requests get OpenAI-style errors naming the field (400 values, 413 sizes, 422 types and
-malformed JSON), `ref_audio` reads only inline data or files inside --allowed-media-dir, and the
+"""Bad requests get OpenAI-style errors naming the field (400 values and malformed JSON, 413 sizes,
+422 types), `ref_audio` reads only inline data or files inside --allowed-media-dir, and the
 server keeps serving afterwards."""
 
 from __future__ import annotations
@@ -91,17 +91,36 @@ def test_a_wrong_type_is_a_422_naming_its_field(server, body, param):
     _error(_post(server[0], body), 422, param)
 
 
-def test_malformed_json_or_a_body_that_is_no_json_object_is_a_422(server):
+def test_malformed_json_is_a_400_like_invalid_utf8_and_a_body_that_is_no_json_object_a_422(server):
     url = server[0] + SPEECH_PATH
     response = httpx.post(url, content=b'{"input": "x",', headers={"content-type": "application/json"}, timeout=10)
-    assert "not valid JSON" in _error(response, 422, None)
+    assert "not valid JSON" in _error(response, 400, None)
+    response = httpx.post(url, content=b'{"input": "\xff"}', headers={"content-type": "application/json"}, timeout=10)
+    _error(response, 400, None)
     response = httpx.post(url, content=b'{"input": "x"}', headers={"content-type": "text/plain"}, timeout=10)
     assert "application/json" in _error(response, 422, None)
 
 
-def test_an_unknown_model_is_a_404_and_unknown_routes_keep_the_error_shape(server):
-    _error(_post(server[0], {**GOOD, "model": "tts-1"}), 404, "model")
-    _error(httpx.get(server[0] + "/v1/nothing", timeout=5), 404, None)
+def test_an_unknown_model_is_a_404_and_unknown_routes_a_plain_404_in_the_error_shape(server):
+    response = _post(server[0], {**GOOD, "model": "tts-1"})
+    _error(response, 404, "model")
+    assert response.json()["error"]["code"] == "model_not_found"
+    response = httpx.get(server[0] + "/v1/nothing", timeout=5)
+    assert _error(response, 404, None) == "no such path: /v1/nothing"
+    assert response.json()["error"]["code"] == 404
+
+
+@pytest.mark.parametrize(
+    "change, param, words, file_words",
+    [
+        ({"input": "   "}, "input", "'input' is empty", "'text'"),
+        ({"max_new_tokens": 0}, "max_new_tokens", "'max_new_tokens' must be an integer", "'max_new_frames'"),
+        ({"extra_params": {"tokens": -1}}, "extra_params.tokens", "'extra_params.tokens'", " 'tokens'"),
+    ],
+)
+def test_messages_name_the_bodys_fields_not_the_request_files(server, change, param, words, file_words):
+    message = _error(_post(server[0], {**GOOD, **change}), 400, param)
+    assert words in message and file_words not in message
 
 
 def test_a_text_longer_than_the_model_can_hold_is_a_413(server):

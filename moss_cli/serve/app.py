@@ -86,6 +86,8 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def http_error(request, error: HTTPException) -> JSONResponse:  # unknown routes, wrong methods
+        if error.status_code == 404:
+            return await api_error(request, ApiError(404, f"no such path: {request.url.path}"))
         return await api_error(request, ApiError(error.status_code, str(error.detail)))
 
     @app.exception_handler(Exception)
@@ -223,7 +225,7 @@ def from_validation(errors: list[dict]) -> ApiError:
     """FastAPI's validation errors as one OpenAI error naming the first field."""
     if errors and errors[0].get("type") == "json_invalid":
         reason = errors[0].get("ctx", {}).get("error", "malformed")
-        return ApiError(422, f"the body is not valid JSON ({reason})", None, "invalid_json")
+        return ApiError(400, f"the body is not valid JSON ({reason})", None, "invalid_json")
     if errors and tuple(errors[0].get("loc", ())) == ("body",):  # not an object at all
         return ApiError(422, "the body must be a JSON object, sent as Content-Type: application/json")
     problems = []

@@ -109,7 +109,8 @@ class Intake:
     def _response(self, body: dict[str, Any]) -> tuple[str, bool]:
         model = body.get("model")
         if model is not None and model != self.model_name:
-            raise ApiError(404, f"the model {model!r} does not exist; this server serves {self.model_name!r}", "model")
+            message = f"the model {model!r} does not exist; this server serves {self.model_name!r}"
+            raise ApiError(404, message, "model", "model_not_found")
         response_format = body.get("response_format") or "wav"
         if response_format not in RESPONSE_FORMATS:
             raise ApiError(
