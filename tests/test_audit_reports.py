@@ -372,9 +372,10 @@ def test_a_golden_from_the_old_sampler_is_refused_with_a_clear_message(tmp_path)
     golden = tmp_path / "golden.json"
     assert _audit(requests, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
     old = json.loads(golden.read_text())
-    assert old["format"] == "moss-golden/2"
-    golden.write_text(json.dumps({**old, "format": "moss-golden/1"}))
-    result = _audit(requests, "--scenarios", "repeat", "--golden", golden)
-    assert result.exit_code == 2
-    out = _flat(result.output)
-    assert "moss-golden/1" in out and "--save-golden" in out and "Traceback" not in out
+    assert old["format"] == "moss-golden/3"
+    for older, why in (("moss-golden/1", "drew other codes"), ("moss-golden/2", "stage 0's sampling values")):
+        golden.write_text(json.dumps({**old, "format": older}))
+        result = _audit(requests, "--scenarios", "repeat", "--golden", golden)
+        assert result.exit_code == 2
+        out = _flat(result.output)
+        assert older in out and why in out and "--save-golden" in out and "Traceback" not in out

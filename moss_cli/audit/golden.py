@@ -18,10 +18,13 @@ from ..io.atomic import write_text_atomic
 from ..io.audio import codes_sha256
 from .runner import AuditResult
 
-# Version 2: the engine's sampler draws each row's uniforms per frame (inverse CDF on the block),
-# so a given seed samples other codes than under version 1; greedy codes are unchanged.
-FORMAT = "moss-golden/2"
-OLDER_FORMATS = {"moss-golden/1": "moss 0.1.0, whose sampler drew other codes from the same seed"}
+# Version 3: audio is sampled at vllm-omni's fixed MOSS-TTS-Local values whatever the deploy's stage 0
+# says, so a deploy whose stage-0 values differed samples other codes; greedy codes are unchanged.
+FORMAT = "moss-golden/3"
+OLDER_FORMATS = {
+    "moss-golden/1": "moss 0.1.0, whose sampler drew other codes from the same seed",
+    "moss-golden/2": "an earlier moss that sampled audio with stage 0's sampling values, not vllm-omni's fixed ones",
+}
 
 
 def golden_document(result: AuditResult) -> dict:

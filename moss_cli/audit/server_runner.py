@@ -33,6 +33,7 @@ from .server_scenarios import (
     default_voice,
     greedy,
     seed_probes,
+    stream_check,
     voice_check,
     with_voice,
 )
@@ -194,7 +195,8 @@ class ServerAuditor:
                         workdir=workdir,
                         voice=voice,
                     )
-                if scenario == "voices" and (refused := await self._refuses_voices(client, workdir)):
+                check = {"voices": lambda: voice_check(workdir), "streaming": lambda: stream_check(voice)}.get(scenario)
+                if check is not None and (refused := await self._refuses(client, check(), scenario)):
                     skipped[scenario], runs = refused, []
                 for run in runs:
                     got = await self._send(client, run, scenario)
@@ -282,14 +284,14 @@ class ServerAuditor:
         )
         return {"file": str(self.options.deploy), "seed": seed, "checked": seed is not None, "note": note}
 
-    async def _refuses_voices(self, client: SpeechClient, workdir: Path) -> str | None:
-        """The server's words when it refuses reference audio (4xx), else None."""
-        check = voice_check(workdir)
+    async def _refuses(self, client: SpeechClient, check: Send, scenario: str) -> str | None:
+        """The server's words when it refuses what a scenario needs (4xx), else None."""
         try:
-            await client.speak(check.request.id, check.body(self.options.server), "voices/check")
+            await client.speak(check.request.id, check.body(self.options.server), f"{scenario}/check")
         except ServerError as e:
             if e.status is not None and 400 <= e.status < 500:
-                return f"the server refuses reference audio: {e.message}"
+                what = "reference audio" if scenario == "voices" else "streaming"
+                return f"the server refuses {what}: {e.message}"
             raise
         return None
 

@@ -28,6 +28,7 @@ SERVER_SCENARIOS = (
     "length-mix",
     "staggered",
     "voices",
+    "streaming",
     "seeds",
 )
 PROBE_SEED = 1_000_003  # sent to unseeded requests; unlikely to be anyone's deploy seed
@@ -42,11 +43,17 @@ class Send:
     audited: bool = True
     seed: int | None = None  # replaces the request's own seed (a probe)
     expect: str = "identical"  # or "different": a probe whose seed must change the audio
+    stream: bool = False  # ask for the audio as it is made (vllm-omni: server-sent events)
 
     def body(self, server: ServerOptions) -> dict:
-        return body_from_request(
+        body = body_from_request(
             self.request, model=server.model, response_format=server.response_format, seed=self.seed
         )
+        if self.stream:
+            body["stream"] = True
+            if body["response_format"] not in ("wav", "pcm"):  # what vllm-omni streams
+                body["response_format"] = "wav"
+        return body
 
     @property
     def sent_seed(self) -> int | None:
@@ -119,6 +126,9 @@ def build_server_runs(
     if name == "voices":
         voices = _neighbours(voice_neighbour_requests(n, workdir), voice)
         return [ServerRun("with-voice-cloning-neighbours", interleave(voices, sends))]
+    if name == "streaming":
+        streamed = [Send(r, stream=True) for r in audited]
+        return [ServerRun(f"streamed-{concurrency}-at-once", streamed)]
     raise ValueError(f"unknown scenario {name!r}")
 
 
@@ -126,6 +136,13 @@ def voice_check(workdir: Path) -> Send:
     """One voice-cloning neighbour, sent alone first: a server that refuses reference audio skips
     the `voices` scenario (reported) instead of failing the audit."""
     return _neighbours(voice_neighbour_requests(1, workdir), None)[0]
+
+
+def stream_check(voice: Path | None) -> Send:
+    """One short neighbour asking for a stream, sent alone first: a server that refuses streaming
+    skips the `streaming` scenario (reported) instead of failing the audit."""
+    neighbour = neighbour_requests(1, "neighbour-stream", seed_base=4000, frames=[4], greedy=False)
+    return dataclasses.replace(_neighbours(neighbour, voice)[0], stream=True)
 
 
 def seed_probes(

@@ -1,9 +1,19 @@
 """A server's answer to one speech request: its audio as the int16 samples a file would store,
-and what `moss serve`'s headers say about it (a vllm-omni server sends none of them)."""
+and what `moss serve`'s headers say about it (a vllm-omni server sends none of them).
+
+Bodies come in the shapes vllm-omni 0.30.0 sends (paths: the vllm_omni package of its wheel):
+a WAV file at any rate and channel count, headerless `pcm`, FLAC; a raw stream (`stream_format:
+"audio"`) whose WAV header gives 0xFFFFFFFF sizes (entrypoints/openai/serving_speech.py:125-163);
+or server-sent events (`stream: true`): `speech.audio.delta` events with base64 `audio` (for wav,
+the first one only the header), then `speech.audio.done` or `speech.audio.error`
+(serving_speech.py:1817-1890)."""
 
 from __future__ import annotations
 
+import base64
 import io
+import json
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,12 +105,65 @@ def quantize(samples: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(samples * 32767.0), -32768, 32767).astype("<i2")
 
 
+def sse_audio(content: bytes) -> tuple[bytes, str]:
+    """The audio bytes of a server-sent event stream, in order, and their format. An error event,
+    or a stream that ends without `speech.audio.done`, is NotAudio with the server's words."""
+    audio, fmt, done = bytearray(), None, False
+    for block in content.decode("utf-8", "replace").replace("\r\n", "\n").split("\n\n"):
+        data = "".join(line[5:].strip() for line in block.split("\n") if line.startswith("data:"))
+        if not data:
+            continue
+        try:
+            event = json.loads(data)
+        except ValueError:
+            raise NotAudio(f"an event whose data is not JSON: {data[:120]!r}") from None
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "speech.audio.delta":
+            try:
+                audio += base64.b64decode(event.get("audio") or "", validate=True)
+            except ValueError:
+                raise NotAudio("a speech.audio.delta event whose audio is not base64") from None
+            fmt = event.get("response_format") or fmt
+        elif kind == "speech.audio.error":
+            error = event.get("error") if isinstance(event.get("error"), dict) else {}
+            raise NotAudio(f"the stream ended with speech.audio.error: {error.get('message', event)}")
+        elif kind == "speech.audio.done":
+            done = True
+    if not done:
+        raise NotAudio(f"an event stream of {len(content)} bytes without speech.audio.done (cut short?)")
+    return bytes(audio), fmt or "pcm"
+
+
+def streamed_wav(content: bytes) -> tuple[np.ndarray, int]:
+    """A 16-bit PCM WAV whose header may give unknown (0xFFFFFFFF) sizes, as streams send it: the
+    samples are everything after the `data` chunk's header."""
+    if len(content) < 12 or content[:4] != b"RIFF" or content[8:12] != b"WAVE":
+        raise NotAudio(f"{len(content)} bytes that are not a WAV stream")
+    at, fmt = 12, None
+    while at + 8 <= len(content):
+        chunk, size = content[at : at + 4], struct.unpack("<I", content[at + 4 : at + 8])[0]
+        if chunk == b"fmt ":
+            fmt = struct.unpack("<HHIIHH", content[at + 8 : at + 24])
+        elif chunk == b"data":
+            if fmt is None or fmt[0] != 1 or fmt[5] != 16:
+                raise NotAudio("a WAV stream that is not 16-bit PCM")
+            channels, rate = fmt[1], fmt[2]
+            data = content[at + 8 :] if size == 0xFFFFFFFF else content[at + 8 : at + 8 + size]
+            data = data[: len(data) - len(data) % (2 * channels)]
+            return np.frombuffer(data, dtype="<i2").reshape(-1, channels).copy(), rate
+        at += 8 + size + (size & 1)
+    raise NotAudio("a WAV stream without a data chunk")
+
+
 def decode_audio(
     content: bytes, response_format: str, content_type: str, *, sample_rate: int, channels: int
 ) -> tuple[np.ndarray, int]:
     """(int16 [samples, channels], sample rate) of a body. `sample_rate` and `channels` describe
     raw PCM, which carries neither; WAV and FLAC say their own."""
     kind = content_type.split(";")[0].strip().lower()
+    if kind == "text/event-stream":
+        content, response_format = sse_audio(content)
+        kind = f"audio/{response_format}"
     if kind in ("application/json", "text/html", "text/plain") or kind.startswith("text/"):
         snippet = content[:200].decode("utf-8", "replace").strip()
         raise NotAudio(f"{kind} {snippet!r}")
@@ -109,6 +172,8 @@ def decode_audio(
         if len(content) % width:
             raise NotAudio(f"{len(content)} bytes are not whole 16-bit samples of {channels} channel(s)")
         return np.frombuffer(content, dtype="<i2").reshape(-1, channels).copy(), sample_rate
+    if response_format == "wav" and content[4:8] == b"\xff\xff\xff\xff":  # a stream's header: sizes unknown
+        return streamed_wav(content)
     try:
         with sf.SoundFile(io.BytesIO(content)) as audio:
             rate, subtype = audio.samplerate, audio.subtype
