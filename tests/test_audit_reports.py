@@ -260,7 +260,7 @@ def test_golden_records_the_deploy_files_content_and_names_a_change_in_its_base_
     assert re.fullmatch(r"[0-9a-f]{64}", recorded)
 
     # Same path, same top file: only the base it inherits from changes (the frame budget).
-    base.write_text(base.read_text().replace("max_tokens: 200", "max_tokens: 5", 1))
+    base.write_text(base.read_text().replace("max_tokens: 200", "max_tokens: 1", 1))
     result = _audit(
         requests, "--deploy", deploy, "--scenarios", "repeat", "--golden", golden, "--json", tmp_path / "d.json"
     )
