@@ -13,13 +13,13 @@ from moss_cli.numerics import Numerics
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 
 
-def _run(talker, numerics: Numerics, count: int):
+def _run(talker, numerics: Numerics, count: int, max_batch: int = 16):
     logits = {}
 
     def hook(key, frame, codebook, row_logits, batch, generator):
         logits[(key, frame, codebook)] = row_logits.clone()
 
-    engine = Engine(talker.model, max_batch=16, numerics=numerics, logits_hook=hook)
+    engine = Engine(talker.model, max_batch=max_batch, numerics=numerics, logits_hook=hook)
     requests = [
         GenerationRequest(
             str(i),
@@ -78,3 +78,36 @@ def test_a_lone_request_pays_for_one_padding_unit_not_a_whole_fixed_block(talker
     request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=1)
     list(engine.run([request]))
     assert engine.wide and engine.wide_unit < 8 and set(seen) == {engine.wide_unit}
+
+
+def test_an_unused_max_batch_is_neither_probed_nor_allocated(talker32, monkeypatch):
+    """One request with --max-batch 100000: the probe covers a block's rows and the KV pool one
+    request, as with --max-batch 8 (probing every row count up to the maximum took minutes)."""
+    probed = []
+    probe = row_probe.wide_blocks_are_invariant
+
+    def bounded_probe(model, unit, block, max_rows):
+        assert max_rows <= 64, f"probed up to {max_rows} rows for one request"
+        probed.append(max_rows)
+        return probe(model, unit, block, max_rows)
+
+    monkeypatch.setattr(row_probe, "wide_blocks_are_invariant", bounded_probe)
+    assert row_probe.step_layout(talker32.model, Numerics(), 100_000) != "blocks of 8"  # the environment's record
+    engine = Engine(talker32.model, max_batch=100_000, numerics=Numerics())
+    request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=1)
+    list(engine.run([request]))
+    assert engine.wide and max(probed) <= 8
+    assert engine.pool.keys.shape[1] == 2  # the scratch slot and the request's
+
+
+def test_a_growing_batch_extends_the_probe_to_its_size(talker32, monkeypatch):
+    probed = []
+    probe = row_probe.wide_blocks_are_invariant
+
+    def recorded_probe(model, unit, block, max_rows):
+        probed.append(max_rows)
+        return probe(model, unit, block, max_rows)
+
+    monkeypatch.setattr(row_probe, "wide_blocks_are_invariant", recorded_probe)
+    engine, _, _ = _run(talker32, Numerics(), 13, max_batch=64)
+    assert engine.wide and engine.probed_rows == 16 and max(probed) == 16

@@ -116,11 +116,13 @@ def wide_unit(model: MossTTSLocal, numerics: Numerics, max_batch: int, compile: 
 
 
 def step_layout(model: MossTTSLocal, numerics: Numerics, max_batch: int, compile: bool = False) -> str:
-    """How the engine shapes a decode step, in words (recorded in the run's environment)."""
+    """How the engine shapes a decode step as it starts, in words (recorded in the run's
+    environment). The engine verifies up to a block's rows at first and a larger batch when it
+    forms (falling back to fixed blocks, with the same bits, where that fails)."""
     block = numerics.engine_rows
     if not block:
         return "unpadded"
-    unit = wide_unit(model, numerics, max_batch, compile)
+    unit = wide_unit(model, numerics, min(max_batch, block), compile)
     if unit is None:
         return f"blocks of {block}"
     return "one block" if unit == 1 else f"one block padded to a multiple of {unit}"

@@ -116,9 +116,24 @@ class Engine:
         compiled = CompiledFrame(sample_frame, fixed_shape=self.block_rows is not None) if compile else None
         self.frame_step = FrameStep(model, logits_hook, compiled)
         # One padded block for the whole batch, where verified invariant (a compiled frame keeps one shape).
-        self.wide_unit = wide_unit(model, numerics, max_batch, compile)
-        self.wide = self.wide_unit is not None
+        # The probe covers the row counts up to `probed_rows` and is extended when a larger batch
+        # forms (`_probe_up_to`): probing every row count up to max_batch at once costs
+        # O(max_batch^2) rows of products however few requests come.
+        self.numerics, self.compile = numerics, compile
+        self.probed_rows = min(max_batch, numerics.engine_block)
+        self.wide_unit = wide_unit(model, numerics, self.probed_rows, compile)
         self.prefill_layout = prefill_layout(model, numerics)  # prompts admitted together share forwards
+
+    @property
+    def wide(self) -> bool:
+        return self.wide_unit is not None
+
+    def _probe_up_to(self, rows: int) -> None:
+        """Verify one padded block up to `rows` rows (at least doubling the verified count, so a
+        growing batch is probed a few times); where a product fails, fixed blocks from then on.
+        Every verified size gives a row the bits of the fixed block, so a switch changes no bits."""
+        self.probed_rows = min(self.max_batch, max(rows, 2 * self.probed_rows))
+        self.wide_unit = wide_unit(self.model, self.numerics, self.probed_rows, self.compile)
 
     def _generator(self, seed: int | None) -> torch.Generator | None:
         if self.legacy_global_rng or seed is None:
@@ -220,6 +235,8 @@ class Engine:
         random stream (`FrameStep`); the fast mode just does not pad.
         """
         block, n = self.block_rows, len(running)
+        if self.wide and n > self.probed_rows:
+            self._probe_up_to(n)
         if not block:
             blocks = [(list(running), n)]
         elif self.wide:
