@@ -92,7 +92,7 @@ def test_without_fastapi_serve_exits_2_with_the_install_command(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_a_taken_port_or_a_missing_media_folder_is_exit_2(tmp_path):
+def test_a_taken_port_a_bad_host_or_a_missing_media_folder_is_exit_2_naming_the_option(tmp_path):
     from typer.testing import CliRunner
 
     from moss_cli.cli.app import app
@@ -102,7 +102,10 @@ def test_a_taken_port_or_a_missing_media_folder_is_exit_2(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         result = runner.invoke(app, ["serve", "--port", str(taken.getsockname()[1])])
-    assert result.exit_code == 2 and "cannot listen" in result.output
+    assert result.exit_code == 2 and "cannot listen" in result.output and "[--port]" in result.output
+    for host in ("256.1.1.1", "192.0.2.1"):  # not an address; an address of no interface here (TEST-NET-1)
+        result = runner.invoke(app, ["serve", "--host", host, "--port", "0"])
+        assert result.exit_code == 2 and "[--host]" in result.output and "Traceback" not in result.output
     result = runner.invoke(app, ["serve", "--port", "0", "--allowed-media-dir", str(tmp_path / "none")])
     assert result.exit_code == 2 and "--allowed-media-dir" in result.output
 

@@ -3,6 +3,7 @@ Ctrl-C stop accepting, let every request in flight finish, then stop the engine 
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import socket
@@ -66,11 +67,15 @@ def listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound before uvicorn starts, so a taken port is a clear error (exit 2)."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except OSError as e:  # not an IP address, nor a name this machine resolves (e.g. 256.1.1.1)
+        raise MossError(f"cannot listen on {host!r}: not an address ({e.strerror or e})", field="--host") from None
+    try:
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
     except OSError as e:
-        raise MossError(f"cannot listen on {host}:{port} ({e.strerror or e})", field="--port") from None
+        wrong = "--host" if e.errno == errno.EADDRNOTAVAIL else "--port"  # an address of another machine
+        raise MossError(f"cannot listen on {host}:{port} ({e.strerror or e})", field=wrong) from None
     sock.set_inheritable(True)
     return sock
 
