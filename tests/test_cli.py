@@ -58,3 +58,21 @@ def test_help_and_version_do_not_import_torch():
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         assert out.strip().endswith("no torch"), (argv, out[-300:])
+
+
+def test_an_interrupt_promises_a_resume_only_where_the_command_resumes(tmp_path, monkeypatch):
+    import moss_cli.audit.runner
+    import moss_cli.job
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(moss_cli.audit.runner, "run_audit", interrupted)
+    monkeypatch.setattr(moss_cli.job, "synthesize", interrupted)
+    request = tmp_path / "one.txt"
+    request.write_text("A single short line.\n")
+    audit = runner.invoke(app, ["audit-determinism", str(request), "--scenarios", "repeat"])
+    synth = runner.invoke(app, ["synth", str(request), "--out", str(tmp_path / "o")])
+    assert audit.exit_code == synth.exit_code == 130
+    assert "interrupted (signal 2)" in audit.output and "resume" not in audit.output  # audits start over
+    assert "run the same command again to resume" in " ".join(synth.output.split())

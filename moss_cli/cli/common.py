@@ -52,9 +52,10 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 @contextmanager
-def user_errors():
+def user_errors(resumable: bool = False):
     """Turn problems with the user's input into a message and exit code 2, without a traceback;
-    show warnings about the user's files (DeployWarning) as one readable line each."""
+    show warnings about the user's files (DeployWarning) as one readable line each. `resumable`: the
+    command picks up where an interrupted run stopped (`moss synth`), and the interrupt says so."""
     with warnings.catch_warnings():
         warnings.simplefilter("always", DeployWarning)
         shown = warnings.showwarning
@@ -63,12 +64,12 @@ def user_errors():
             if issubclass(category, DeployWarning)
             else shown(message, category, *where)
         )
-        with _errors_to_exit_codes():
+        with _errors_to_exit_codes(resumable):
             yield
 
 
 @contextmanager
-def _errors_to_exit_codes():
+def _errors_to_exit_codes(resumable: bool):
     try:
         yield
     except MossError as e:
@@ -76,10 +77,8 @@ def _errors_to_exit_codes():
         raise typer.Exit(2) from None
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", 2)  # SIGINT unless the run says otherwise (SIGTERM: 15)
-        stderr.print(
-            f"[bold red]interrupted[/] (signal {signum}); finished outputs are kept, run the same "
-            "command again to resume"
-        )
+        resume = "; finished outputs are kept, run the same command again to resume" if resumable else ""
+        stderr.print(f"[bold red]interrupted[/] (signal {signum}){resume}")
         raise typer.Exit(128 + signum) from None
     except (RuntimeError, OSError, ValueError, MemoryError) as e:
         if os.environ.get("MOSS_DEBUG"):

@@ -111,7 +111,7 @@ def synth(
     are skipped. Exit codes: 0 done, 1 done but --fail-on-empty found an empty result, 2 bad input or
     runtime error, 130/143 interrupted (SIGINT/SIGTERM). With --server, a running speech server
     (vllm-omni, or moss serve) synthesises instead, with the same output directory and resume."""
-    with user_errors():  # torch loads inside, not for --help
+    with user_errors(resumable=True):  # torch loads inside, not for --help
         run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force)
         if server:
             run["allow_dropped_fields"] = allow_dropped_fields
