@@ -53,6 +53,7 @@ class SynthSummary:
     seed_sources: dict[str, int] = field(default_factory=dict)
     frame_rate: float = 12.5
     orphans: list[str] = field(default_factory=list)  # audio files in --out that no request of this run owns
+    other_formats: list[str] = field(default_factory=list)  # this run's ids, in another format than --format
     threads: int = 1
     compile_s: float | None = None  # --compile: seconds spent compiling the frame step
     server: str | None = None  # --server: the server that synthesised (no credentials)
@@ -90,6 +91,7 @@ class SynthSummary:
             "stop_reasons": self.stop_reasons,
             "empty": self.empty,
             "orphans": self.orphans,
+            "other_formats": self.other_formats,
             "threads": self.threads,
             "compile_s": None if self.compile_s is None else round(self.compile_s, 2),
             **({"server": self.server} if self.server else {}),
@@ -144,6 +146,7 @@ def synthesize(
             seed_sources=sources,
             frame_rate=synth.codec_config.frame_rate,
             orphans=outdir.orphans,
+            other_formats=outdir.other_formats,
             threads=synth.threads,
         )
 
@@ -203,6 +206,7 @@ def synthesize(
         seed_sources=sources,
         frame_rate=synth.codec_config.frame_rate,
         orphans=outdir.orphans,
+        other_formats=outdir.other_formats,
         threads=synth.threads,
         compile_s=compile_seconds() if options.compile else None,
     )

@@ -148,6 +148,7 @@ def synthesize_remote(
     summary = dict(
         frame_budget=sum(r.max_new_frames or 0 for r in requests),
         orphans=outdir.orphans,
+        other_formats=outdir.other_formats,
         server=server.public_url,
         resumed=len(done),
     )

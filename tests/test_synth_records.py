@@ -126,6 +126,19 @@ def test_files_from_another_request_file_are_listed_not_deleted(tmp_path):
     assert "old-one.wav" in result.stdout and "another request file" in result.stdout
 
 
+def test_files_of_the_same_requests_in_another_format_are_not_called_another_request_files(tmp_path):
+    out = tmp_path / "out"
+    requests = _write(tmp_path / "r.jsonl", [{"id": "same-one", "text": "Both times.", "max_new_frames": 2}])
+    assert runner.invoke(app, ["synth", str(requests), "--out", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["synth", str(requests), "--out", str(out), "--format", "flac", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["orphans"] == [] and summary["other_formats"] == ["same-one.wav"]
+    result = runner.invoke(app, ["synth", str(requests), "--out", str(out), "--format", "flac"], terminal_width=200)
+    assert "another request file" not in result.stdout
+    assert "1 audio file(s) of these requests in another format" in result.stdout and "same-one.wav" in result.stdout
+
+
 def test_dry_run_into_a_finished_output_says_how_many_would_be_skipped(tmp_path):
     out = tmp_path / "out"
     requests = EXAMPLES / "lines.txt"

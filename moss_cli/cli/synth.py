@@ -269,6 +269,12 @@ def print_summary(summary: SynthSummary, requests: Path) -> None:
             f"file (kept): {_some(summary.orphans)}",
             highlight=False,
         )
+    if summary.other_formats:
+        stdout.print(
+            f"[yellow]other format:[/] {len(summary.other_formats)} audio file(s) of these requests in another "
+            f"format than this run's (kept): {_some(summary.other_formats)}",
+            highlight=False,
+        )
 
 
 def _some(names: list[str], shown: int = 10) -> str:

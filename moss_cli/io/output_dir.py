@@ -45,7 +45,10 @@ class OutputDir:
         self.fingerprints: dict[str, str] = {}
         self.force = False
         self.opened = False
-        self.orphans = orphan_files(out, set(self.names.values()))
+        # Audio files this run does not write: another request file's, or these ids' in another format.
+        found = orphan_files(out, set(self.names.values()))
+        self.orphans = [name for name in found if Path(name).stem not in self.names]
+        self.other_formats = [name for name in found if Path(name).stem in self.names]
 
     @staticmethod
     def check(out: Path, audio_format: str) -> None:
