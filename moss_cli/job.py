@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
-from .config.requests import read_requests
+from .config.requests import parse_requests
 from .engine.compiled import compile_seconds
 from .interrupts import interrupts_as_exceptions
 from .io.audio import ProgressiveAudio
@@ -118,8 +118,9 @@ def synthesize(
     `runner`: synthesise there instead of in this process (the outputs are written here all the same)."""
     OutputDir.check(out, audio_format)
     synth = Synthesizer(options)  # configs and tokenizer only: enough to bound and check the requests
-    requests = read_requests(requests_path, max_line_bytes=synth.max_line_bytes)  # before any weights load
-    prepared = synth.prepare(requests, requests_path)
+    # Before any weights load; every problem at once, those of the references and prompt lengths too.
+    requests, problems = parse_requests(requests_path, max_line_bytes=synth.max_line_bytes)
+    prepared = synth.prepare(requests, requests_path, problems)
     outdir = OutputDir(out, audio_format, [p.request.id for p in prepared], requests_path)
     sources = dict(Counter(p.effective.seed_source for p in prepared))
     budget = sum(p.max_new_frames for p in prepared)

@@ -184,3 +184,27 @@ def test_a_line_too_long_for_any_request_is_rejected_without_being_parsed(tmp_pa
     _run_and_check(
         [path], tmp_path / "out", ["huge.jsonl:1", "line is 9000026 bytes", "max_line_bytes", "!huge.jsonl:2"]
     )
+
+
+def test_every_layer_of_problems_is_reported_at_once(tmp_path):
+    # A field error on one line does not hide the reference-audio and prompt-length errors of the
+    # others (they were reported only once the field error was fixed); lines in file order.
+    path = tmp_path / "layers.jsonl"
+    lines = [
+        {"id": "bad-seed", "text": "x", "seed": "one"},
+        {"id": "no-voice", "text": "x", "ref_audio": "missing.wav"},
+        {"id": "fine", "text": "x"},
+        {"id": "long", "text": "word " * 3000},
+        {"id": "no-voice-2", "text": "x", "ref_audio": "missing-too.wav"},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    _run_and_check(
+        [path],
+        tmp_path / "out",
+        ["layers.jsonl:1 [seed]", "layers.jsonl:2 [ref_audio]", "layers.jsonl:4 [text]", "layers.jsonl:5 [ref_audio]"],
+    )
+    result = CliRunner().invoke(app, ["synth", str(path), "--out", str(tmp_path / "again"), "--dry-run"])
+    reported = [
+        line.split(" [")[0].rsplit(":", 1)[-1] for line in result.output.splitlines() if "layers.jsonl:" in line
+    ]
+    assert reported == ["1", "2", "4", "5"], result.output

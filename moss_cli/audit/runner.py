@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ..config.requests import read_requests
+from ..config.requests import parse_requests
 from ..engine.compiled import compile_seconds
 from ..engine.scheduler import LogitsHook
 from ..errors import MossError
@@ -105,9 +105,9 @@ class Auditor:
                 f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}", field="--scenarios"
             )
         self.options = options
-        requests = read_requests(options.requests) if options.requests else builtin_requests()
+        requests, problems = parse_requests(options.requests) if options.requests else (builtin_requests(), [])
         self.synth = Synthesizer(options.synth)
-        self.prepared = self.synth.prepare(requests, options.requests)
+        self.prepared = self.synth.prepare(requests, options.requests, problems)
         self.max_batch = options.max_batch or self.synth.max_batch
 
     def _outputs(self, prepared: list[Prepared], results) -> dict[str, Output]:

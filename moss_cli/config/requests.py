@@ -28,6 +28,7 @@ __all__ = [
     "Problem",
     "RequestFileError",
     "read_requests",
+    "parse_requests",
     "iter_requests",
     "FIELDS",
     "PROMPT_FIELDS",
@@ -73,13 +74,22 @@ def max_line_bytes_for(max_model_len: int, token_bytes: int, slack: int = 64 << 
 
 def read_requests(path: str | Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[Request]:
     """Parse and validate a request file; raise RequestFileError listing every problem."""
+    requests, problems = parse_requests(path, max_line_bytes=max_line_bytes)
+    if problems:
+        raise RequestFileError(Path(path).expanduser(), problems)
+    return requests
+
+
+def parse_requests(
+    path: str | Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> tuple[list[Request], list[Problem]]:
+    """The valid requests of a file and the problems of the others, for callers that check the
+    valid ones further (reference audio, prompt lengths) and report every problem together."""
     problems: list[Problem] = []
     requests = list(iter_requests(path, problems, max_line_bytes=max_line_bytes))
     if not requests and not problems:
         problems.append(Problem(None, None, "no requests in the file"))
-    if problems:
-        raise RequestFileError(Path(path).expanduser(), problems)
-    return requests
+    return requests, problems
 
 
 def iter_requests(

@@ -135,10 +135,11 @@ class Synthesizer(Models):
     def reference_codes(self, reference: Reference) -> torch.Tensor:
         return self.voices.codes(reference)
 
-    def prepare(self, requests: Iterable[Request], file=None) -> list[Prepared]:
+    def prepare(self, requests: Iterable[Request], file=None, problems: Sequence[Problem] = ()) -> list[Prepared]:
         """Effective parameters and frame budgets; unusable references and prompts too long for
-        max_model_len are errors (all reported together)."""
-        prepared, problems = [], []
+        max_model_len are errors, reported together with `problems` (those of the file's other
+        lines, from `parse_requests`) in line order."""
+        prepared, problems = [], list(problems)
         limit = self.deploy.max_model_len
         for request in requests:
             reference = None
@@ -175,7 +176,7 @@ class Synthesizer(Models):
                 Prepared(request, eff, length, frame_budget(request, self.deploy, length), reference=reference)
             )
         if problems:
-            raise RequestFileError(file or "<requests>", problems)
+            raise RequestFileError(file or "<requests>", sorted(problems, key=lambda p: p.line or 0))
         return prepared
 
     def prompt(self, p: Prepared) -> torch.Tensor:
