@@ -1,9 +1,11 @@
 """The CI recipes users copy install this project, pinned, with a CPU torch, and pin every action;
 the server recipe starts a server, waits for its health endpoint with a bounded loop, audits it."""
 
+import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -93,8 +95,15 @@ def test_server_recipe_starts_a_server_waits_for_health_with_a_bound_and_audits_
     assert re.search(r"for \w+ in \$\(seq 1 \d+\)", runs[wait]) and "--max-time" in runs[wait]  # bounded
     assert "exit 2" in runs[wait]  # never healthy: the job fails, showing the server's log
     command = runs[audit]
-    for option in ('--server "$MOSS_SERVER_URL"', "--junit audit-report/junit.xml", "--markdown", "--report-dir"):
+    for option in (
+        '--server "$MOSS_SERVER_URL"',
+        '--deploy "$MOSS_DEPLOY_FILE"',
+        "--junit audit-report/junit.xml",
+        "--markdown",
+        "--report-dir",
+    ):
         assert option in command
+    assert '--deploy "$MOSS_DEPLOY_FILE"' in runs[start]  # the stand-in runs the file the audit checks
     assert "secrets.TTS_TOKEN" in steps[audit]["env"]["TTS_TOKEN"] and "echo" not in command  # the token is not shown
     publish = [s for s in steps if s.get("if") == "always()" and "with" in s]
     assert {s["with"].get("report_paths") or s["with"].get("path") for s in publish} == {
@@ -113,7 +122,13 @@ def test_server_recipe_steps_start_moss_serve_wait_audit_and_stop_it(tmp_path):
     bin_dir.mkdir()
     (bin_dir / "moss").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m moss_cli "$@"\n')
     (bin_dir / "moss").chmod(0o755)
-    (tmp_path / "few.jsonl").write_text('{"id": "a", "text": "Short.", "seed": 3, "max_new_frames": 8}\n')
+    few = [
+        {"id": "a", "text": "Short.", "seed": 3, "max_new_frames": 8},
+        {"id": "b", "text": "No seed.", "max_new_frames": 6},
+    ]
+    (tmp_path / "few.jsonl").write_text("".join(json.dumps(r) + "\n" for r in few))
+    (tmp_path / "deploy").mkdir()
+    shutil.copy(ROOT / "recipes" / "moss_tts_local_tiny.yaml", tmp_path / "deploy" / "moss_tts_local.yaml")
     steps = {s.get("name", ""): s.get("run", "") for s in _steps(SERVER_RECIPE)}
     start = next(run for name, run in steps.items() if name.startswith("Start")).replace("8091", port)
     wait = next(run for name, run in steps.items() if name.startswith("Wait"))
@@ -126,6 +141,7 @@ def test_server_recipe_steps_start_moss_serve_wait_audit_and_stop_it(tmp_path):
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "PYTHONPATH": str(ROOT),
         "MOSS_SERVER_URL": f"http://127.0.0.1:{port}",
+        "MOSS_DEPLOY_FILE": "deploy/moss_tts_local.yaml",
         "TTS_TOKEN": token,
     }
     done = []
@@ -144,6 +160,8 @@ def test_server_recipe_steps_start_moss_serve_wait_audit_and_stop_it(tmp_path):
     assert stopped.returncode == 0
     report = tmp_path / "audit-report"
     assert {"junit.xml", "summary.md", "audit.json", "index.html"} <= {p.name for p in report.iterdir()}
+    server = json.loads((report / "audit.json").read_text())["server"]
+    assert server["deploy_seed"]["checked"] and server["requests"]["b"]["verdict"] == "identical"
     assert all(token not in p.read_text() for p in report.glob("*.*"))
     pid = int((tmp_path / "server.pid").read_text())
     deadline = time.monotonic() + 30
