@@ -203,6 +203,28 @@ def test_missing_parent_folders_of_outputs_are_created(tmp_path):
 # --- golden drift, said right ------------------------------------------------------------------
 
 
+def test_requests_added_or_removed_since_the_baseline_are_listed_and_are_not_drift(tmp_path):
+    golden = tmp_path / "golden.json"
+    kept = {"id": "kept", "text": "In both.", "seed": 5, "max_new_frames": 6}
+    before = _requests(
+        tmp_path / "before.jsonl", [kept, {"id": "old", "text": "Gone now.", "seed": 1, "max_new_frames": 6}]
+    )
+    assert _audit(before, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
+    after = _requests(tmp_path / "after.jsonl", [kept, {"id": "new", "text": "Added.", "seed": 2, "max_new_frames": 6}])
+    reports = ["--json", tmp_path / "d.json", "--markdown", tmp_path / "d.md", "--junit", tmp_path / "d.xml"]
+    result = _audit(after, "--scenarios", "repeat", "--golden", golden, *reports)
+    assert result.exit_code == 0, result.output  # nothing to compare is not drift
+    out = _flat(result.output)
+    assert "no drift" in out and "1 not in the baseline: new" in out and "1 removed since the baseline: old" in out
+    checked = json.loads((tmp_path / "d.json").read_text())["golden"]
+    assert (checked["drifts"], checked["not_in_baseline"], checked["removed"]) == ([], ["new"], ["old"])
+    assert "not in the baseline: new" in checked["summary"] and "removed since the baseline: old" in checked["summary"]
+    markdown_text = (tmp_path / "d.md").read_text()
+    assert "1 not in the baseline: new" in markdown_text and "1 removed since the baseline: old" in markdown_text
+    suite = next(s for s in ET.parse(tmp_path / "d.xml").getroot() if s.get("name") == "audit.golden")
+    assert suite.get("failures") == "0" and suite.get("skipped") == "1"
+
+
 def test_golden_drift_from_a_changed_seed_names_the_seed_and_is_not_called_a_violation(tmp_path):
     golden = tmp_path / "golden.json"
     before = _requests(

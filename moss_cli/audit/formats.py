@@ -137,10 +137,11 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
             tests=str(len(result.reference)),
             failures=str(len(golden.drifts)),
             errors="0",
-            skipped="0",
+            skipped=str(len(golden.not_in_baseline)),
             time=_seconds(took),
         )
         drifted = {d.request: d for d in golden.drifts}
+        new = set(golden.not_in_baseline)
         causes = "; ".join(golden.causes) or "unknown (same seeds and environment as recorded)"
         for key, out in result.reference.items():
             tc = ET.SubElement(suite, "testcase", classname="audit.golden", name=key, time=_seconds(out.wall_s))
@@ -150,9 +151,12 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
                     tc, "failure", message=f"drift: {d.detail}" + (f" ({d.cause})" if d.cause else ""), type="drift"
                 )
                 f.text = f"{d.detail}\nlikely cause: {causes}"
+            elif key in new:
+                ET.SubElement(tc, "skipped", message="not in the baseline: save a new one to include it")
         _system_err(suite, _warnings_for(result, None))
         total += len(result.reference)
         failures += len(golden.drifts)
+        skipped += len(new)
     root.set("tests", str(total))
     root.set("time", _seconds(result.elapsed_s))
     root.set("failures", str(failures))
@@ -215,7 +219,7 @@ def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
             "",
             f"### Golden baseline `{golden.path.name}`: {drift}",
         ]
-        if not golden.passed:
+        if not golden.passed or golden.membership:
             out += ["", golden.describe(), ""]
         # Each changed request next to what changed in the environment since the baseline.
         changed = "; ".join(f"`{k}`: `{a}` → `{b}`" for k, (a, b) in golden.environment_changes.items()) or "none"

@@ -52,7 +52,7 @@ def save_golden(path: Path, result: AuditResult) -> None:
 @dataclass
 class Drift:
     request: str
-    reason: str  # "codes" | "pcm" | "missing"
+    reason: str  # "codes" | "pcm"
     detail: str
     cause: str | None = None  # known from the request itself, e.g. "seed 42 -> 7"
 
@@ -78,10 +78,24 @@ class GoldenCheck:
     drifts: list[Drift]
     environment_changes: dict[str, tuple]  # field -> (golden, now); only fields the golden file records
     unknown: list[str] = field(default_factory=list)  # environment fields the golden file does not record
+    # Requests audited now that the baseline does not hold, and requests it holds that were not audited:
+    # listed, never drift (nothing to compare; a new baseline takes them in).
+    not_in_baseline: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return not self.drifts
+
+    @property
+    def membership(self) -> list[str]:
+        """What the baseline and this audit do not share, in words (empty when they hold the same requests)."""
+        said = []
+        if self.not_in_baseline:
+            said.append(f"{len(self.not_in_baseline)} not in the baseline: {_some(self.not_in_baseline)}")
+        if self.removed:
+            said.append(f"{len(self.removed)} removed since the baseline: {_some(self.removed)}")
+        return said
 
     @property
     def causes(self) -> list[str]:
@@ -90,7 +104,11 @@ class GoldenCheck:
         return seeds + [describe_change(k, a, b) for k, (a, b) in self.environment_changes.items()]
 
     def describe(self) -> str:
-        """One line: which requests drifted and why, as far as the golden file lets us tell."""
+        """One line: which requests drifted and why, as far as the golden file lets us tell, and
+        which requests only one side holds."""
+        return "; ".join([self._drift(), *self.membership])
+
+    def _drift(self) -> str:
         if self.passed:
             return f"no drift from {self.path.name}"
         names = ", ".join(f"{d.request} ({d.reason})" for d in self.drifts[:5])
@@ -113,7 +131,13 @@ class GoldenCheck:
             "summary": self.describe(),
             "environment_changes": {k: {"golden": a, "now": b} for k, (a, b) in self.environment_changes.items()},
             "environment_unknown": self.unknown,
+            "not_in_baseline": self.not_in_baseline,
+            "removed": self.removed,
         }
+
+
+def _some(names: list[str], shown: int = 10) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def load_golden(path: Path, option: str = "--golden") -> dict:
@@ -140,10 +164,11 @@ def check_golden(path: Path, result: AuditResult) -> GoldenCheck:
     golden = load_golden(path)
     now = golden_document(result)
     drifts = []
+    removed = [key for key in golden["requests"] if key not in now["requests"]]
+    added = [key for key in now["requests"] if key not in golden["requests"]]
     for key, want in golden["requests"].items():
         got = now["requests"].get(key)
         if got is None:
-            drifts.append(Drift(key, "missing", "in the golden file but not audited now"))
             continue
         if want.get("seed_source") == "none":
             continue  # unseeded: not reproducible by design
@@ -159,4 +184,4 @@ def check_golden(path: Path, result: AuditResult) -> GoldenCheck:
     env_then = golden.get("environment") or {}
     changes = {k: (env_then[k], v) for k, v in now["environment"].items() if k in env_then and env_then[k] != v}
     unknown = [k for k in now["environment"] if k not in env_then]
-    return GoldenCheck(path, drifts, changes, unknown)
+    return GoldenCheck(path, drifts, changes, unknown, not_in_baseline=added, removed=removed)

@@ -88,6 +88,8 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
         )
         for k, (a, b) in golden.environment_changes.items():
             console.print(f"  environment {k}: {escape(str(a))} -> {escape(str(b))}")
+        for said in golden.membership:  # not drift: nothing to compare them with
+            console.print(f"  [yellow]{escape(said)}[/]", soft_wrap=True)
     status = "[bold green]PASSED[/]" if s["passed"] else f"[bold red]{outcome(s)}[/]"
     warned = f", {s['warnings']} warning(s)" if s["warnings"] else ""
     compiled = f" ({s['compile_s']:.1f} s compiling)" if s["compile_s"] is not None else ""
