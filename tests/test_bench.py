@@ -54,7 +54,7 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
         assert low <= report["invariant_over_fast"][size] <= high
     assert "invariant / fast step time" in result.output and "(the modes alternate)" in result.output
     assert "so no engine could reach an efficiency above" in " ".join(result.output.split())
-    assert report["setup"]["model"] == "tiny (shipped)" and report["setup"]["threads"] == 1
+    assert report["setup"]["model"] == "random tiny (173 k talker parameters)" and report["setup"]["threads"] == 1
 
 
 def test_bench_rejects_bad_options_with_exit_2():
@@ -106,3 +106,19 @@ def test_the_floor_reads_the_weights_of_a_frame_in_the_order_the_frame_reads_the
     backbone = sum(isinstance(m, torch.nn.Linear) for m in model.transformer.modules())
     expected = floor_weights(model)[backbone:]
     assert len(read) == len(expected) and all(a is b for a, b in zip(read, expected))
+
+
+def test_random_tiny_weights_have_the_shipped_shapes_but_not_its_values():
+    import torch
+
+    from moss_cli.bench.models import load_models
+    from moss_cli.bench.run import BenchOptions
+
+    cpu = torch.device("cpu")
+    random, _, _, what = load_models(BenchOptions(random_weights="tiny"), cpu, torch.float32)
+    shipped, _, _, shipped_what = load_models(BenchOptions(), cpu, torch.float32)
+    assert what.startswith("random tiny") and shipped_what == "tiny (shipped)"
+    ours, theirs = random.state_dict(), shipped.state_dict()
+    assert ours.keys() == theirs.keys()
+    plain = [k for k, v in theirs.items() if not v.is_mkldnn and v.numel() > 1]  # packed weights cannot be compared
+    assert plain and all(ours[k].shape == theirs[k].shape and not torch.equal(ours[k], theirs[k]) for k in plain)

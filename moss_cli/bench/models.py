@@ -1,5 +1,5 @@
-"""The models `moss bench` measures: a checkpoint, the shipped tiny one, or random weights at a
-preset's shapes (built in memory in the target dtype, after checking there is room for them)."""
+"""The models `moss bench` measures: a checkpoint (the shipped tiny one by default) or random
+weights at a preset's shapes (built in memory in the target dtype, after checking there is room for them)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ if TYPE_CHECKING:
     from .run import BenchOptions
 
 MODES = {"invariant": INVARIANT, "fast": FAST}
-# Random-weight presets: the tiny shipped model, the 35 M talker of issue 12's measurements, and
-# the MOSS-TTS-Local v1.5 shapes (Qwen3-4B backbone: 36 x 2560, heads 32/8 x 128, FFN 9728).
+# Random-weight presets: the tiny shipped model's shapes, the 35 M talker of issue 12's
+# measurements, and the MOSS-TTS-Local v1.5 shapes (Qwen3-4B backbone: 36 x 2560, heads 32/8 x 128,
+# FFN 9728).
 PRESETS = {
+    "tiny": (TalkerSizes(), {}, CodecSizes()),
     "35m": (
         TalkerSizes(
             hidden=512, layers=8, heads=8, kv_heads=4, ffn=1536, local_heads=8, local_ffn=1536, n_vq=12, codebook=1024
@@ -85,7 +87,7 @@ def available_memory() -> int | None:
 def load_models(options: BenchOptions, device: torch.device, dtype: torch.dtype):
     """(talker model, codec config and loader, prompt builder, description) for the options."""
     tokenizer_dir = TINY_TALKER
-    if options.random_weights in (None, "tiny"):
+    if options.random_weights is None:
         talker_dir = options.model or TINY_TALKER
         model = load_talker(talker_dir, device=device, dtype=dtype, pack=not options.compile).model
         tokenizer_dir = talker_dir
@@ -128,6 +130,8 @@ def load_models(options: BenchOptions, device: torch.device, dtype: torch.dtype)
             codec.tiles = codec_tiles(codec, numerics)
             return codec
 
-        what = f"random {options.random_weights} ({talker_parameters(cfg) / 1e6:.0f} M talker parameters)"
+        size = talker_parameters(cfg)
+        size = f"{size / 1e6:.0f} M" if size >= 1e6 else f"{size / 1e3:.0f} k"
+        what = f"random {options.random_weights} ({size} talker parameters)"
     prompts = PromptBuilder(load_tokenizer(Path(tokenizer_dir), model.cfg.special_token_ids), model.cfg)
     return model, codec_for, prompts, what
