@@ -168,3 +168,30 @@ def test_server_recipe_steps_start_moss_serve_wait_audit_and_stop_it(tmp_path):
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:  # SIGTERM: it finishes, then exits
         time.sleep(0.1)
     assert not Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.slow  # two real audits
+def test_the_first_run_of_the_audit_recipe_saves_the_baseline_the_next_run_checks(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "moss").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m moss_cli "$@"\n')
+    (bin_dir / "moss").chmod(0o755)
+    (tmp_path / "few.jsonl").write_text(json.dumps({"id": "a", "text": "Short.", "seed": 3, "max_new_frames": 6}))
+    audit = next(s["run"] for s in _steps() if "moss audit-determinism" in s.get("run", ""))
+    audit = audit.replace("moss audit-determinism \\", "moss audit-determinism few.jsonl --scenarios repeat \\")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    env["MOSS_GOLDEN"] = _workflow()["env"]["MOSS_GOLDEN"]
+
+    def run() -> subprocess.CompletedProcess:
+        command = ["bash", "-eo", "pipefail", "-c", audit]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    first = run()
+    assert first.returncode == 0, first.stdout + first.stderr
+    saved = tmp_path / "audit-report" / "golden.json"
+    assert "this run saves one" in first.stderr and json.loads(saved.read_text())["requests"]["a"]["seed"] == 3
+    (tmp_path / env["MOSS_GOLDEN"]).parent.mkdir(parents=True)
+    saved.rename(tmp_path / env["MOSS_GOLDEN"])  # committed, as the recipe says
+    second = run()
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "golden" in second.stdout and "no drift" in second.stdout and not saved.exists()
