@@ -50,6 +50,14 @@ def test_recipe_installs_moss_from_a_pinned_commit_not_by_name(recipe):
             assert not packages & TAKEN, line
 
 
+def test_the_docs_install_moss_from_a_pinned_source_never_by_name():
+    docs = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    installs = [line for doc in docs for line in doc.read_text().splitlines() if re.search(r"pip install .*moss", line)]
+    assert installs
+    for line in installs:  # the name is not on the package index; an extra is no exception
+        assert re.search(r'"moss-tts-repro(\[\w+\])? @ git\+', line) or "moss-cli" in line, line
+
+
 @BOTH
 def test_recipe_installs_torch_from_the_cpu_index_first(recipe):
     runs = [step.get("run", "") for step in _steps(recipe)]
