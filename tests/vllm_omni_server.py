@@ -2,26 +2,25 @@
 
 It answers like `vllm serve OpenMOSS-Team/MOSS-TTS-Local-Transformer-v1.5 --omni` with the
 moss_tts_local deploy file, so moss's `audit-determinism --server` and `synth --server` can be
-tested without the real server. Section numbers (§) refer to the facts sheet this was written
-from (FACTS.md, kept with the task that wrote this file), which cites the vllm-omni 0.30.0 wheel
-line by line: §1 vllm_omni/entrypoints/openai/protocol/audio.py (request models), §2
-.../openai/tts_adapters/moss_tts.py (validate/build), §3 .../openai/serving_speech.py and
-api_server.py (routes, validation order, errors, streaming, batch) with vLLM 0.30's error
-handlers and MediaConnector, §4 vllm_omni/worker/gpu_model_runner.py and
-model_executor/models/moss_tts/ (sampling, generators), §5 vllm_omni/deploy/moss_tts_local.yaml,
-§6 the codec's output format. Nothing here is copied from vllm-omni.
+tested without the real server. Written from the vllm-omni 0.30.0 wheel (`pip download --no-deps
+vllm-omni==0.30.0`); the files named in parentheses are in its `vllm_omni` package:
+entrypoints/openai/protocol/audio.py (request models), .../tts_adapters/moss_tts.py (validate,
+build), .../serving_speech.py and api_server.py (routes, validation order, errors, streaming,
+batch; with vLLM 0.30's error handlers and media fetching), worker/gpu_model_runner.py and
+model_executor/models/moss_tts/ (sampling, generators), deploy/moss_tts_local.yaml, and the
+codec config (configuration_moss_audio_tokenizer_v2.py). Nothing here is copied from vllm-omni.
 
 - The request models mirror `OpenAICreateSpeechRequest`, `SpeechBatchItem` and
-  `BatchSpeechRequest` field for field (§1), plain pydantic models, so unknown keys such as
+  `BatchSpeechRequest` field for field (audio.py), plain pydantic models, so unknown keys such as
   `temperature` are dropped silently.
-- The routes validate in vllm-omni's order and answer its error JSON (§3.2, §3.3).
+- The routes validate in vllm-omni's order and answer its error JSON (serving_speech.py).
 - Behind them, `FakeMossLocalEngine` is a continuous-batching loop: each step makes one frame for
-  every active row, drawing the stop gate and then 12 codes per row (§4). Where those random
-  numbers come from is the point: a seeded request has its own generator; an unseeded one draws
+  every active row, drawing the stop gate and then 12 codes per row (gpu_model_runner.py). Where
+  those random numbers come from is the point: a seeded request has its own generator; an unseeded one draws
   from ONE process-wide generator shared by all unseeded rows (`fixed=False`, vllm-omni 0.30.0)
   or from its own generator seeded with the deploy seed (`fixed=True`, after the fix).
-- The audio is 48 kHz stereo int16 (§6): a few sinusoids per frame whose pitches and levels come
-  from the frame's codes, shaped by the text, reference audio, ref_text and language. A row's
+- The audio is 48 kHz stereo int16 (codec config): a few sinusoids per frame whose pitches and
+  levels come from the frame's codes, shaped by the text, reference audio, ref_text and language. A row's
   audio never depends on other rows except through the shared generator.
 
 Run it with `serving_vllm_omni(engine)`, which yields the base URL of a server on 127.0.0.1.
@@ -56,17 +55,17 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
 from speech_servers import free_socket  # tests/ is on sys.path
 
-SAMPLE_RATE = 48_000  # the codec's sampling_rate (§6)
+SAMPLE_RATE = 48_000  # the codec's sampling_rate (codec config)
 CHANNELS = 2
-FRAME_SAMPLES = 3840  # samples per channel per frame: 12.5 frames/s (§6)
-N_VQ = 12  # codebooks per frame, Local v1.5 (§4)
+FRAME_SAMPLES = 3840  # samples per channel per frame: 12.5 frames/s (codec config)
+N_VQ = 12  # codebooks per frame, Local v1.5 (gpu_model_runner.py)
 CODEBOOK_SIZE = 1024
-FIRST_CHUNK_FRAMES = 1  # deploy connector: initial_codec_chunk_frames (§3.7, §5)
+FIRST_CHUNK_FRAMES = 1  # deploy connector: initial_codec_chunk_frames (serving_speech.py, moss_tts_local.yaml)
 CHUNK_FRAMES = 15  # deploy connector: codec_chunk_frames
 DEFAULT_MODEL = "OpenMOSS-Team/MOSS-TTS-Local-Transformer-v1.5"
-DEPLOY_SEED = 42  # stage-0 default_sampling_params.seed (§5)
-DEPLOY_MAX_TOKENS = 4096  # stage-0 default_sampling_params.max_tokens (§5)
-BATCH_MAX_ITEMS = 32  # tts_batch_max_items default (§3.9)
+DEPLOY_SEED = 42  # stage-0 default_sampling_params.seed (moss_tts_local.yaml)
+DEPLOY_MAX_TOKENS = 4096  # stage-0 default_sampling_params.max_tokens (moss_tts_local.yaml)
+BATCH_MAX_ITEMS = 32  # tts_batch_max_items default (serving_speech.py)
 REF_AUDIO_MIN_S = 1.0
 REF_AUDIO_MAX_S = 30.0
 START_TIMEOUT_S = 10.0
@@ -75,7 +74,7 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
 # ---------------------------------------------------------------------------------------------
-# Request models (§1). Field names, annotations, defaults, constraints and aliases are those of
+# Request models (audio.py). Field names, annotations, defaults, constraints and aliases are those of
 # vllm-omni's protocol/audio.py; test_vllm_omni_fixture.py checks them against the wheel.
 
 SpeechSampleRate = Annotated[int, Field(gt=0)]
@@ -113,7 +112,7 @@ class OpenAICreateSpeechRequest(BaseModel):
     @field_validator("voice", mode="before")
     @classmethod
     def _voice_id(cls, value: Any) -> Any:
-        """`{"id": X}` means voice X (§1.1)."""
+        """`{"id": X}` means voice X (audio.py)."""
         if isinstance(value, dict):
             if "id" not in value:
                 raise ValueError("voice dict must contain 'id'")
@@ -124,7 +123,7 @@ class OpenAICreateSpeechRequest(BaseModel):
     @classmethod
     def _ref_audio_str_or_list(cls, value: Any) -> Any:
         # TypeError is not turned into a validation error by pydantic: it reaches the app's
-        # TypeError handler, a 400 BadRequestError, as in vllm-omni (§1.1, §3.3).
+        # TypeError handler, a 400 BadRequestError, as in vllm-omni (audio.py, serving_speech.py).
         if value is None or isinstance(value, str):
             return value
         if isinstance(value, (list, tuple)):
@@ -151,7 +150,7 @@ class OpenAICreateSpeechRequest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _references_to_ref_audio(cls, data: Any) -> Any:
-        """`references: [{audio_path, text}]` becomes ref_audio/ref_text (§1.1)."""
+        """`references: [{audio_path, text}]` becomes ref_audio/ref_text (audio.py)."""
         if not isinstance(data, dict) or data.get("references") is None:
             return data
         refs = data["references"]
@@ -180,7 +179,7 @@ class OpenAICreateSpeechRequest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _higgs_v2_reserved_keys(cls, data: Any) -> Any:
-        """Only for Higgs Audio v2 model names; never for MOSS (§1.1)."""
+        """Only for Higgs Audio v2 model names; never for MOSS (audio.py)."""
         if not isinstance(data, dict) or not isinstance(data.get("model"), str):
             return data
         if "higgsaudiov2" not in data["model"].lower().replace("-", "").replace("_", ""):
@@ -258,12 +257,12 @@ class BatchSpeechRequest(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------
-# Engine stand-in (§4).
+# Engine stand-in (gpu_model_runner.py).
 
 
 @dataclass(frozen=True)
 class Conditioning:
-    """What the talker's prompt holds for one request (§2 build()): the text it reads (ref_text +
+    """What the talker's prompt holds for one request (moss_tts.py build()): the text it reads (ref_text +
     " " + input in continuation mode), the language tag and the decoded reference audio."""
 
     text: str
@@ -361,12 +360,12 @@ def render_frame(key: bytes, codes: np.ndarray) -> np.ndarray:
 
 
 class FakeMossLocalEngine:
-    """A continuous-batching stand-in for stage 0 + codec of MOSS-TTS-Local (§4).
+    """A continuous-batching stand-in for stage 0 + codec of MOSS-TTS-Local (gpu_model_runner.py).
 
     Requests join the running batch at step boundaries; each step makes one frame for every
     active row, drawing from the row's generator, in order, the stop gate and then the 12 codes,
     as `generate_frame` does. Generators:
-    - a request with a seed (`seed`, else `extra_params.tts_local_seed`, §3.6): its own, seeded
+    - a request with a seed (`seed`, else `extra_params.tts_local_seed`, serving_speech.py): its own, seeded
       with it, whatever else is in the batch;
     - an unseeded request with `fixed=False` (vllm-omni 0.30.0), or `deploy_seed=None`: ONE
       process-wide generator shared by all unseeded rows, drawn in batch order each step, so
@@ -376,7 +375,7 @@ class FakeMossLocalEngine:
 
     A request ends when the gate says stop or after `max_new_tokens` frames (else `max_tokens`,
     the deploy's stage-0 cap): max_new_tokens is a cap, not a length, as in vllm-omni, where it
-    only sets stage-0 max_tokens and the Local talker never reads max_new_frames (§2).
+    only sets stage-0 max_tokens and the Local talker never reads max_new_frames (moss_tts.py).
 
     `fail_at_frame`: the engine fails every request when it reaches that frame (to test errors
     mid-stream). `received`/`received_batches` hold every JSON body posted to the speech and
@@ -467,7 +466,7 @@ class FakeMossLocalEngine:
         draws = rng.random(1 + N_VQ)  # the gate, then codebooks 0..11, from one stream
         job.steps += 1
         if draws[0] < job.stop_probability(job.frames):
-            job._finish("stop")  # the stop frame's codes were drawn, then dropped (§4)
+            job._finish("stop")  # the stop frame's codes were drawn, then dropped (gpu_model_runner.py)
             return
         if self.fail_at_frame is not None and job.frames >= self.fail_at_frame:
             job._finish("error", RuntimeError(f"the fake engine failed at frame {job.frames}"))
@@ -478,7 +477,7 @@ class FakeMossLocalEngine:
 
 
 # ---------------------------------------------------------------------------------------------
-# Errors (§3.3).
+# Errors (serving_speech.py).
 
 
 def _error(status: int, message: str, err_type: str, param: str | None = None) -> JSONResponse:
@@ -548,7 +547,7 @@ def _is_json(raw_request: Request) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Audio encoding (§3.4, §3.5, §3.7).
+# Audio encoding (serving_speech.py, audio_utils_mixin.py, serving_speech.py).
 
 _MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac", "mp3": "audio/mpeg", "opus": "audio/ogg"}
 
@@ -607,7 +606,7 @@ def _count_tokens(text: str | None) -> int:
 
 
 def _usage(request: OpenAICreateSpeechRequest, job: GenerationJob) -> dict[str, Any]:
-    """SpeechTokenUsage (§3.7): text tokens of input + instructions, audio tokens 0 for MOSS,
+    """SpeechTokenUsage (serving_speech.py): text tokens of input + instructions, audio tokens 0 for MOSS,
     output tokens the talker's steps."""
     text_tokens = _count_tokens(request.input)
     if request.instructions and request.instructions.strip():
@@ -631,7 +630,7 @@ def _usage_headers(usage: dict[str, Any]) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Serving (§2, §3).
+# Serving (moss_tts.py, serving_speech.py).
 
 
 class _SpeechService:
@@ -654,7 +653,7 @@ class _SpeechService:
 
     @staticmethod
     def validate(request: OpenAICreateSpeechRequest) -> str | None:
-        """The MOSS adapter's validate() for the local variant (§2). Voices: no uploaded voices
+        """The MOSS adapter's validate() for the local variant (moss_tts.py). Voices: no uploaded voices
         here, and an unknown voice is ignored for moss_tts."""
         if request.sample_rate is not None:
             return "sample_rate is not supported by the current TTS model"
@@ -669,7 +668,7 @@ class _SpeechService:
         return None
 
     def _fetch(self, url: str) -> bytes:
-        """vLLM's MediaConnector, as vllm-omni's server calls it with default options (§2)."""
+        """vLLM's MediaConnector, as vllm-omni's server calls it with default options (moss_tts.py)."""
         if url[:5].lower() == "data:":
             spec, comma, data = url[5:].partition(",")
             if not comma:
@@ -685,13 +684,13 @@ class _SpeechService:
         if url in self.ref_audio_urls:
             return self.ref_audio_urls[url]
         # Nothing is fetched from here. Any other http(s) URL answers as a fetch that got a 4xx
-        # does in vllm-omni (the documented path, §2 and §3.3): vLLM turns it into
+        # does in vllm-omni (the documented path, moss_tts.py and serving_speech.py): vLLM turns it into
         # VLLMUnprocessableEntityError, which is not a ValueError, so the speech route answers
         # 500 "Speech generation failed: Failed to fetch media from URL: HTTP 404 error".
         raise _FetchError("Failed to fetch media from URL: HTTP 404 error")
 
     def _reference(self, url: str) -> str:
-        """Fetch, decode (native rate, averaged to mono), check the length (§2); the sha256 of
+        """Fetch, decode (native rate, averaged to mono), check the length (moss_tts.py); the sha256 of
         the decoded reference."""
         raw = self._fetch(url)
         try:
@@ -710,7 +709,7 @@ class _SpeechService:
         return hashlib.sha256(int(rate).to_bytes(4, "little") + mono.tobytes()).hexdigest()
 
     async def start(self, request: OpenAICreateSpeechRequest) -> GenerationJob:
-        """_prepare_speech_generation (§3.2 step 6): validate, build the prompt, plumb the seed,
+        """_prepare_speech_generation (serving_speech.py step 6): validate, build the prompt, plumb the seed,
         hand the request to the engine. ValueError -> 400, other exceptions -> 500."""
         problem = self.validate(request)
         if problem:
@@ -723,8 +722,8 @@ class _SpeechService:
         else:
             cond = Conditioning(request.input, "generation", language, reference)
         # extra_params all go to stage-0 extra_args, then request.seed overrides tts_local_seed;
-        # the runner reads it with int() (§3.6, §4). Where int() refuses, the real runner fails
-        # inside the engine step; here only this request fails (a 500).
+        # the runner reads it with int() (serving_speech.py, gpu_model_runner.py). Where int() refuses,
+        # the real runner fails inside the engine step; here only this request fails (a 500).
         seed_value = (request.extra_params or {}).get("tts_local_seed")
         if request.seed is not None:
             seed_value = request.seed
@@ -732,7 +731,7 @@ class _SpeechService:
         return self.engine.submit(cond, seed, request.max_new_tokens)
 
     async def collect(self, job: GenerationJob) -> np.ndarray:
-        """The whole audio, float [2, T]; with no frames a mono array of 0 samples (§3.4)."""
+        """The whole audio, float [2, T]; with no frames a mono array of 0 samples (serving_speech.py)."""
         try:
             pieces = [chunk async for chunk in job.chunks()]
         finally:
@@ -740,7 +739,7 @@ class _SpeechService:
         return np.concatenate(pieces, axis=1) if pieces else np.zeros((0,), dtype=np.float32)
 
     async def byte_chunks(self, job: GenerationJob, response_format: str) -> AsyncIterator[bytes]:
-        """The streamed body, one piece per engine chunk; for wav the header first, alone (§3.7)."""
+        """The streamed body, one piece per engine chunk; for wav the header first, alone (serving_speech.py)."""
         header = response_format == "wav"
         try:
             async for chunk in job.chunks():
@@ -776,7 +775,7 @@ class _SpeechService:
             yield f"event: speech.audio.error\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n"
 
     async def speech(self, request: OpenAICreateSpeechRequest) -> Response:
-        """create_speech (§3.2 step 4)."""
+        """create_speech (serving_speech.py step 4)."""
         if request.voice is not None and request.voice.lower() == "default":
             request.voice = None
         if request.sample_rate is not None:
@@ -816,7 +815,7 @@ class _SpeechService:
 
     @staticmethod
     def merge(batch: BatchSpeechRequest, item: SpeechBatchItem) -> OpenAICreateSpeechRequest:
-        """An item's own value where set, else the batch's; never a seed or extra_params (§3.9)."""
+        """An item's own value where set, else the batch's; never a seed or extra_params (serving_speech.py)."""
 
         def pick(name: str) -> Any:
             value = getattr(item, name, None)
@@ -853,7 +852,7 @@ class _SpeechService:
         }
 
     async def batch(self, batch: BatchSpeechRequest) -> Response:
-        """create_speech_batch (§3.9); the response as model_dump(exclude_none=True)."""
+        """create_speech_batch (serving_speech.py); the response as model_dump(exclude_none=True)."""
         if len(batch.items) > self.batch_max_items:
             raise HTTPException(
                 400, f"Batch contains {len(batch.items)} items, exceeding the maximum of {self.batch_max_items}."
@@ -887,7 +886,7 @@ def make_vllm_omni_app(
     batch_max_items: int = BATCH_MAX_ITEMS,
     ref_audio_urls: Mapping[str, bytes] | None = None,
 ) -> FastAPI:
-    """The speech routes of `vllm serve ... --omni` for MOSS-TTS-Local (§3.1).
+    """The speech routes of `vllm serve ... --omni` for MOSS-TTS-Local (api_server.py).
 
     served_model_name: the --served-model-name value(s) (default: the model path); model_path:
     the model as /v1/models reports it (`root`); ref_audio_urls: http(s) reference URLs this
@@ -920,7 +919,7 @@ def make_vllm_omni_app(
         app.add_exception_handler(kind, client_error)
 
     async def require_json(raw_request: Request) -> None:
-        """vLLM's validate_json_request (§3.2 step 2). FastAPI has read the body by now (malformed
+        """vLLM's validate_json_request (serving_speech.py step 2). FastAPI has read the body by now (malformed
         JSON was refused before this runs) and has yet to validate it: record it here, so the
         bodies that fail validation are recorded too."""
         if not _is_json(raw_request):
