@@ -162,6 +162,7 @@ def test_markdown_goes_to_the_github_step_summary_when_set(tmp_path, monkeypatch
         (["--scenarios", "nope"], "unknown scenario"),
         (["--level", "loose"], "unknown level"),
         (["--golden", "/nonexistent/golden.json"], "golden file does not exist"),
+        (["--golden", str(Path(__file__).parent)], "is a directory, expected a golden file"),
     ],
 )
 def test_bad_audit_options_exit_2(args, message):

@@ -38,7 +38,8 @@ REQUEST_CASES = [
     ("unknown-field.jsonl", ["unknown-field.jsonl:1 [langauge]", "did you mean 'language'"]),
     ("duplicate-id.jsonl", ["duplicate-id.jsonl:2 [id]", "duplicate id 'same'", "line 1"]),
     ("id-case-collision.jsonl", ["id-case-collision.jsonl:2 [id]", "'alpha'", "'Alpha'", "line 1", "case-insensitive"]),
-    ("id-traversal.jsonl", ["id-traversal.jsonl:1 [id]", "not a safe file name"]),
+    ("id-traversal.jsonl", ["id-traversal.jsonl:1 [id]", "not a safe file name", "no leading '.'"]),
+    ("id-leading-dash.jsonl", ["id-leading-dash.jsonl:1 [id]", "ASCII letters, digits", "no leading '.', '_' or '-'"]),
     ("id-separator.jsonl", ["id-separator.jsonl:1 [id]", "not a safe file name"]),
     ("id-control.jsonl", ["id-control.jsonl:1 [id]", "not a safe file name"]),
     ("id-reserved.jsonl", ["id-reserved.jsonl:1 [id]", "reserved name"]),
@@ -50,6 +51,7 @@ REQUEST_CASES = [
     ("not-utf8.txt", ["not-utf8.txt", "not UTF-8"]),
     ("wrong-type.xml", ["wrong-type.xml", "unsupported request file type"]),
     ("ref-audio-missing.jsonl", ["ref-audio-missing.jsonl:1 [ref_audio]"]),
+    ("ref-audio-url.jsonl", ["ref-audio-url.jsonl:1 [ref_audio]", "does not fetch URLs", "!does not exist"]),
     (
         "ref-audio-directory.jsonl",
         ["ref-audio-directory.jsonl:1 [ref_audio]", "is a directory, expected an audio file"],
@@ -175,6 +177,11 @@ def test_missing_model_directory_and_lone_model_option(tmp_path):
         [GOOD, "--model", tmp_path / "nowhere", "--codec", TINY_CODEC], tmp_path / "a", ["nowhere", "does not exist"]
     )
     _run_and_check([GOOD, "--model", TINY_TALKER], tmp_path / "b", ["--model and --codec go together"])
+    _run_and_check(
+        [GOOD, "--model", TINY_TALKER / "config.json", "--codec", TINY_CODEC],
+        tmp_path / "c",
+        ["config.json", "is a file, expected a checkpoint directory", "!does not exist"],
+    )
 
 
 def test_a_line_too_long_for_any_request_is_rejected_without_being_parsed(tmp_path):

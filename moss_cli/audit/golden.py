@@ -145,6 +145,8 @@ def load_golden(path: Path, option: str = "--golden") -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise MossError("golden file does not exist", file=path, field=option) from None
+    except IsADirectoryError:
+        raise MossError("is a directory, expected a golden file", file=path, field=option) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise MossError(f"not a golden file: {e}", file=path, field=option) from None
     older = OLDER_FORMATS.get(data.get("format")) if isinstance(data, dict) else None

@@ -130,7 +130,8 @@ def audit_determinism(
         if not chosen:
             raise MossError("no scenario selected", field="--scenarios")
         if golden is not None and not golden.is_file():
-            raise MossError("golden file does not exist", file=golden, field="--golden")
+            problem = "is a directory, expected a golden file" if golden.is_dir() else "golden file does not exist"
+            raise MossError(problem, file=golden, field="--golden")
         if server:
             refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
             settings = server_options(

@@ -26,6 +26,7 @@ DROPPED_BY_VLLM_OMNI = {
 }
 FIELDS = ("id", "text", "seed", "max_new_frames", "ref_audio", "ref_text", *PROMPT_FIELDS, *SAMPLING_FIELDS)
 MAX_FRAMES_LIMIT = 1_000_000  # beyond this a value is a typo, not a request
+URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://|data:)")  # a scheme and authority, or a data: URI
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 RESERVED_IDS = {
     "con",
@@ -140,8 +141,9 @@ def validate_record(
         if not SAFE_ID.match(request_id) or request_id.lower().split(".")[0] in RESERVED_IDS:
             bad(
                 "id",
-                f"id {request_id!r} is not a safe file name (letters, digits, '.', '_', '-'; "
-                "no path separators or '..'; at most 128 characters; not a reserved name)",
+                f"id {request_id!r} is not a safe file name: ASCII letters, digits, '.', '_' and '-' only, at "
+                "most 128 characters, starting with a letter or digit (no leading '.', '_' or '-'), no path "
+                "separators or '..', not a reserved name such as CON or NUL",
             )
         elif ".." in request_id:
             bad("id", f"id {request_id!r} must not contain '..'")
@@ -188,6 +190,12 @@ def validate_record(
     ref_audio, ref_text = record.get("ref_audio"), record.get("ref_text")
     if ref_audio is not None and (not isinstance(ref_audio, str) or not ref_audio.strip()):
         bad("ref_audio", "'ref_audio' must be a path to an audio file")
+    elif ref_audio is not None and URL.match(ref_audio):
+        bad(
+            "ref_audio",
+            f"'ref_audio' is a URL ({ref_audio[:80]!r}); moss reads reference audio from local files and does not "
+            "fetch URLs: download the file and give its path (relative to the request file's folder)",
+        )
     if ref_text is not None and not isinstance(ref_text, str):
         bad("ref_text", f"'ref_text' must be a string, got {type(ref_text).__name__}")
     elif ref_text is not None and ref_audio is None:

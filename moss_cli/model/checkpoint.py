@@ -38,6 +38,8 @@ def read_json(path: Path, what: str) -> dict:
 
 def checkpoint_dir(path: str | Path) -> Path:
     directory = Path(path).expanduser()
+    if directory.is_file():
+        raise CheckpointError("is a file, expected a checkpoint directory (config.json, weights)", file=directory)
     if not directory.is_dir():
         raise CheckpointError("checkpoint directory does not exist", file=directory)
     return directory
