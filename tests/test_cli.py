@@ -76,3 +76,17 @@ def test_an_interrupt_promises_a_resume_only_where_the_command_resumes(tmp_path,
     assert audit.exit_code == synth.exit_code == 130
     assert "interrupted (signal 2)" in audit.output and "resume" not in audit.output  # audits start over
     assert "run the same command again to resume" in " ".join(synth.output.split())
+
+
+def test_piped_output_is_drawn_wide_not_at_80_columns():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    command = [sys.executable, "-m", "moss_cli", "config", "show"]
+    shown = subprocess.run(command, capture_output=True, text=True, env=env, check=True).stdout
+    # At 80 columns the table broke its cells mid-word ("moss_cli/assets" / "/deploy-tiny.ya" / "ml:19").
+    assert "moss_cli/assets/deploy-tiny.yaml:" in shown and max(map(len, shown.splitlines())) > 80
+    narrow = subprocess.run(command, capture_output=True, text=True, env={**env, "COLUMNS": "60"}, check=True).stdout
+    assert max(map(len, narrow.splitlines())) <= 60  # COLUMNS still wins

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import warnings
 from contextlib import contextmanager
 from enum import Enum
@@ -15,8 +16,18 @@ from rich.markup import escape
 from ..config.deploy import DeployWarning
 from ..errors import MossError
 
-stdout = Console()
-stderr = Console(stderr=True)
+PIPED_WIDTH = 200  # piped or in CI, Rich would draw at 80 columns and break keys and cells mid-word
+
+
+def _console(stderr: bool = False) -> Console:
+    """A terminal's own width; piped, COLUMNS if set, else PIPED_WIDTH."""
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not (hasattr(stream, "isatty") and stream.isatty())
+    return Console(stderr=stderr, width=PIPED_WIDTH if piped and not os.environ.get("COLUMNS") else None)
+
+
+stdout = _console()
+stderr = _console(stderr=True)
 
 
 class Device(str, Enum):
