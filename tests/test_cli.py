@@ -11,6 +11,13 @@ def test_help_lists_the_tool():
     assert "MOSS-TTS-Local" in result.output
 
 
+def test_dash_h_is_help_everywhere():
+    for argv in (["-h"], ["synth", "-h"], ["audit-determinism", "-h"], ["config", "show", "-h"]):
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 0 and "Usage: moss" in result.output, (argv, result.output)
+        assert result.output == runner.invoke(app, [*argv[:-1], "--help"]).output
+
+
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("moss ")

@@ -17,6 +17,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command's -h, as other tools have
     help="Batch speech synthesis with MOSS-TTS-Local, and audits that prove it is reproducible.",
 )
 app.command("synth")(synth)
