@@ -437,8 +437,9 @@ def test_stage_0_sampling_values_do_not_reach_the_audio_as_in_vllm_omni(tmp_path
         "      {temperature: 0.0, top_p: 0.95, top_k: 50, repetition_penalty: 1.1, seed: 7}\n"
     )
     request = Request(id="a", text="x", line=1)
-    shipped, changed = effective(request, load_deploy(RECIPES / "moss_tts_local_v1.5.yaml")), effective(
-        request, load_deploy(other)
+    shipped, changed = (
+        effective(request, load_deploy(RECIPES / "moss_tts_local_v1.5.yaml")),
+        effective(request, load_deploy(other)),
     )
     assert shipped.audio == changed.audio == HeadSampling(1.7, 0.8, 25, 1.0)
     assert shipped.stop == changed.stop == HeadSampling(1.0, 1.0, 50, 1.0)

@@ -257,3 +257,14 @@ def test_moss_diff_compares_two_server_baselines_by_their_audio(requests, tmp_pa
     assert differ.exit_code == 1, differ.output
     cases = json.loads((tmp_path / "d.json").read_text())["cases"]
     assert {c["status"] for c in cases} == {"differs"} and {c["codes_equal"] for c in cases} == {None}
+
+
+def test_an_empty_clip_compares_with_audio_and_with_another_empty_clip():
+    """vllm-omni answers a request whose first frame stops with a 0-sample mono WAV."""
+    from moss_cli.audit.compare import compare
+
+    empty, audio = np.zeros((0, 1), dtype="<i2"), synthesize("x", 1, 2)
+    differ = compare(_output(empty, "unknown"), _output(audio, "unknown"), 24_000)
+    assert not differ.pcm_equal and differ.first_diverging_s == 0.0
+    same = compare(_output(empty, "unknown"), _output(empty.copy(), "unknown"), 24_000)
+    assert same.pcm_equal and same.first_diverging_s is None

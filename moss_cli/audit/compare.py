@@ -109,6 +109,8 @@ def first_differing_sample(reference: torch.Tensor, other: torch.Tensor) -> int 
     """Index of the first sample where two [channels, samples] signals differ (the common length
     when one is a prefix of the other), None when they are equal."""
     n = min(reference.shape[-1], other.shape[-1])
+    if n == 0:  # an empty clip (a server answers one when the first frame stops)
+        return None if reference.shape[-1] == other.shape[-1] else 0
     differs = (reference[..., :n] != other[..., :n]).reshape(-1, n).any(0).nonzero()
     if differs.numel():
         return int(differs[0])
