@@ -158,6 +158,9 @@ def test_a_malformed_header_is_refused_without_echoing_its_value():
 def test_public_url_drops_credentials_and_query():
     assert public_url("https://me:pw@example.com:8443/tts/?key=abc") == "https://example.com:8443/tts"
     command = "moss synth --server 'https://me:pw@example.com:8443/tts?key=abc&flag#t' --header 'X-Key: ab'"
+    assert redact("a server's words: password 'Qz' refused; Qzx, aQz", ["Qz"]) == (
+        "a server's words: password '***' refused; Qzx, aQz"  # a short secret, where it stands alone
+    )
     assert redact(command, ["ab"]) == (
         "moss synth --server 'https://***:***@example.com:8443/tts?key=***&***#***' --header 'X-Key: ***'"
     )

@@ -80,7 +80,7 @@ class ServerOptions:
             found.append(base64.b64encode(pair.encode()).decode())
         if parts.query:
             found += [v for _, _, v in (q.partition("=") for q in parts.query.split("&")) if v]
-        return [s for s in found if len(s) >= 3]  # a one-letter "secret" would blank out half the text
+        return [s for s in found if s]
 
     def redact(self, text: str) -> str:
         return redact(text, self.secrets)
@@ -88,10 +88,15 @@ class ServerOptions:
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` as it may be shown or written: every URL in it with its user, password and query
-    values masked (whatever their length), then every known secret (header values) replaced."""
+    values masked (whatever their length), then every known secret (header values, a password a
+    server echoes) replaced; one shorter than 3 characters only where it stands alone, or it would
+    blank out half the text."""
     text = _URL.sub(lambda found: mask_url(found.group()), text)
     for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "***")
+        if len(secret) >= 3:
+            text = text.replace(secret, "***")
+        else:
+            text = re.sub(rf"(?<![0-9A-Za-z]){re.escape(secret)}(?![0-9A-Za-z])", "***", text)
     return text
 
 
