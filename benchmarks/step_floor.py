@@ -28,9 +28,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from moss_cli.bench import BenchOptions
 from moss_cli.bench.floor import floor_weights, kv_read_step, padded_rows, time_products
 from moss_cli.bench.models import MODES, load_models
-from moss_cli.bench.run import BenchOptions, _talker_run
+from moss_cli.bench.run import _talker_run
 
 VARIANTS = ("grouped", "floor", "KV reads", "engine")
 

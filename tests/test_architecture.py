@@ -88,3 +88,52 @@ def test_no_module_imports_another_modules_private_names():
                 private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
                 leaks += [f"{relative} imports {node.module}.{name}" for name in private]
     assert not leaks
+
+
+def _module_name(relative: Path) -> str:
+    parts = list(relative.with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["moss_cli", *parts])
+
+
+def _is_module(dotted: str) -> bool:
+    path = PACKAGE.parent.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _imported_modules(relative: Path, tree: ast.AST):
+    """Every moss_cli module a module imports, at module level or inside a function, type-only
+    imports included (`from .pkg import name` names the submodule where `name` is one)."""
+    package = _module_name(relative).split(".")
+    if relative.name != "__init__.py":
+        package.pop()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + (node.module.split(".") if node.module else []))
+            targets = [f"{module}.{a.name}" if _is_module(f"{module}.{a.name}") else module for a in node.names]
+        else:
+            continue
+        yield from (t for t in targets if t.split(".")[0] == "moss_cli" and _is_module(t))
+
+
+def test_no_import_cycles():
+    graph = {_module_name(relative): set(_imported_modules(relative, tree)) for relative, tree in _modules()}
+    cycles, done = [], set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            cycles.append(" -> ".join(path[path.index(module) :] + [module]))
+            return
+        if module in done:
+            return
+        for target in sorted(graph.get(module, ())):
+            visit(target, path + [module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert not cycles

@@ -68,8 +68,8 @@ def test_bench_rejects_bad_options_with_exit_2():
 def test_random_preset_codec_decodes_in_bfloat16():
     import torch
 
+    from moss_cli.bench import BenchOptions
     from moss_cli.bench.models import load_models
-    from moss_cli.bench.run import BenchOptions
     from moss_cli.numerics import INVARIANT
 
     model, codec_for, _, what = load_models(BenchOptions(random_weights="35m"), torch.device("cpu"), torch.bfloat16)
@@ -111,8 +111,8 @@ def test_the_floor_reads_the_weights_of_a_frame_in_the_order_the_frame_reads_the
 def test_random_tiny_weights_have_the_shipped_shapes_but_not_its_values():
     import torch
 
+    from moss_cli.bench import BenchOptions
     from moss_cli.bench.models import load_models
-    from moss_cli.bench.run import BenchOptions
 
     cpu = torch.device("cpu")
     random, _, _, what = load_models(BenchOptions(random_weights="tiny"), cpu, torch.float32)

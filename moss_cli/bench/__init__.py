@@ -1,8 +1,10 @@
 """`moss bench`: engine and codec speed per numerics mode and batch size, against the hardware floor.
 
+options.py: what is asked for (model, batch sizes, modes, repeats);
 models.py: what is measured (a checkpoint, the tiny model, random weights at preset shapes);
 run.py: the measurements (talker decode and prefill, codec, streaming first audio, the floor)."""
 
-from .run import BenchOptions, BenchReport, BenchRow, run_bench
+from .options import BenchOptions
+from .run import BenchReport, BenchRow, run_bench
 
 __all__ = ["BenchOptions", "BenchReport", "BenchRow", "run_bench"]

@@ -4,7 +4,6 @@ weights at a preset's shapes (built in memory in the target dtype, after checkin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,9 +18,7 @@ from ..model.prompt import PromptBuilder
 from ..model.talker import MossTTSLocal
 from ..numerics import FAST, INVARIANT, Numerics
 from ..threads import talker_parameters
-
-if TYPE_CHECKING:
-    from .run import BenchOptions
+from .options import BenchOptions
 
 MODES = {"invariant": INVARIANT, "fast": FAST}
 # Random-weight presets: the tiny shipped model's shapes, the 35 M talker of issue 12's

@@ -14,7 +14,6 @@ import resource
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -31,21 +30,7 @@ from ..sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 from ..threads import apply_threads
 from .floor import floor_step, kv_read_step, padded_rows, sync
 from .models import MODES, PROMPT, load_models
-
-
-@dataclass
-class BenchOptions:
-    model: Path | None = None
-    codec: Path | None = None
-    random_weights: str | None = None  # "tiny" | "35m" | "v1.5"
-    batches: tuple[int, ...] = (1, 8)
-    frames: int = 32
-    modes: tuple[str, ...] = ("invariant", "fast")
-    device: str = "auto"
-    dtype: str = "auto"  # float32 on CPU, bfloat16 on accelerators
-    repeats: int = 3
-    threads: int | None = None  # None: chosen from the model's size (moss_cli.threads)
-    compile: bool = False  # torch.compile the engine's frame step
+from .options import BenchOptions
 
 
 @dataclass

@@ -7,14 +7,12 @@ from __future__ import annotations
 import difflib
 import re
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigError
 from ..validation import is_int64, is_integer, is_number
+from .deploy_config import DeployConfig
 from .deploy_merge import Source, display_path
-
-if TYPE_CHECKING:
-    from .deploy import DeployConfig
 
 # vllm-omni's platforms (OmniPlatformEnum / builtin_omni_platform_plugins in vllm_omni/platforms/),
 # plus "cpu", where moss itself runs.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, HeadSampling
-from .deploy import DeployConfig
+from .deploy_config import DeployConfig
 from .requests import Request
 
 
