@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -73,24 +72,14 @@ class Talker:
         generator: torch.Generator | None = None,
         generators: Sequence[torch.Generator | None] | None = None,
         reference_loop: bool = False,
-        batch_invariant: bool | None = None,
     ) -> list[torch.Tensor]:
         """input_ids [B, T, 1 + n_vq] (left-padded), attention_mask [B, T] -> one [frames, n_vq] per row.
 
         `generator` is one random stream for the batch (None: the global RNG); `generators` gives
         each row its own stream. By default every row's logits are bitwise what they would be alone
         (the batch-invariant engine); `reference_loop=True` runs the reference's padded-batch loop
-        (and, with one shared stream, its batched draws) exactly. `batch_invariant=False` is the old
-        spelling of `reference_loop=True` (deprecated).
+        (and, with one shared stream, its batched draws) exactly.
         """
-        if batch_invariant is not None:
-            warnings.warn(
-                "Talker.generate(batch_invariant=...) is deprecated: use reference_loop=True for the "
-                "reference's padded-batch loop",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            reference_loop = not batch_invariant
         if input_ids.dim() == 2:
             input_ids = input_ids.unsqueeze(0)
         if input_ids.dim() != 3 or input_ids.shape[-1] != self.config.n_vq + 1:

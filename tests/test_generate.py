@@ -115,14 +115,6 @@ def test_greedy_codes_match_those_the_reference_implementation_produced(talker64
         assert codes.tolist() == r["codes"], f"codes for {r['text']!r} differ from the reference's"
 
 
-def test_the_old_batch_invariant_keyword_still_selects_the_reference_loop_with_a_warning(talker64):
-    ids, mask = talker64.batch([talker64.prompt("Hello."), talker64.prompt("A longer second request.")])
-    with pytest.warns(DeprecationWarning, match="reference_loop"):
-        old = talker64.generate(ids, mask, max_new_frames=5, do_sample=False, batch_invariant=False)
-    new = talker64.generate(ids, mask, max_new_frames=5, do_sample=False, reference_loop=True)
-    assert all(torch.equal(a, b) for a, b in zip(old, new))
-
-
 def test_repetition_penalty_in_the_engine_matches_the_reference_loop(talker64):
     """Greedy with a repetition penalty: the engine's per-row `seen` marks give the codes the
     reference loop gets from each channel's history."""
