@@ -17,17 +17,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from .config.requests import Request, read_requests
+from .config.requests import Request
 from .errors import MossError
 from .interrupts import interrupts_as_exceptions
 from .io.fingerprint import fingerprint
 from .io.output_dir import OutputDir
 from .job import SynthSummary
 from .remote.client import Retry, SpeechClient
-from .remote.references import check_references, reference_sha256
 from .remote.reply import Reply
+from .remote.request_file import read_for_server, reference_sha256
 from .remote.settings import ServerOptions
-from .speech_api import body_from_request, check_dropped_fields
+from .speech_api import body_from_request
 
 STOPPED = {"stop": True, "empty": True, "max_frames": False}
 
@@ -138,11 +138,10 @@ def synthesize_remote(
     """Check the requests and the output directory, then synthesise what an earlier run of the
     same command did not finish. `dry_run` stops after the checks; nothing is sent or written."""
     OutputDir.check(out, audio_format)
-    requests = read_requests(requests_path)
-    for warning in check_dropped_fields(requests, requests_path, allow_dropped_fields):
+    requests, dropped = read_for_server(requests_path, allow_dropped_fields)
+    for warning in dropped:
         if on_warning:
             on_warning(f"sent although vllm-omni drops it: {warning}")
-    check_references(requests, requests_path)
     outdir = OutputDir(out, audio_format, [r.id for r in requests], requests_path)
     done = outdir.plan({r.id: remote_fingerprint(r, server, audio_format) for r in requests}, force)
     summary = dict(

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from .config.request_fields import SAMPLING_FIELDS, Request
-from .errors import MossError
 
 SPEECH_PATH = "/v1/audio/speech"
 MODELS_PATH = "/v1/models"
@@ -69,23 +68,6 @@ def dropped_fields(request: Request) -> list[str]:
     """The fields of `request` that a vllm-omni MOSS-TTS-Local server would drop (see DROPPED_BY_SERVER)."""
     given = {**request.prompt_fields, **request.sampling}
     return [name for name in DROPPED_BY_SERVER if given.get(name) is not None]
-
-
-def check_dropped_fields(requests: list[Request], file: Path | None, allow: bool) -> list[str]:
-    """Every field a vllm-omni MOSS-TTS-Local server would drop, as one error naming each line and
-    field (exit 2, before anything is sent); with `allow`, the same as warnings to show."""
-    found = [
-        f"{f'line {r.line}' if r.line else r.id} [{name}]: {DROPPED_BY_SERVER[name]}"
-        for r in requests
-        for name in dropped_fields(r)
-    ]
-    if found and not allow:
-        raise MossError(
-            "; ".join(found) + ". Remove these fields, or pass --allow-dropped-fields to send them anyway (the audit "
-            "then judges each request as the server samples it)",
-            file=file,
-        )
-    return found
 
 
 def data_uri(path: Path) -> str:

@@ -139,6 +139,7 @@ def make_app(behaviour: Behaviour) -> FastAPI:
                 "x-moss-max-in-flight": str(in_flight),
                 "x-moss-stop-reason": "max_frames",
                 "x-moss-sample-rate": str(RATE),
+                "x-moss-channels": "1",
             }
         fmt = body.get("response_format", "wav")
         if fmt == "pcm":

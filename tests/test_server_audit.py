@@ -166,8 +166,9 @@ def test_fields_the_server_would_drop_are_refused_before_anything_is_sent(reques
     code, _, output = _audit(behaviour, path, tmp_path)
     flat = " ".join(output.split())
     assert code == 2 and "dropped.jsonl" in flat and behaviour.seen == []
-    assert "line 1 [audio_temperature]: vllm-omni's speech request has no such field" in flat
-    assert "line 2 [instruction]: vllm-omni's MOSS-TTS-Local prompt ignores it" in flat
+    assert "dropped.jsonl:1 [audio_temperature]: vllm-omni's speech request has no such field" in flat
+    assert "dropped.jsonl:2 [instruction]: vllm-omni's MOSS-TTS-Local prompt ignores it" in flat
+    assert "--allow-dropped-fields" in flat
     # Allowed: sent with a warning; a server without moss's headers is taken to sample "greedy" requests.
     code, report, output = _audit(behaviour, path, tmp_path, "--scenarios", "repeat,seeds", "--allow-dropped-fields")
     assert code == 0, output
@@ -268,3 +269,20 @@ def test_an_empty_clip_compares_with_audio_and_with_another_empty_clip():
     assert not differ.pcm_equal and differ.first_diverging_s == 0.0
     same = compare(_output(empty, "unknown"), _output(empty.copy(), "unknown"), 24_000)
     assert same.pcm_equal and same.first_diverging_s is None
+
+
+def test_every_problem_of_a_request_file_for_a_server_is_reported_at_once(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    (tmp_path / "silence.wav").write_bytes(b"not audio")
+    rows = [
+        {"text": "x", "seed": "five"},
+        {"text": "y", "ref_audio": "silence.wav"},
+        {"text": "z", "audio_top_k": 3},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    behaviour = Behaviour()
+    code, _, output = _audit(behaviour, path, tmp_path)
+    flat = " ".join(output.split())
+    assert code == 2 and behaviour.seen == []
+    for where in ("mixed.jsonl:1 [seed]", "mixed.jsonl:2 [ref_audio]", "mixed.jsonl:3 [audio_top_k]"):
+        assert where in flat, flat

@@ -123,7 +123,7 @@ def test_fields_vllm_omni_drops_are_refused_and_a_dropped_greedy_is_judged_sampl
     engine = FakeMossLocalEngine(fixed=True)
     with serving_vllm_omni(engine) as url:
         code, _, output = _audit(url, tmp_path, path)
-        assert code == 2 and "line 1 [audio_temperature]" in output and engine.received == []
+        assert code == 2 and "dropped.jsonl:1 [audio_temperature]" in output and engine.received == []
         code, report, output = _audit(url, tmp_path, path, "--scenarios", "repeat,seeds", "--allow-dropped-fields")
     assert code == 0, output
     # vllm-omni samples it: it got the seed probe a sampled request gets, and the seed changed its audio.

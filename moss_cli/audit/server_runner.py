@@ -14,13 +14,12 @@ from typing import Callable
 
 from .. import __version__
 from ..config.deploy import load_deploy
-from ..config.requests import Request, read_requests
+from ..config.requests import Request
 from ..errors import MossError
 from ..remote.client import Retry, ServerError, SpeechClient, all_or_nothing
-from ..remote.references import check_references, reference_sha256
 from ..remote.reply import Reply, audio_tensor
+from ..remote.request_file import read_for_server, reference_sha256
 from ..remote.settings import ServerOptions
-from ..speech_api import check_dropped_fields
 from .builtin import builtin_requests
 from .compare import Output
 from .mixups import MixUpLog
@@ -106,9 +105,9 @@ class ServerAuditor:
         self.deploy = None
         if options.deploy is not None:  # its platform sections for CUDA, where vllm-omni serves
             self.deploy = load_deploy(options.deploy, "cuda", allow_foreign=options.allow_foreign_deploy)
-        self.requests = read_requests(options.requests) if options.requests else builtin_requests(for_server=True)
-        self.dropped = check_dropped_fields(self.requests, options.requests, options.allow_dropped_fields)
-        check_references(self.requests, options.requests)
+        self.requests, self.dropped = builtin_requests(for_server=True), []
+        if options.requests is not None:
+            self.requests, self.dropped = read_for_server(options.requests, options.allow_dropped_fields)
         # The repeat decides what every other comparison means: it always runs, first.
         self.scenarios = ["repeat", *dict.fromkeys(s for s in options.scenarios if s != "repeat")]
 
