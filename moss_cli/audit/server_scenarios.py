@@ -12,10 +12,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-import soundfile as sf
-
 from ..config.requests import Request
-from ..io.reference_audio import synthetic_voice
 from ..remote.settings import ServerOptions
 from ..speech_api import body_from_request
 from .scenarios import SHUFFLE_SEED, interleave, neighbour_requests, voice_neighbour_requests
@@ -81,6 +78,10 @@ def greedy(request: Request, honoured: bool) -> bool:
 def default_voice(workdir: Path) -> Path:
     """The reference clip the audit gives its own requests where the server requires one: 2 s, well
     inside vllm-omni's 1-30 s."""
+    import soundfile as sf
+
+    from ..io.reference_audio import synthetic_voice  # torch: not for --help, which reads SERVER_SCENARIOS
+
     path = workdir / "default-voice.wav"
     if not path.exists():
         sf.write(str(path), synthetic_voice(2.0, 24_000, 165.0), 24_000, subtype="PCM_16")
