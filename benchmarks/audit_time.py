@@ -12,7 +12,7 @@ import time
 import torch
 
 from moss_cli.audit.runner import AuditOptions, run_audit
-from moss_cli.synth import SynthOptions
+from moss_cli.pipeline import SynthOptions
 
 
 def main() -> None:

@@ -13,7 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from moss_cli.synth import SynthOptions, synthesize
+from moss_cli.job import synthesize
+from moss_cli.pipeline import SynthOptions
 
 
 def main() -> None:

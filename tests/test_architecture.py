@@ -11,7 +11,6 @@ LAYERS = {
     "audit": 5,
     "diff": 5,
     "bench": 5,
-    "synth": 5,  # synth: a compatibility re-export of pipeline + job
     "serve": 5,  # moss serve: the speech API over one running engine
     "remote_job": 5,  # synth --server: the job's output directory, through a server
     "scaleout": 5,  # synth and audit on Ray workers: drives job and audit

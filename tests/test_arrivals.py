@@ -9,7 +9,7 @@ import torch
 
 from moss_cli.config.requests import Request
 from moss_cli.engine.arrivals import Arrivals
-from moss_cli.synth import Synthesizer, SynthOptions
+from moss_cli.pipeline import Synthesizer, SynthOptions
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from moss_cli.assets import TINY_CODEC, TINY_TALKER
 from moss_cli.audit.runner import AuditOptions, run_audit
 from moss_cli.audit.scenarios import SCENARIOS
 from moss_cli.cli.app import app
-from moss_cli.synth import SynthOptions
+from moss_cli.pipeline import SynthOptions
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 runner = CliRunner()

@@ -23,7 +23,7 @@ from moss_cli.cli.app import app
 from moss_cli.config.requests import Request
 from moss_cli.engine.frame import STOP_HEAD
 from moss_cli.model.talker import STOP
-from moss_cli.synth import Synthesizer, SynthOptions
+from moss_cli.pipeline import Synthesizer, SynthOptions
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 runner = CliRunner()
@@ -374,7 +374,7 @@ def test_terminal_tables_do_not_break_words_at_80_columns():
 
     from moss_cli.audit.report import render
     from moss_cli.audit.runner import AuditOptions, run_audit
-    from moss_cli.synth import SynthOptions
+    from moss_cli.pipeline import SynthOptions
 
     result = run_audit(AuditOptions(scenarios=("batched",), synth=SynthOptions(device="cpu", legacy_global_rng=True)))
     console = Console(width=80, record=True, color_system=None)

@@ -13,8 +13,8 @@ from moss_cli.audit.scenarios import SCENARIOS
 from moss_cli.config.requests import Request
 from moss_cli.engine.scheduler import Engine, GenerationRequest
 from moss_cli.numerics import FAST, Numerics
+from moss_cli.pipeline import Synthesizer, SynthOptions
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
-from moss_cli.synth import Synthesizer, SynthOptions
 
 
 @pytest.fixture(scope="module")

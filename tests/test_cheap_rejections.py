@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from moss_cli.cli.app import app
 from moss_cli.config.requests import Request, RequestFileError
 from moss_cli.model.prompt import PromptBuilder
-from moss_cli.synth import Synthesizer, SynthOptions
+from moss_cli.pipeline import Synthesizer, SynthOptions
 
 
 @pytest.fixture(scope="module")

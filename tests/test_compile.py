@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from moss_cli.cli.app import app
 from moss_cli.config.requests import Request
 from moss_cli.engine.scheduler import Engine, GenerationRequest
+from moss_cli.pipeline import Synthesizer, SynthOptions
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
-from moss_cli.synth import Synthesizer, SynthOptions
 
 pytestmark = pytest.mark.slow
 runner = CliRunner()

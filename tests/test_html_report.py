@@ -18,7 +18,7 @@ from moss_cli.audit.html_report import audit_view, pair_files
 from moss_cli.audit.report import write_reports
 from moss_cli.audit.runner import AuditOptions, run_audit
 from moss_cli.cli.app import app
-from moss_cli.synth import SynthOptions
+from moss_cli.pipeline import SynthOptions
 
 runner = CliRunner()
 ROWS = [

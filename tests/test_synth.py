@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from moss_cli.cli.app import app
 from moss_cli.config.requests import read_requests
 from moss_cli.io.manifest import COLUMNS
-from moss_cli.synth import Synthesizer, SynthOptions
+from moss_cli.pipeline import Synthesizer, SynthOptions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"

@@ -15,7 +15,7 @@ from moss_cli.cli.app import app
 from moss_cli.config.requests import read_requests
 from moss_cli.model import talker as talker_module
 from moss_cli.model.codec import CodecStream
-from moss_cli.synth import Synthesizer, SynthOptions
+from moss_cli.pipeline import Synthesizer, SynthOptions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 runner = CliRunner()

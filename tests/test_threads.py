@@ -10,7 +10,7 @@ import torch
 
 from moss_cli.assets import TINY_TALKER
 from moss_cli.model.config import TalkerConfig
-from moss_cli.synth import Synthesizer, SynthOptions
+from moss_cli.pipeline import Synthesizer, SynthOptions
 from moss_cli.threads import SMALL_MODEL_PARAMS, SPIN_ENV, default_threads, talker_parameters
 
 V1_5_BACKBONE = dict(

@@ -14,7 +14,7 @@ import torch
 from moss_cli.audit.builtin import builtin_requests
 from moss_cli.config.requests import Request, read_requests
 from moss_cli.io.reference_audio import synthetic_voice
-from moss_cli.synth import Synthesizer, SynthOptions
+from moss_cli.pipeline import Synthesizer, SynthOptions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 VOICE = EXAMPLES / "reference-voice.wav"

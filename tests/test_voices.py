@@ -13,7 +13,7 @@ from moss_cli.config.requests import read_requests
 from moss_cli.io.reference_audio import loudness_normalize
 from moss_cli.model.codec import _Codebook
 from moss_cli.model.config import QuantizerConfig
-from moss_cli.synth import Synthesizer, SynthOptions
+from moss_cli.pipeline import Synthesizer, SynthOptions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

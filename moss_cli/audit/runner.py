@@ -12,8 +12,8 @@ from ..config.requests import parse_requests
 from ..engine.compiled import compile_seconds
 from ..engine.scheduler import LogitsHook
 from ..errors import MossError
+from ..pipeline import Prepared, Synthesizer, SynthOptions
 from ..pipeline.environment import environment
-from ..synth import Prepared, Synthesizer, SynthOptions
 from .attribution import Attribution, attribute, codec_numeric, record_logits
 from .builtin import builtin_requests
 from .compare import Comparison, Output, compare, output_of
