@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 import httpx
 
-from .. import speech_api as api
+from .. import speech_api
 from ..errors import MossError
 from .reply import NotAudio, Reply, decode_audio, moss_headers
 from .settings import DEFAULT_PCM_CHANNELS, DEFAULT_PCM_RATE, ServerOptions
@@ -116,14 +116,14 @@ class SpeechClient:
 
     async def models(self) -> list[str] | None:
         """The ids `GET /v1/models` lists, or None when the server has no such endpoint."""
-        listed = await self._document(api.MODELS_PATH)
+        listed = await self._document(speech_api.MODELS_PATH)
         data = listed.get("data", []) if isinstance(listed, dict) else None
         return [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else None
 
     async def environment(self) -> dict | None:
         """What `moss serve` reports of its engine (`GET /moss/environment`: torch, device, dtype,
         threads, checkpoints, deploy), or None from a server without that endpoint (vllm-omni)."""
-        reported = await self._document(api.ENVIRONMENT_PATH)
+        reported = await self._document(speech_api.ENVIRONMENT_PATH)
         return reported if isinstance(reported, dict) else None
 
     async def _document(self, path: str):
@@ -190,10 +190,10 @@ class SpeechClient:
                 await asyncio.sleep(BACKOFF_S[min(attempt - 2, len(BACKOFF_S) - 1)])
 
     async def _once(self, request: str, body: dict[str, Any], context: str) -> Reply:
-        what = f"request {request!r} ({context}) to {self._where(api.SPEECH_PATH)}"
+        what = f"request {request!r} ({context}) to {self._where(speech_api.SPEECH_PATH)}"
         self.sent += 1
         try:
-            response = await self._http.post(api.SPEECH_PATH, json=body)
+            response = await self._http.post(speech_api.SPEECH_PATH, json=body)
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
             raise _Transient(self.options.redact(f"{what}: connection lost ({type(e).__name__}: {e})"), None) from None
         except httpx.HTTPError as e:
@@ -206,8 +206,8 @@ class SpeechClient:
             raise self._fail(message, request, status)
         headers = moss_headers(response.headers)
         # Raw PCM says nothing of its layout: the server's headers where sent, else the options.
-        rate = _positive(headers.get(api.HEADER_SAMPLE_RATE)) or self.options.sample_rate or DEFAULT_PCM_RATE
-        channels = _positive(headers.get(api.HEADER_CHANNELS)) or self.options.channels or DEFAULT_PCM_CHANNELS
+        rate = _positive(headers.get(speech_api.HEADER_SAMPLE_RATE)) or self.options.sample_rate or DEFAULT_PCM_RATE
+        channels = _positive(headers.get(speech_api.HEADER_CHANNELS)) or self.options.channels or DEFAULT_PCM_CHANNELS
         try:
             pcm, rate = decode_audio(
                 response.content,

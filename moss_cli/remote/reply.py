@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import soundfile as sf
 
-from .. import speech_api as api
+from .. import speech_api
 from ..io.audio import pcm_sha256
 
 
@@ -55,44 +55,44 @@ class Reply:
 
     @property
     def seed(self) -> int | None:
-        return self._int(api.HEADER_SEED)
+        return self._int(speech_api.HEADER_SEED)
 
     @property
     def seed_source(self) -> str | None:
-        return self.headers.get(api.HEADER_SEED_SOURCE)
+        return self.headers.get(speech_api.HEADER_SEED_SOURCE)
 
     @property
     def frames(self) -> int | None:
-        return self._int(api.HEADER_FRAMES)
+        return self._int(speech_api.HEADER_FRAMES)
 
     @property
     def codes_sha256(self) -> str | None:
-        return self.headers.get(api.HEADER_CODES_SHA256)
+        return self.headers.get(speech_api.HEADER_CODES_SHA256)
 
     @property
     def server_in_flight(self) -> int | None:
-        return self._int(api.HEADER_MAX_IN_FLIGHT)
+        return self._int(speech_api.HEADER_MAX_IN_FLIGHT)
 
     @property
     def stop_reason(self) -> str | None:
-        return self.headers.get(api.HEADER_STOP_REASON)
+        return self.headers.get(speech_api.HEADER_STOP_REASON)
 
     @property
     def server_id(self) -> str | None:
         """The id the server gave the request (moss serve's logs use it)."""
-        return self.headers.get(api.HEADER_REQUEST_ID)
+        return self.headers.get(speech_api.HEADER_REQUEST_ID)
 
 
 MOSS_HEADERS = (
-    api.HEADER_SEED,
-    api.HEADER_SEED_SOURCE,
-    api.HEADER_FRAMES,
-    api.HEADER_CODES_SHA256,
-    api.HEADER_MAX_IN_FLIGHT,
-    api.HEADER_STOP_REASON,
-    api.HEADER_SAMPLE_RATE,
-    api.HEADER_CHANNELS,
-    api.HEADER_REQUEST_ID,
+    speech_api.HEADER_SEED,
+    speech_api.HEADER_SEED_SOURCE,
+    speech_api.HEADER_FRAMES,
+    speech_api.HEADER_CODES_SHA256,
+    speech_api.HEADER_MAX_IN_FLIGHT,
+    speech_api.HEADER_STOP_REASON,
+    speech_api.HEADER_SAMPLE_RATE,
+    speech_api.HEADER_CHANNELS,
+    speech_api.HEADER_REQUEST_ID,
 )
 
 
