@@ -52,10 +52,10 @@ def build_run(out: Path, files: int) -> None:
             "codes_sha256": hashlib.sha256(key.encode()).hexdigest(),
             "pcm_sha256": pcm_sha256(pcm),
             "file": f"{key}.wav",
-            "temperature": 1.7,
-            "top_p": 0.8,
-            "top_k": 25,
-            "repetition_penalty": 1.0,
+            "audio_temperature": 1.7,
+            "audio_top_p": 0.8,
+            "audio_top_k": 25,
+            "audio_repetition_penalty": 1.0,
         }
         rows.append(row)
         journal.append(json.dumps({"fingerprint": hashlib.sha256(key.encode()).hexdigest(), "row": row}))

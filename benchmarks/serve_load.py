@@ -127,7 +127,7 @@ def good_body(i: int, rng: random.Random) -> dict:
     if kind in (0, 1, 2):
         body["seed"] = rng.randint(0, 2**31) if kind else 0
     if kind == 3:
-        body.update(instructions="A calm voice.", temperature=1.2, top_k=20)
+        body.update(instructions="A calm voice.", audio_temperature=1.2, audio_top_k=20)
     if i % 7 == 0:
         body["language"] = rng.choice(["en", "English", "fr"])
     body["response_format"] = ("wav", "pcm", "flac")[i % 3]
@@ -139,7 +139,8 @@ def good_body(i: int, rng: random.Random) -> dict:
 BAD = [  # (body bytes, what it is); each must get a 4xx
     (b'{"input": "unterminated', "malformed JSON"),
     (json.dumps({"input": "x", "seed": "12"}).encode(), "seed of the wrong type"),
-    (json.dumps({"input": "x", "top_p": 7}).encode(), "top_p out of range"),
+    (json.dumps({"input": "x", "audio_top_p": 7}).encode(), "audio_top_p out of range"),
+    (json.dumps({"input": "x", "temperature": 0.7}).encode(), "a field vllm-omni drops"),
     (json.dumps({"input": "x", "colour": "red"}).encode(), "unknown field"),
     (json.dumps({"input": "x", "ref_audio": "/etc/passwd"}).encode(), "path reference"),
     (json.dumps({"input": "x", "ref_audio": "http://127.0.0.1:9/a.wav"}).encode(), "URL reference"),

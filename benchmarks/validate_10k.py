@@ -33,7 +33,7 @@ def main() -> None:
             if i % 3 == 0:
                 record["seed"] = i
             if i % 7 == 0:
-                record.update(language="en", temperature=1.2)
+                record.update(language="en", audio_temperature=1.2)
             handle.write(json.dumps(record) + "\n")
     start = time.perf_counter()
     summary = synthesize(path, work / "out", SynthOptions(device="cpu"), dry_run=True)
