@@ -20,12 +20,12 @@ import time
 
 import torch
 
-from moss_cli.api import codec_tiles
 from moss_cli.assets.build import CodecSizes, codec_config
 from moss_cli.model.codec import AudioCodec
 from moss_cli.model.config import CodecConfig
-from moss_cli.model.layers import RowTiles
 from moss_cli.numerics import INVARIANT
+from moss_cli.numerics.layout import codec_tiles
+from moss_cli.numerics.tiles import RowTiles
 
 
 def v2_config(small: bool) -> CodecConfig:

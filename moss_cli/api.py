@@ -7,12 +7,10 @@ from typing import Sequence
 
 import torch
 
-from . import kernels
 from .device import resolve_device, resolve_dtype
 from .engine.generate import generate_invariant, generate_padded
 from .engine.sampling import Generators
 from .errors import CheckpointError, MossError
-from .gemm_probe import linears_agree
 from .model.checkpoint import (
     checkpoint_dir,
     load_tokenizer,
@@ -23,10 +21,10 @@ from .model.checkpoint import (
 )
 from .model.codec import AudioCodec, adapt_projections, canonical_codec_key
 from .model.config import TalkerConfig
-from .model.layers import RowTiles
 from .model.prompt import PromptBuilder, left_pad
 from .model.talker import MossTTSLocal
-from .numerics import Numerics
+from .numerics import Numerics, kernels
+from .numerics.layout import codec_tiles
 from .sampling_params import HeadSampling
 
 
@@ -163,23 +161,4 @@ def load_codec(
     return codec.eval()
 
 
-def codec_tiles(codec: AudioCodec, numerics: Numerics | None) -> RowTiles | None:
-    """The codec's row tiles under `numerics` (None: plain kernels). Where this platform gives a
-    row the same bits at every row count of a ladder as in a full tile, products run in the tallest
-    verified tiles (`numerics.codec_tall_tile` rows: a long clip reads each weight fewer times) and
-    a short last tile is padded only to `numerics.wide_unit` rows; elsewhere, tiles of
-    `numerics.codec_tile` rows, padded whole. Each ladder holds `codec_tile`, so all of them give
-    a waveform the same bits."""
-    if numerics is None or numerics.codec_rows is None:
-        return None
-    rows, unit = numerics.codec_rows, numerics.wide_unit
-    if numerics.wide_blocks and unit < rows and rows % unit == 0:
-        device = next(codec.parameters()).device
-        for tall in dict.fromkeys((numerics.codec_tall_tile, rows)):  # each ladder probed once
-            tiles = RowTiles(tall, unit, rows)
-            if linears_agree(codec.tiled_shapes(), unit, tiles.sizes, device, codec.packed):
-                return tiles
-    return RowTiles.whole(rows)
-
-
-__all__ = ["Talker", "load_talker", "load_codec", "codec_tiles", "MossError", "CheckpointError"]
+__all__ = ["Talker", "load_talker", "load_codec", "MossError", "CheckpointError"]

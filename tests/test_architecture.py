@@ -25,9 +25,7 @@ LAYERS = {
     "assets": 2,
     "errors": 1,
     "validation": 1,
-    "numerics": 1,
-    "gemm_probe": 1,  # does a GEMM give a row the same bits at other row counts (engine and codec)
-    "kernels": 0,  # which kernel computes a linear layer (plain, or oneDNN on a packed weight)
+    "numerics": 1,  # batch invariance: the policy, kernels, probes, tiles and the layout a run fixes
     "sampling_params": 1,
     "threads": 1,
     "device": 1,

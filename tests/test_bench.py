@@ -83,10 +83,10 @@ def test_random_preset_codec_decodes_in_bfloat16():
 def test_the_floor_reads_the_weights_of_a_frame_in_the_order_the_frame_reads_them(talker32, monkeypatch):
     import torch
 
-    from moss_cli import kernels
     from moss_cli.bench.floor import floor_weights
     from moss_cli.engine.frame import FrameDraws, sample_frame
     from moss_cli.engine.sampling import RowParams
+    from moss_cli.numerics import kernels
     from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 
     model = talker32.model

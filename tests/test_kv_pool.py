@@ -4,8 +4,9 @@ where a row's output is bitwise what it gets alone whatever its neighbours' leng
 import pytest
 import torch
 
-from moss_cli.engine.kv_cache import KEY_BLOCK, SCRATCH, BlockedDecode, KVPool
+from moss_cli.engine.kv_cache import SCRATCH, BlockedDecode, KVPool
 from moss_cli.model.attention import attend
+from moss_cli.numerics.tiles import KEY_BLOCK
 
 HEADS, KV_HEADS, DIM = 4, 2, 16
 LENGTHS = [1, 3, KEY_BLOCK - 1, KEY_BLOCK, KEY_BLOCK + 1, 2 * KEY_BLOCK + 7]  # around block boundaries

@@ -90,7 +90,8 @@ def test_causal_mask_for_queries_at_the_end_of_the_keys():
 def test_blocked_linear_gives_a_row_the_same_bits_whatever_rows_come_with_it(dtype):
     """The codec's fixed tiles: a time step's projection does not depend on the sequence or chunk
     length it is computed in, and it matches F.linear closely."""
-    from moss_cli.model.layers import RowTiles, blocked_linear
+    from moss_cli.model.layers import blocked_linear
+    from moss_cli.numerics.tiles import RowTiles
 
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(96, 48, generator=gen).to(dtype)
@@ -108,8 +109,9 @@ def test_tiles_the_probe_verifies_give_the_bits_of_64_row_tiles_padded_whole(dty
     """Where the probe finds that this platform rounds a row the same at every row count of a
     ladder (multiples of 4 up to 64, of 64 up to 256), a short last tile is padded to 4 rows, not
     64, long inputs run in 256-row tiles, and no bit changes."""
-    from moss_cli.gemm_probe import linears_agree
-    from moss_cli.model.layers import RowTiles, blocked_linear
+    from moss_cli.model.layers import blocked_linear
+    from moss_cli.numerics.probes import linears_agree
+    from moss_cli.numerics.tiles import RowTiles
 
     gen = torch.Generator().manual_seed(1)
     weight = torch.randn(96, 48, generator=gen).to(dtype)
@@ -127,7 +129,8 @@ def test_tiles_of_a_transposed_view_give_the_bits_of_contiguous_rows(dtype):
     """A lone clip hands a 1x1 conv's tiles a transposed view (leading dimension: the clip's
     length), a batch hands them copied rows; the plain GEMM rounds the two apart in bfloat16 and
     float64 (seen on an AVX2 CPU), so the tiles take row-major rows either way."""
-    from moss_cli.model.layers import RowTiles, blocked_linear
+    from moss_cli.model.layers import blocked_linear
+    from moss_cli.numerics.tiles import RowTiles
 
     gen = torch.Generator().manual_seed(2)
     weight = torch.randn(512, 256, generator=gen).to(dtype)
@@ -142,8 +145,9 @@ def test_tiles_of_a_transposed_view_give_the_bits_of_contiguous_rows(dtype):
 def test_an_mlp_in_one_pass_over_the_tiles_gives_the_bits_of_two_tiled_products(dtype):
     """The codec's FFN runs both products tile by tile (its wide hidden rows never concatenated):
     a padding row's hidden is zero either way, so no bit changes."""
-    from moss_cli import kernels
-    from moss_cli.model.layers import RowTiles, blocked_linear, in_row_tiles
+    from moss_cli.model.layers import blocked_linear, in_row_tiles
+    from moss_cli.numerics import kernels
+    from moss_cli.numerics.tiles import RowTiles
 
     gen = torch.Generator().manual_seed(4)
     first, second = torch.randn(192, 48, generator=gen).to(dtype), torch.randn(48, 192, generator=gen).to(dtype)
@@ -155,7 +159,7 @@ def test_an_mlp_in_one_pass_over_the_tiles_gives_the_bits_of_two_tiled_products(
 
 
 def test_a_tile_ladder_pads_a_last_tile_to_its_smallest_size_that_holds_it():
-    from moss_cli.model.layers import RowTiles
+    from moss_cli.numerics.tiles import RowTiles
 
     ladder = RowTiles(256, 4, 64)
     assert ladder.sizes == (*range(4, 64, 4), 64, 128, 192, 256)

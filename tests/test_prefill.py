@@ -7,11 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from moss_cli import gemm_probe, kernels
 from moss_cli.engine.kv_cache import KVPool
 from moss_cli.engine.prefill import plan_groups, prefill
-from moss_cli.engine.row_probe import PrefillLayout, prefill_layout
-from moss_cli.numerics import FAST, INVARIANT, Numerics
+from moss_cli.numerics import FAST, INVARIANT, Numerics, kernels, probes
+from moss_cli.numerics.layout import PrefillLayout, prefill_layout
 
 TEXTS = ["one", "a somewhat longer prompt for the group", "mid length text here", "x " * 40]
 
@@ -73,8 +72,8 @@ def test_every_prompt_has_a_forward_of_its_own_where_a_product_depends_on_the_ro
     def rounding_by_row_count(x, weight, bias=None):  # a library that rounds differently per M
         return kernels.linear(x, weight, bias) + x.shape[0] * 1e-6
 
-    monkeypatch.setattr(gemm_probe, "_VERDICTS", {})
-    monkeypatch.setattr(gemm_probe, "kernels", SimpleNamespace(linear=rounding_by_row_count, pack=kernels.pack))
+    monkeypatch.setattr(probes, "_VERDICTS", {})
+    monkeypatch.setattr(probes, "kernels", SimpleNamespace(linear=rounding_by_row_count, pack=kernels.pack))
     assert prefill_layout(talker32.model, INVARIANT) is None
     assert prefill_layout(talker32.model, FAST) == PrefillLayout(256, 1)  # fast mode shares forwards anyway
     assert prefill_layout(talker32.model, Numerics(wide_blocks=False)) is None

@@ -117,9 +117,9 @@ def test_the_invariant_codec_runs_tall_tiles_and_pads_short_ones_only_where_that
     whole give. Where a library rounds differently per row count, the codec keeps those."""
     from types import SimpleNamespace
 
-    from moss_cli import gemm_probe, kernels
-    from moss_cli.api import codec_tiles
-    from moss_cli.model.layers import RowTiles
+    from moss_cli.numerics import kernels, probes
+    from moss_cli.numerics.layout import codec_tiles
+    from moss_cli.numerics.tiles import RowTiles
 
     verified = RowTiles(256, 4, 64)
     assert invariant_codec.tiles == verified
@@ -137,9 +137,9 @@ def test_the_invariant_codec_runs_tall_tiles_and_pads_short_ones_only_where_that
 
         return SimpleNamespace(linear=product, pack=kernels.pack)
 
-    monkeypatch.setattr(gemm_probe, "_VERDICTS", {})
-    monkeypatch.setattr(gemm_probe, "kernels", rounding_above(100))
+    monkeypatch.setattr(probes, "_VERDICTS", {})
+    monkeypatch.setattr(probes, "kernels", rounding_above(100))
     assert codec_tiles(invariant_codec, INVARIANT) == RowTiles(64, 4)
-    monkeypatch.setattr(gemm_probe, "_VERDICTS", {})
-    monkeypatch.setattr(gemm_probe, "kernels", rounding_above(0))
+    monkeypatch.setattr(probes, "_VERDICTS", {})
+    monkeypatch.setattr(probes, "kernels", rounding_above(0))
     assert codec_tiles(invariant_codec, INVARIANT) == RowTiles.whole(64)

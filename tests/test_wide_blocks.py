@@ -6,10 +6,8 @@ from types import SimpleNamespace
 
 import torch
 
-from moss_cli import gemm_probe, kernels
-from moss_cli.engine import row_probe
 from moss_cli.engine.scheduler import Engine, GenerationRequest
-from moss_cli.numerics import Numerics
+from moss_cli.numerics import Numerics, kernels, layout, probes
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 
 
@@ -48,11 +46,11 @@ def test_the_engine_keeps_fixed_blocks_where_a_product_depends_on_the_row_count(
     def rounding_by_row_count(x, weight, bias=None):  # a library that rounds differently per M
         return kernels.linear(x, weight, bias) + x.shape[0] * 1e-6
 
-    monkeypatch.setattr(gemm_probe, "_VERDICTS", {})
-    monkeypatch.setattr(gemm_probe, "kernels", SimpleNamespace(linear=rounding_by_row_count, pack=kernels.pack))
-    assert not row_probe.wide_blocks_are_invariant(talker32.model, 4, 8, 16)
+    monkeypatch.setattr(probes, "_VERDICTS", {})
+    monkeypatch.setattr(probes, "kernels", SimpleNamespace(linear=rounding_by_row_count, pack=kernels.pack))
+    assert not probes.wide_blocks_are_invariant(talker32.model, 4, 8, 16)
     monkeypatch.undo()
-    assert row_probe.wide_blocks_are_invariant(talker32.model, 4, 8, 16)
+    assert probes.wide_blocks_are_invariant(talker32.model, 4, 8, 16)
 
 
 def test_a_small_batch_is_probed_against_the_fixed_block_too(talker32, monkeypatch):
@@ -62,9 +60,9 @@ def test_a_small_batch_is_probed_against_the_fixed_block_too(talker32, monkeypat
     def differs_at_eight(x, weight, bias=None):
         return kernels.linear(x, weight, bias) + (x.shape[0] % 8 == 0) * 1e-6
 
-    monkeypatch.setattr(gemm_probe, "_VERDICTS", {})
-    monkeypatch.setattr(gemm_probe, "kernels", SimpleNamespace(linear=differs_at_eight, pack=kernels.pack))
-    assert not row_probe.wide_blocks_are_invariant(talker32.model, 4, 8, 4)
+    monkeypatch.setattr(probes, "_VERDICTS", {})
+    monkeypatch.setattr(probes, "kernels", SimpleNamespace(linear=differs_at_eight, pack=kernels.pack))
+    assert not probes.wide_blocks_are_invariant(talker32.model, 4, 8, 4)
 
 
 def test_a_lone_request_pays_for_one_padding_unit_not_a_whole_fixed_block(talker32):
@@ -84,15 +82,17 @@ def test_an_unused_max_batch_is_neither_probed_nor_allocated(talker32, monkeypat
     """One request with --max-batch 100000: the probe covers a block's rows and the KV pool one
     request, as with --max-batch 8 (probing every row count up to the maximum took minutes)."""
     probed = []
-    probe = row_probe.wide_blocks_are_invariant
+    probe = probes.wide_blocks_are_invariant
 
     def bounded_probe(model, unit, block, max_rows):
         assert max_rows <= 64, f"probed up to {max_rows} rows for one request"
         probed.append(max_rows)
         return probe(model, unit, block, max_rows)
 
-    monkeypatch.setattr(row_probe, "wide_blocks_are_invariant", bounded_probe)
-    assert row_probe.step_layout(talker32.model, Numerics(), 100_000) != "blocks of 8"  # the environment's record
+    monkeypatch.setattr(probes, "wide_blocks_are_invariant", bounded_probe)
+    assert (
+        layout.EngineLayout.fix(talker32.model, Numerics(), 100_000).steps != "blocks of 8"
+    )  # the environment's record
     engine = Engine(talker32.model, max_batch=100_000, numerics=Numerics())
     request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=1)
     list(engine.run([request]))
@@ -102,12 +102,12 @@ def test_an_unused_max_batch_is_neither_probed_nor_allocated(talker32, monkeypat
 
 def test_a_growing_batch_extends_the_probe_to_its_size(talker32, monkeypatch):
     probed = []
-    probe = row_probe.wide_blocks_are_invariant
+    probe = probes.wide_blocks_are_invariant
 
     def recorded_probe(model, unit, block, max_rows):
         probed.append(max_rows)
         return probe(model, unit, block, max_rows)
 
-    monkeypatch.setattr(row_probe, "wide_blocks_are_invariant", recorded_probe)
+    monkeypatch.setattr(probes, "wide_blocks_are_invariant", recorded_probe)
     engine, _, _ = _run(talker32, Numerics(), 13, max_batch=64)
     assert engine.wide and engine.probed_rows == 16 and max(probed) == 16

@@ -14,10 +14,9 @@ import time
 
 import torch
 
-from .. import kernels
-from ..engine.row_probe import wide_unit
 from ..model.talker import MossTTSLocal
-from ..numerics import Numerics
+from ..numerics import Numerics, kernels
+from ..numerics.layout import wide_unit
 
 
 def sync(device: torch.device) -> None:

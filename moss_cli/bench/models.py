@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..api import codec_tiles, load_codec, load_talker
+from ..api import load_codec, load_talker
 from ..assets import TINY_CODEC, TINY_TALKER
 from ..assets.build import CodecSizes, TalkerSizes, codec_config, talker_config
 from ..errors import MossError
@@ -17,6 +17,7 @@ from ..model.config import CodecConfig, TalkerConfig
 from ..model.prompt import PromptBuilder
 from ..model.talker import MossTTSLocal
 from ..numerics import FAST, INVARIANT, Numerics
+from ..numerics.layout import codec_tiles
 from ..threads import talker_parameters
 from .options import BenchOptions
 

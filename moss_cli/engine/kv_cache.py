@@ -8,6 +8,7 @@ import torch
 
 from ..model.attention import attend, causal_mask
 from ..model.layers import as_dtype
+from ..numerics.tiles import KEY_BLOCK
 
 
 class PaddedBatchCache:
@@ -33,12 +34,6 @@ class PaddedBatchCache:
         own = torch.zeros(tq, tk, dtype=torch.bool, device=q.device)
         own[torch.arange(tq), torch.arange(tk - tq, tk)] = True
         return attend(q, k, v, scale, mask | own[None, None])
-
-
-# Keys per block of the decode attention's sums. Any fixed size keeps a row's numbers independent
-# of its neighbours (see BlockedDecode); 64 keeps the keys gathered per step close to the real
-# lengths, and the loop that adds up the blocks' sums is cheap.
-KEY_BLOCK = 64
 
 
 SCRATCH = 0  # the pool slot idle rows write to

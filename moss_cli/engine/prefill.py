@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from ..model.talker import MossTTSLocal
+from ..numerics.layout import PrefillLayout
 from .kv_cache import GroupedPrefill, KVPool
-from .row_probe import PrefillLayout
 
 
 def plan_groups(lengths: list[int], layout: PrefillLayout | None) -> list[tuple[list[int], bool]]:

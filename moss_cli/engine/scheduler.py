@@ -16,13 +16,13 @@ import torch
 
 from ..model.talker import MossTTSLocal
 from ..numerics import INVARIANT, Numerics
+from ..numerics.layout import EngineLayout, wide_unit
 from ..sampling_params import HeadSampling
 from .compiled import CompiledFrame
 from .frame import sample_frame
 from .frame_step import FrameStep
 from .kv_cache import SCRATCH, BlockedDecode, KVPool
 from .prefill import prefill
-from .row_probe import prefill_layout, wide_unit
 
 # Called right before each draw with (request key, frame index, codebook, logits [V], rows in the
 # batch, the row's generator or None for the global RNG); codebook -1 is the stop head. It may
@@ -97,6 +97,7 @@ class Engine:
         logits_hook: LogitsHook | None = None,
         clock: Callable[[], float] = time.perf_counter,
         compile: bool = False,
+        layout: EngineLayout | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
@@ -115,14 +116,21 @@ class Engine:
         # torch.compile of the frame (local transformer, heads, sampler): one graph per block shape.
         compiled = CompiledFrame(sample_frame, fixed_shape=self.block_rows is not None) if compile else None
         self.frame_step = FrameStep(model, logits_hook, compiled)
-        # One padded block for the whole batch, where verified invariant (a compiled frame keeps one shape).
-        # The probe covers the row counts up to `probed_rows` and is extended when a larger batch
-        # forms (`_probe_up_to`): probing every row count up to max_batch at once costs
-        # O(max_batch^2) rows of products however few requests come.
+        # The layout is fixed once, here (or handed in: fixed for the same numerics and batch, on the
+        # thread that runs this engine); a run's environment reads it. One padded block for the whole
+        # batch, where verified invariant (a compiled frame keeps one shape): the probe covers the row
+        # counts up to `probed_rows` and is extended when a larger batch forms (`_probe_up_to`): probing
+        # every row count up to max_batch at once costs O(max_batch^2) rows of products however few
+        # requests come.
         self.numerics, self.compile = numerics, compile
-        self.probed_rows = min(max_batch, numerics.engine_block)
-        self.wide_unit = wide_unit(model, numerics, self.probed_rows, compile)
-        self.prefill_layout = prefill_layout(model, numerics)  # prompts admitted together share forwards
+        fixed_for = (numerics, compile, min(max_batch, numerics.engine_block))
+        if layout is None:
+            layout = EngineLayout.fix(model, numerics, max_batch, compile)
+        elif (layout.numerics, layout.compile, layout.probed_rows) != fixed_for:
+            raise ValueError("the layout was fixed for other numerics, compile setting or max_batch")
+        self.layout = layout
+        self.probed_rows, self.wide_unit = layout.probed_rows, layout.wide_unit
+        self.prefill_layout = layout.prefill  # prompts admitted together share forwards
 
     @property
     def wide(self) -> bool:
@@ -229,7 +237,7 @@ class Engine:
 
         Batch-invariant mode pads the step: to one block of a multiple of `wide_unit` rows for the
         whole batch where this platform's products are verified to give a row the same bits at every
-        such row count (`row_probe`), else to separate blocks of exactly `block_rows` rows (GEMM
+        such row count (`numerics.layout`), else to separate blocks of exactly `block_rows` rows (GEMM
         libraries may round a row differently for other row counts; cuBLAS picks other kernels). In
         both modes each row attends over its own keys only (BlockedDecode) and draws from its own
         random stream (`FrameStep`); the fast mode just does not pad.

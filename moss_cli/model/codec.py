@@ -20,9 +20,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .. import kernels
+from ..numerics import kernels
+from ..numerics.tiles import RowTiles
 from .config import CodecConfig, CodecStage, QuantizerConfig
-from .layers import RowTiles, blocked_linear, codec_rope, in_row_tiles
+from .layers import blocked_linear, codec_rope, in_row_tiles
 
 # Queries are processed in blocks so that attention memory stays O(T * (block + context)).
 ATTENTION_BLOCK = 1024
@@ -349,7 +350,7 @@ class AudioCodec(nn.Module):
     @torch.no_grad()
     def pack_weights(self) -> bool:
         """Lay the transformer stages' linear weights out for the CPU's oneDNN product (faster; see
-        `moss_cli.kernels`); each packed weight replaces its plain one. A packed codec can no longer
+        `moss_cli.numerics.kernels`); each packed weight replaces its plain one. A packed codec can no longer
         be saved or moved to another device. False where packing is not available."""
         linears = [m for m in self.modules() if isinstance(m, nn.Linear)]
         if not linears or not kernels.can_pack(linears[0].weight):

@@ -7,13 +7,13 @@ results cast back to the activation dtype), so that greedy codes match the refer
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .. import kernels
+from ..numerics import kernels
+from ..numerics.tiles import RowTiles
 
 
 def as_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -99,49 +99,6 @@ def codec_rope(q: torch.Tensor, k: torch.Tensor, offset: int, max_period: float)
         return out.view(*x.shape)
 
     return rotate(q), rotate(k)
-
-
-@dataclass(frozen=True)
-class RowTiles:
-    """Matrix products in fixed tiles of `rows` rows. The last, partial tile is padded to a
-    multiple of `unit` rows up to `coarse` rows (default: `rows`), and to a multiple of `coarse`
-    beyond. `whole(rows)` pads it to a full tile (right on any platform); smaller units and taller
-    tiles only where this platform was measured to give a row the same bits at each such row
-    count as in a full tile (`moss_cli.gemm_probe`): that saves most of the padding of a short
-    input and lets a long one read each weight fewer times."""
-
-    rows: int
-    unit: int
-    coarse: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.coarse is None:
-            object.__setattr__(self, "coarse", self.rows)  # so equal tiles compare equal
-        coarse = self.coarse
-        if not (1 <= self.unit <= coarse <= self.rows and coarse % self.unit == 0 and self.rows % coarse == 0):
-            raise ValueError("tiles need 1 <= unit <= coarse <= rows, unit dividing coarse and coarse dividing rows")
-
-    @classmethod
-    def whole(cls, rows: int) -> RowTiles:
-        return cls(rows, rows)
-
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        """Every row count a product may have."""
-        step = self.coarse
-        return (*range(self.unit, step, self.unit), *range(step, self.rows + 1, step))
-
-    def padded(self, rows: int) -> int:
-        """The row count a last tile of `rows` (at most `self.rows`) rows is padded to."""
-        step = self.unit if rows <= self.coarse else self.coarse
-        return -(-rows // step) * step
-
-    def __str__(self) -> str:
-        if self.unit == self.rows:
-            return f"{self.rows} rows, the last padded whole"
-        if self.coarse == self.rows:
-            return f"{self.rows} rows, the last padded to {self.unit}"
-        return f"{self.rows} rows, the last padded to {self.unit} up to {self.coarse}, to {self.coarse} beyond"
 
 
 def blocked_linear(

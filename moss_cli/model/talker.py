@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .. import kernels
+from ..numerics import kernels
 from .backbone import AttentionCache, Qwen3Backbone
 from .config import TalkerConfig
 from .layers import Linear, as_dtype
@@ -42,7 +42,7 @@ class MossTTSLocal(nn.Module):
     @torch.no_grad()
     def pack_weights(self) -> bool:
         """Lay every linear weight, and the audio heads, out for the CPU's oneDNN product (faster
-        eager decoding; `moss_cli.kernels`). Each packed weight replaces its plain one, except the
+        eager decoding; `moss_cli.numerics.kernels`). Each packed weight replaces its plain one, except the
         audio heads, which keep their embedding tables. A packed model can no longer be compiled,
         saved or moved to another device. False where packing is not available (GPU, float64, no oneDNN)."""
         if self.packed or not kernels.can_pack(self.audio_embeddings[0].weight):

@@ -1,7 +1,22 @@
-"""How the numbers are computed: bitwise batch-invariant (the default) or fast.
+"""Bitwise batch invariance: one policy, and everything that enforces it.
 
-One frozen value, handed to the engine and to the codec when they are built, so a run has one
-answer to "are my numbers independent of my batch?" and nothing changes it halfway.
+The property, for every product a request's numbers pass through: a row gets the same bits however
+many rows come with it, `mm(a[:k], b) == mm(a, b)[:k]`. Then a request's logits, codes and PCM do
+not depend on its neighbours, its place in the batch, the batch size or (for the codec) the chunk
+it is decoded in.
+
+The policy: a product runs at a fixed row count (decode blocks of `ENGINE_BLOCK` rows, codec tiles
+of `CODEC_TILE` rows), where a row depends only on its own inputs on any platform; fewer padding
+rows and taller tiles only where a probe of this platform's real shapes finds the same bits at every
+row count they use. One switch, `Numerics.batch_invariant`; off, shapes are unpadded (faster).
+
+    kernels.py  which kernel computes a linear layer (plain, or oneDNN on a packed weight)
+    probes.py   does a product give a row the same bits at other row counts? (measured, cached)
+    tiles.py    RowTiles, the codec's tile choice, the KV pool's key block
+    layout.py   the layout an engine fixes once at construction; a run's environment reads it
+
+One frozen `Numerics` value is handed to the engine and to the codec when they are built, so a run
+has one answer to "are my numbers independent of my batch?" and nothing changes it halfway.
 """
 
 from __future__ import annotations
@@ -35,7 +50,7 @@ class Numerics:
     wide_blocks: bool = True  # one block padded to a multiple of (at most) wide_unit rows, where verified
     wide_unit: int = WIDE_UNIT
     # Prompts admitted together are prefilled in one forward of up to this many rows: in fast mode
-    # always, in batch-invariant mode where the probe verifies it (engine/row_probe.prefill_layout),
+    # always, in batch-invariant mode where the probe verifies it (layout.prefill_layout),
     # else one prompt per forward.
     prefill_rows: int = PREFILL_ROWS
 

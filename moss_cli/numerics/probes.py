@@ -3,9 +3,11 @@
 A GEMM may round a row differently for different row counts (another kernel, another split of
 the reduction); fixed-size tiles avoid the question anywhere, at the price of padding. Many CPU
 libraries, though, compute a row the same way for every row count that is a multiple of a small
-unit. Where a probe of the real shapes shows that, padding can stop at that unit. The verdict
-depends on the library, device, dtype, shapes and thread count, so it is measured for each, once
-per process; one differing bit and the caller keeps its full padding.
+unit (the reduction order over K is fixed by the kernel, not by M). Where a probe of the real
+shapes shows that, padding can stop at that unit, and a batch of 32 can be one product of 32 rows
+instead of four 8-row blocks that each stream every weight. The verdict depends on the library,
+device, dtype, shapes and thread count, so it is measured for each, once per process; one
+differing bit and the caller keeps its full padding. The audit remains the proof.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import Callable, Iterable
 import torch
 
 from . import kernels
+from .tiles import KEY_BLOCK
 
 # (out features, in features, has bias, dtype): one product shape
 Shape = tuple[int, int, bool, torch.dtype]
-_VERDICTS: dict[tuple, bool] = {}
+_VERDICTS: dict[tuple, bool] = {}  # per product kind, shapes, sizes, device and thread count
 
 
 def rows_agree(product: Callable, inputs: tuple[torch.Tensor, ...], sizes: Iterable[int], offset: int) -> bool:
@@ -42,7 +45,7 @@ def linears_agree(
     rows (random inputs and weights: the kernel a library picks depends on shapes, strides and
     dtype, not on values)."""
     shapes, sizes = sorted(set(shapes), key=str), sorted(set(sizes))
-    key = (tuple(shapes), unit, tuple(sizes), str(device), torch.get_num_threads(), packed)
+    key = ("linear", tuple(shapes), unit, tuple(sizes), str(device), torch.get_num_threads(), packed)
     if key not in _VERDICTS:
         generator = torch.Generator(device=device).manual_seed(0)
         verdict = True
@@ -58,4 +61,45 @@ def linears_agree(
                 verdict = False
                 break
         _VERDICTS[key] = verdict
+    return _VERDICTS[key]
+
+
+def linear_shapes(model: torch.nn.Module) -> set[Shape]:
+    """The distinct (out, in, has bias, dtype) among the products of `model`'s linear layers and,
+    for the talker, of its audio heads."""
+    found: set[Shape] = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            found.add((*module.weight.shape, module.bias is not None, module.weight.dtype))
+    for table in getattr(model, "audio_embeddings", ()):  # the audio heads are tied to these tables
+        found.add((*table.weight.shape, False, table.weight.dtype))
+    return found
+
+
+@torch.inference_mode()
+def wide_blocks_are_invariant(model: torch.nn.Module, unit: int, block: int, max_rows: int) -> bool:
+    """True when every product of the talker `model`'s decode step (its linear layers, its heads
+    and the decode attention's batched products over its kv heads, query group and keys) gives
+    each row the same bits for any multiple of `unit` rows up to `max_rows` (rounded up) and at
+    `block` rows, here and now, at two row offsets. Including the fixed block's size keeps the
+    bits the same whichever layout a run picks (a different --max-batch may pick the other)."""
+    top = max(unit * -(-max_rows // unit), block)
+    sizes = sorted({*range(unit, top + 1, unit), block})
+    param = next(model.parameters())
+    if not linears_agree(linear_shapes(model), unit, sizes, param.device, model.packed):
+        return False
+    cfg = model.cfg.backbone
+    exact = torch.float64 if param.dtype == torch.float64 else torch.float32
+    key = ("attention", cfg.num_kv_heads, cfg.num_heads, cfg.head_dim, exact, str(param.device))
+    key = (*key, torch.get_num_threads(), unit, tuple(sizes))
+    if key not in _VERDICTS:
+        generator = torch.Generator(device=param.device).manual_seed(0)
+
+        def randn(*shape):
+            return torch.randn(*shape, generator=generator, device=param.device, dtype=exact)
+
+        rows = top + unit
+        query = randn(rows, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim)
+        keys = randn(rows, cfg.num_kv_heads, cfg.head_dim, 2 * KEY_BLOCK)
+        _VERDICTS[key] = rows_agree(torch.matmul, (query, keys), sizes, unit)
     return _VERDICTS[key]

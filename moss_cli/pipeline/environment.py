@@ -11,8 +11,8 @@ import torch
 import yaml
 
 from .. import __version__
-from ..engine.row_probe import prefill_layout, step_layout
 from ..io.fingerprint import checkpoint_fingerprint
+from ..numerics.layout import recorded
 
 
 def deploy_sha256(path: Path) -> str:
@@ -36,8 +36,9 @@ def deploy_sha256(path: Path) -> str:
 
 
 def environment(synth, checkpoints: dict[str, str] | None = None) -> dict:
-    """`checkpoints`: the talker's and codec's fingerprints when the caller has them already (hashing
-    a real checkpoint reads up to a gigabyte)."""
+    """What `synth` (a Synthesizer) computes with: its engines' layout is read as they were built
+    with it (`Synthesizer.layout`), never probed again. `checkpoints`: the talker's and codec's
+    fingerprints when the caller has them already (hashing a real checkpoint reads up to a gigabyte)."""
     if checkpoints is None:
         checkpoints = {
             "talker": checkpoint_fingerprint(synth.talker_path),
@@ -46,8 +47,6 @@ def environment(synth, checkpoints: dict[str, str] | None = None) -> dict:
     device = synth.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     deploy = synth.deploy.path
-    tiles = synth.codec.tiles
-    prefill = prefill_layout(synth.talker.model, synth.options.numerics)
     return {
         "moss_version": __version__,
         "torch_version": torch.__version__,
@@ -63,11 +62,5 @@ def environment(synth, checkpoints: dict[str, str] | None = None) -> dict:
         "legacy_global_rng": synth.options.legacy_global_rng,
         "batch_invariant": synth.options.batch_invariant,
         "compile": synth.options.compile,
-        "linear_kernel": "onednn-packed" if synth.talker.model.packed else "plain",
-        "engine_steps": step_layout(synth.talker.model, synth.options.numerics, synth.max_batch, synth.options.compile),
-        "prefill": "one prompt per forward"
-        if prefill is None
-        else f"prompts share forwards of up to {prefill.rows} rows"
-        + f", padded to {prefill.step}" * (prefill.step > 1),
-        "codec_tiles": "plain" if tiles is None else str(tiles),
+        **recorded(synth.layout, synth.codec.tiles),  # as the engine and the codec fixed them, not probed again
     }

@@ -30,6 +30,7 @@ from ..engine.scheduler import (
 from ..io.audio import to_pcm16
 from ..io.reference_audio import Reference, ReferenceError
 from ..model.prompt import max_token_bytes
+from ..numerics.layout import EngineLayout
 from .models import Models
 from .options import SynthOptions
 from .streaming import StreamingDecode, chunk_schedule
@@ -98,6 +99,7 @@ class Synthesizer(Models):
         self.clock = clock  # one clock for admission and chunk delivery times
         self.voices = Voices(self)
         self.max_batch = options.max_batch or self.deploy.max_num_seqs or 8
+        self._layout: EngineLayout | None = None
 
     @functools.cached_property
     def token_bytes(self) -> int:
@@ -195,10 +197,22 @@ class Synthesizer(Models):
             arrival_step=p.arrival_step,
         )
 
+    @property
+    def layout(self) -> EngineLayout:
+        """The layout of every engine this synthesizer builds at its `max_batch` (what a run's
+        environment records): fixed once, by the first engine or reader, on the calling thread. A
+        server's engine thread fixes it before anything else (its thread count decides the probes)."""
+        if self._layout is None:
+            options = self.options
+            self._layout = EngineLayout.fix(self.talker.model, options.numerics, self.max_batch, options.compile)
+        return self._layout
+
     def engine(self, max_batch: int | None = None, logits_hook: LogitsHook | None = None) -> Engine:
+        max_batch = max_batch or self.max_batch
         return Engine(
             self.talker.model,
-            max_batch=max_batch or self.max_batch,
+            layout=self.layout if max_batch == self.max_batch else None,  # another batch fixes its own
+            max_batch=max_batch,
             numerics=self.options.numerics,
             legacy_global_rng=self.options.legacy_global_rng,
             logits_hook=logits_hook,

@@ -74,10 +74,17 @@ class Service:
         self.failures = 0  # engine runs that ended in an error (their requests got a 500)
         self.cancellations = 0  # requests the engine dropped because their client went away
         self._environment: dict | None = None  # see environment()
+        self._laid_out = threading.Event()  # the engine thread has fixed the engine's layout
+        self._layout_error: BaseException | None = None
 
     def start(self) -> None:
+        """Load the models and start the engine thread; returns once it has fixed the engine's
+        layout (raising what stopped it)."""
         self.synth.load()
         self._thread.start()
+        self._laid_out.wait()
+        if self._layout_error is not None:
+            raise self._layout_error
 
     @property
     def ready(self) -> bool:
@@ -93,8 +100,9 @@ class Service:
 
     def environment(self) -> dict:
         """What the engine computes with, as a local run records it (`.moss/environment.json`):
-        torch, device, dtype, threads, checkpoint fingerprints, deploy hash, engine layout. Computed
-        on first use (fingerprinting a real checkpoint reads up to a gigabyte), then kept."""
+        torch, device, dtype, threads, checkpoint fingerprints, deploy hash, and the layout the
+        engine thread fixed as it started (read, not probed again on the asking thread). Computed on
+        first use (fingerprinting a real checkpoint reads up to a gigabyte), then kept."""
         if self._environment is None:
             recorded = environment(self.synth)
             recorded["threads"] = self.synth.threads  # the engine thread's, whichever thread asks
@@ -126,6 +134,13 @@ class Service:
         # The engine thread's own torch settings: the thread count decides reduction order, so it
         # must be the one a local `moss synth` of the same model uses.
         torch.set_num_threads(self.synth.threads)
+        try:  # the layout every run of this engine uses, probed under this thread's count
+            self.synth.layout
+        except BaseException as error:
+            self._layout_error = error
+            return
+        finally:
+            self._laid_out.set()
         # --legacy-global-rng seeds the one global stream at the start of a run. A busy period is a
         # run: a request sent to an idle server repeats itself, requests that overlap share the
         # stream (batch-dependent, the negative control); one endless run would make even a request
