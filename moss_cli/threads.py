@@ -1,9 +1,10 @@
 """How many CPU threads torch uses, and how idle OpenMP threads wait.
 
 On a shared 2-core box a tiny model run with torch's default thread count spends most of its time
-in OpenMP threads spinning against the other busy process (20x slower in the measurements behind
-issue 10). Small models gain nothing from a second thread, so the default is chosen from the size
-of the work; idle threads sleep instead of spinning unless the user chose a wait policy.
+in OpenMP threads spinning against the other busy process (up to 20x slower; `python
+benchmarks/busy_machine.py` measures it). Small models gain nothing from a second thread, so the
+default is chosen from the size of the work; idle threads sleep instead of spinning unless the
+user chose a wait policy.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import sys
 
 # Below this many talker parameters a decode step's matrix products are too small to split
-# across threads profitably (thread hand-off costs more than it saves; see benchmarks/threads.py).
+# across threads profitably (thread hand-off costs more than it saves).
 SMALL_MODEL_PARAMS = 50_000_000
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -18,8 +18,8 @@ output is small next to the row's own embedding, so the last hidden state is tha
 `<|audio_start|>` whatever the text (cosine similarity 0.99 between texts). Hence the talker's
 attention is sharpened and amplified (ATTENTION_SHARPNESS, ATTENTION_GAIN): each head reads a few
 rows, chosen by content and relative position, and what it reads dominates the residual. And the
-stop margin, an ln_f bias, is kept out of the (tied) audio heads: it used to add one fixed offset to
-every frame's audio logits, so the same codes won whatever the hidden state.
+stop margin, an ln_f bias, is kept out of the (tied) audio heads: there it would add one fixed offset
+to every frame's audio logits, so the same codes would win whatever the hidden state.
 
 A trained model never ends an utterance before saying anything, but the stop margin alone does:
 at frame 0 the hidden state's push against it reached P(stop) ~27% for long texts, so a seed could

@@ -22,8 +22,8 @@ from ..threads import talker_parameters
 from .options import BenchOptions
 
 MODES = {"invariant": INVARIANT, "fast": FAST}
-# Random-weight presets: the tiny shipped model's shapes, the 35 M talker of issue 12's
-# measurements, and the MOSS-TTS-Local v1.5 shapes (Qwen3-4B backbone: 36 x 2560, heads 32/8 x 128,
+# Random-weight presets: the tiny shipped model's shapes, the 35 M talker of the figures in
+# benchmarks/RESULTS.md, and the MOSS-TTS-Local v1.5 shapes (Qwen3-4B backbone: 36 x 2560, heads 32/8 x 128,
 # FFN 9728).
 PRESETS = {
     "tiny": (TalkerSizes(), {}, CodecSizes()),
