@@ -1,4 +1,7 @@
-"""The Python API: `load_talker` and `load_codec`, mirroring the reference's shapes."""
+"""The Python API: `load_talker` and `load_codec`, mirroring the reference's shapes.
+
+A public face only: nothing inside moss_cli imports it. Loading lives in `moss_cli.model.loading`,
+generation in `moss_cli.engine.generate`; `Talker` joins them for a caller."""
 
 from __future__ import annotations
 
@@ -11,20 +14,11 @@ from .device import resolve_device, resolve_dtype
 from .engine.generate import generate_invariant, generate_padded
 from .engine.sampling import Generators
 from .errors import CheckpointError, MossError
-from .model.checkpoint import (
-    checkpoint_dir,
-    load_tokenizer,
-    load_weights,
-    read_codec_config,
-    read_talker_config,
-    tensor_files,
-)
-from .model.codec import AudioCodec, adapt_projections, canonical_codec_key
+from .model.checkpoint import checkpoint_dir, load_tokenizer
 from .model.config import TalkerConfig
+from .model.loading import load_codec, load_talker_model
 from .model.prompt import PromptBuilder, left_pad
 from .model.talker import MossTTSLocal
-from .numerics import Numerics, kernels
-from .numerics.layout import codec_tiles
 from .sampling_params import HeadSampling
 
 
@@ -111,54 +105,9 @@ def load_talker(
 
     `pack` (where available: CPU, float32 or bfloat16) lays the weights out for oneDNN's faster
     eager products (`MossTTSLocal.pack_weights`); pass False to torch.compile the model."""
-    directory = checkpoint_dir(path)
-    cfg = read_talker_config(directory)
+    model = load_talker_model(path, device=device, dtype=dtype, pack=pack)
     dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
-    with torch.device("meta"):
-        model = MossTTSLocal(cfg)
-    pack = pack and kernels.can_pack(torch.empty(0, device=dev, dtype=dt))
-    # Weights about to be packed are read into memory rather than mapped (see load_weights' `copy`).
-    load_weights(model, directory, device=dev, dtype=dt, tied=MossTTSLocal.tied_keys(cfg), copy=pack)
-    if pack:
-        model.pack_weights()
-    return Talker(model.eval(), directory, dev, dt)
-
-
-def load_codec(
-    path: str | Path,
-    device: str | torch.device = "auto",
-    dtype: str | torch.dtype = "auto",
-    numerics: Numerics | None = None,
-    pack: bool = True,
-) -> AudioCodec:
-    """Load a MOSS-Audio-Tokenizer (v1 or v2 layout). The quantizer always stays float32.
-
-    `numerics=None` keeps the reference's plain kernels; `Numerics()` (batch-invariant) computes in
-    fixed tiles, so a waveform's bits do not depend on what it is decoded with or on chunking.
-    `pack` (CPU, float32 or bfloat16) lays the transformer weights out for oneDNN's faster product."""
-    directory = checkpoint_dir(path)
-    cfg = read_codec_config(directory)
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
-    with torch.device("meta"):
-        codec = AudioCodec(cfg)
-    keys = {canonical_codec_key(k) for k in tensor_files(directory)}
-    with torch.device("meta"):
-        adapt_projections(codec, keys)
-    load_weights(
-        codec,
-        directory,
-        device=dev,
-        dtype=dt,
-        rename=canonical_codec_key,
-        float32_params=lambda name: name.startswith("quantizer."),
-        copy=pack and kernels.can_pack(torch.empty(0, device=dev, dtype=dt)),  # as load_talker
-    )
-    if pack:
-        codec.pack_weights()
-    codec.tiles = codec_tiles(codec, numerics)
-    return codec.eval()
+    return Talker(model, checkpoint_dir(path), dev, resolve_dtype(dtype, dev))
 
 
 __all__ = ["Talker", "load_talker", "load_codec", "MossError", "CheckpointError"]

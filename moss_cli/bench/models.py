@@ -7,17 +7,16 @@ from pathlib import Path
 
 import torch
 
-from ..api import load_codec, load_talker
 from ..assets import TINY_CODEC, TINY_TALKER
 from ..assets.build import CodecSizes, TalkerSizes, codec_config, talker_config
 from ..errors import MossError
 from ..model.checkpoint import load_tokenizer
 from ..model.codec import AudioCodec
 from ..model.config import CodecConfig, TalkerConfig
+from ..model.loading import load_codec, load_talker_model, ready_codec
 from ..model.prompt import PromptBuilder
 from ..model.talker import MossTTSLocal
 from ..numerics import FAST, INVARIANT, Numerics
-from ..numerics.layout import codec_tiles
 from ..threads import talker_parameters
 from .options import BenchOptions
 
@@ -87,7 +86,7 @@ def load_models(options: BenchOptions, device: torch.device, dtype: torch.dtype)
     tokenizer_dir = TINY_TALKER
     if options.random_weights is None:
         talker_dir = options.model or TINY_TALKER
-        model = load_talker(talker_dir, device=device, dtype=dtype, pack=not options.compile).model
+        model = load_talker_model(talker_dir, device=device, dtype=dtype, pack=not options.compile)
         tokenizer_dir = talker_dir
         codec_dir = options.codec or TINY_CODEC
 
@@ -122,11 +121,7 @@ def load_models(options: BenchOptions, device: torch.device, dtype: torch.dtype)
         def codec_for(numerics: Numerics) -> AudioCodec:
             with torch.device("meta"):
                 codec = AudioCodec(codec_cfg)
-            codec = _random(codec.to_empty(device=device).to(dtype), 1).eval()
-            codec.quantizer.float()  # as load_codec: the quantizer always stays float32
-            codec.pack_weights()
-            codec.tiles = codec_tiles(codec, numerics)
-            return codec
+            return ready_codec(_random(codec.to_empty(device=device).to(dtype), 1), numerics)
 
         size = talker_parameters(cfg)
         size = f"{size / 1e6:.0f} M" if size >= 1e6 else f"{size / 1e3:.0f} k"
