@@ -106,7 +106,7 @@ def shared_models(ref, preset: str, tmp: Path):
 
 def moss_run(model, numerics, prompts, frames: int) -> None:
     requests = [
-        GenerationRequest(str(i), p, frames, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=i) for i, p in enumerate(prompts)
+        GenerationRequest(str(i), p, frames, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=i) for i, p in enumerate(prompts)
     ]
     list(Engine(model, max_batch=len(prompts), numerics=numerics).run(requests))
 

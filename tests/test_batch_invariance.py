@@ -64,7 +64,7 @@ def _logits_by_step(talker, max_batch, batch_invariant):
         seen[(key, frame, codebook)] = logits.clone()
 
     requests = [
-        GenerationRequest(str(i), p, 25, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=i) for i, p in enumerate(prompts)
+        GenerationRequest(str(i), p, 25, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=i) for i, p in enumerate(prompts)
     ]
     numerics = Numerics(batch_invariant=batch_invariant)
     list(Engine(talker.model, max_batch=max_batch, numerics=numerics, logits_hook=hook).run(requests))

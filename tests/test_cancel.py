@@ -15,7 +15,7 @@ def _requests(talker, count: int = 3, frames: int = 12) -> list[GenerationReques
             frames,
             AUDIO_DEFAULTS,
             STOP_HEAD_DEFAULTS,
-            seed=i,
+            rng=i,
             ignore_stop=True,
         )
         for i in range(count)

@@ -53,7 +53,7 @@ def _engine_draws(talker32, hook, compile):
     engine = Engine(talker32.model, max_batch=2, compile=compile, logits_hook=hook)
     prompts = [talker32.prompt(f"hooked request {i}") for i in range(2)]
     requests = [
-        GenerationRequest(str(i), p, 6, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=i) for i, p in enumerate(prompts)
+        GenerationRequest(str(i), p, 6, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=i) for i, p in enumerate(prompts)
     ]
     return list(engine.run(requests))
 

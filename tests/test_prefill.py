@@ -86,7 +86,7 @@ def test_the_engine_output_does_not_depend_on_how_prompts_were_grouped(talker32,
 
     def run(numerics, max_batch):
         requests = [
-            GenerationRequest(str(i), talker32.prompt(t), 6, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=i)
+            GenerationRequest(str(i), talker32.prompt(t), 6, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=i)
             for i, t in enumerate(TEXTS)
         ]
         engine = Engine(talker32.model, max_batch=max_batch, numerics=numerics)

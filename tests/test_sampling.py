@@ -137,7 +137,7 @@ def test_a_request_taking_a_finished_ones_place_samples_with_its_own_parameters(
     narrow = dataclasses.replace(AUDIO_DEFAULTS, top_k=1)  # top-k 1 draws the argmax, like greedy
 
     def request(key, frames, **kw):
-        return GenerationRequest(key, prompt, frames, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=7, **kw)
+        return GenerationRequest(key, prompt, frames, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=7, **kw)
 
     def alone(r):
         return next(iter(Engine(talker32.model, max_batch=1).run([r]))).codes

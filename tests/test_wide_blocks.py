@@ -25,7 +25,7 @@ def _run(talker, numerics: Numerics, count: int, max_batch: int = 16):
             8 + i,
             AUDIO_DEFAULTS,
             STOP_HEAD_DEFAULTS,
-            seed=i,
+            rng=i,
         )
         for i in range(count)
     ]
@@ -73,7 +73,7 @@ def test_a_lone_request_pays_for_one_padding_unit_not_a_whole_fixed_block(talker
         seen.append(size),
         original(rows, size, finished, frames),
     )[1]
-    request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=1)
+    request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=1)
     list(engine.run([request]))
     assert engine.wide and engine.wide_unit < 8 and set(seen) == {engine.wide_unit}
 
@@ -94,7 +94,7 @@ def test_an_unused_max_batch_is_neither_probed_nor_allocated(talker32, monkeypat
         layout.EngineLayout.fix(talker32.model, Numerics(), 100_000).steps != "blocks of 8"
     )  # the environment's record
     engine = Engine(talker32.model, max_batch=100_000, numerics=Numerics())
-    request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, seed=1)
+    request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=1)
     list(engine.run([request]))
     assert engine.wide and max(probed) <= 8
     assert engine.pool.keys.shape[1] == 2  # the scratch slot and the request's

@@ -81,7 +81,7 @@ def _requests(prompts: PromptBuilder, batch: int, frames: int):
             max_new_frames=frames,
             audio=AUDIO_DEFAULTS,
             stop=STOP_HEAD_DEFAULTS,
-            seed=i,
+            rng=i,
             ignore_stop=True,
         )
         for i in range(batch)

@@ -97,9 +97,8 @@ def generate_invariant(
                 max_new_frames=max_new_frames,
                 audio=audio,
                 stop=stop,
-                seed=None,
+                rng=per_row,
                 do_sample=do_sample,
-                generator=per_row,
             )
         )
     engine = Engine(model, max_batch=batch)

@@ -19,6 +19,15 @@ from ..sampling_params import HeadSampling
 Generators = torch.Generator | Sequence[torch.Generator | None] | None
 
 
+def random_stream(rng: int | torch.Generator | None, device: torch.device) -> torch.Generator | None:
+    """The one place a request's random stream is made: its own generator seeded with `rng` (the
+    request's effective seed), the generator given (the Python API's), or None: the global RNG,
+    shared by everything in the batch (an unseeded request, or every request of the legacy mode)."""
+    if rng is None or isinstance(rng, torch.Generator):
+        return rng
+    return torch.Generator(device=device).manual_seed(rng)
+
+
 def apply_repetition_penalty(scores: torch.Tensor, history: torch.Tensor | None, penalty: float) -> torch.Tensor:
     """scores [V]; tokens seen in `history` are divided by `penalty` (multiplied when negative)."""
     if history is None or penalty == 1.0 or history.numel() == 0:

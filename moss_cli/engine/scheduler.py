@@ -23,6 +23,7 @@ from .frame import sample_frame
 from .frame_step import FrameStep
 from .kv_cache import SCRATCH, BlockedDecode, KVPool
 from .prefill import prefill
+from .sampling import random_stream
 
 # Called right before each draw with (request key, frame index, codebook, logits [V], rows in the
 # batch, the row's generator or None for the global RNG); codebook -1 is the stop head. It may
@@ -42,10 +43,9 @@ class GenerationRequest:
     max_new_frames: int
     audio: HeadSampling
     stop: HeadSampling
-    seed: int | None = None  # None: draw from the global RNG
+    rng: int | torch.Generator | None = None  # its random stream: a seed, a generator, or None (see `random_stream`)
     do_sample: bool = True
     arrival_step: int = 0  # the engine step from which it may be admitted (to model late arrivals)
-    generator: torch.Generator | None = None  # an explicit random stream (then `seed` is not used)
     ignore_stop: bool = False  # run the stop head but never stop before max_new_frames (benchmarks)
 
 
@@ -93,7 +93,6 @@ class Engine:
         *,
         max_batch: int = 8,
         numerics: Numerics = INVARIANT,
-        legacy_global_rng: bool = False,
         logits_hook: LogitsHook | None = None,
         clock: Callable[[], float] = time.perf_counter,
         compile: bool = False,
@@ -106,7 +105,6 @@ class Engine:
         self.model = model
         self.block_rows = numerics.engine_rows  # None: unpadded steps (fast mode)
         self.max_batch = max_batch
-        self.legacy_global_rng = legacy_global_rng
         self.clock = clock  # one clock for admission and finish times (callers compare with it)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -143,11 +141,6 @@ class Engine:
         self.probed_rows = min(self.max_batch, max(rows, 2 * self.probed_rows))
         self.wide_unit = wide_unit(self.model, self.numerics, self.probed_rows, self.compile)
 
-    def _generator(self, seed: int | None) -> torch.Generator | None:
-        if self.legacy_global_rng or seed is None:
-            return None  # the global RNG, shared by everything in the batch
-        return torch.Generator(device=self.device).manual_seed(seed)
-
     @torch.inference_mode()
     def _admit(self, requests: list[GenerationRequest]) -> list[_Running]:
         """Slots, random streams and prefill for the requests admitted at this step (their prompts
@@ -155,8 +148,7 @@ class Engine:
         admitted = []
         for request in requests:
             slot = self.pool.allocate(request.prompt.shape[0] + request.max_new_frames)
-            generator = request.generator if request.generator is not None else self._generator(request.seed)
-            running = _Running(request, slot, generator, self.clock(), self.steps)
+            running = _Running(request, slot, random_stream(request.rng, self.device), self.clock(), self.steps)
             if request.audio.repetition_penalty != 1.0:
                 running.seen = torch.zeros(
                     self.model.cfg.n_vq, self.model.cfg.audio_vocab_size, dtype=torch.bool, device=self.device

@@ -192,7 +192,8 @@ class Synthesizer(Models):
             max_new_frames=p.max_new_frames,
             audio=eff.audio,
             stop=eff.stop,
-            seed=eff.seed,
+            # The legacy mode's "global" seed seeds the run's global stream (`run`), not a row's.
+            rng=None if eff.seed_source == "global" else eff.seed,
             do_sample=eff.do_sample,
             arrival_step=p.arrival_step,
         )
@@ -214,7 +215,6 @@ class Synthesizer(Models):
             layout=self.layout if max_batch == self.max_batch else None,  # another batch fixes its own
             max_batch=max_batch,
             numerics=self.options.numerics,
-            legacy_global_rng=self.options.legacy_global_rng,
             logits_hook=logits_hook,
             clock=self.clock,
             compile=self.options.compile,
