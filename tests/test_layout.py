@@ -14,7 +14,7 @@ from moss_cli.numerics import FAST, INVARIANT, probes
 from moss_cli.numerics.layout import EngineLayout, recorded
 from moss_cli.pipeline import Synthesizer, SynthOptions
 from moss_cli.pipeline.environment import environment
-from moss_cli.serve.service import Service
+from moss_cli.pipeline.live import LiveEngine
 
 
 def _record_probes(monkeypatch) -> list[str]:
@@ -43,7 +43,7 @@ def test_the_server_reports_the_layout_its_engine_thread_fixed_without_probing_a
     synth = Synthesizer(SynthOptions(device="cpu", max_batch=4))
     synth.load()  # the codec fixes its tiles as it loads
     probed_on = _record_probes(monkeypatch)
-    service = Service(synth)
+    service = LiveEngine(synth)
     service.start()
     try:
         assert probed_on and set(probed_on) == {"moss-engine"}  # under the engine thread's count

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,18 +14,26 @@ from serve_helpers import running
 from moss_cli.pipeline import SynthOptions
 from moss_cli.speech_api import HEALTH_PATH, SPEECH_PATH
 
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 # The tiny model's stop head ends most requests within a few frames; these must outlast the test.
 LONG = {"input": "A request whose client will not wait for it.", "seed": 3, "max_new_tokens": 5000}
 WAIT_S = 20.0
 
 
 @pytest.fixture(scope="module")
-def server():
-    with running(SynthOptions(device="cpu", max_batch=2)) as (url, serving):
+def server(tmp_path_factory):
+    # A frame budget that outlasts any read timeout below, on a fast machine too (the tiny recipe's
+    # is 200 frames, well under a second there).
+    deploy = tmp_path_factory.mktemp("deploy") / "long.yaml"
+    deploy.write_text(
+        f"base_config: {RECIPES / 'moss_tts_local_tiny.yaml'}\n"
+        "stages:\n  - stage_id: 0\n    max_model_len: 4096\n    default_sampling_params: {max_tokens: 3800}\n"
+    )
+    with running(SynthOptions(device="cpu", max_batch=2, deploy=deploy)) as (url, serving):
         generation = serving.synth.generation
         # A stop head that never fires: every request runs to its frame budget.
         serving.synth.generation = lambda p: dataclasses.replace(generation(p), ignore_stop=True)
-        yield url, serving.service
+        yield url, serving.engine
 
 
 def _until(condition) -> None:
@@ -55,7 +64,7 @@ def test_a_client_that_gives_up_waiting_frees_its_place_and_the_server_goes_on(s
     url, service = server
     before = service.cancellations
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(url + SPEECH_PATH, json=LONG, timeout=httpx.Timeout(10, read=1.0))
+        httpx.post(url + SPEECH_PATH, json=LONG, timeout=httpx.Timeout(10, read=0.5))
     _until(lambda: _in_flight(url) == 0)
     assert service.cancellations == before + 1
     short = httpx.post(url + SPEECH_PATH, json={**LONG, "max_new_tokens": 3}, timeout=60)

@@ -79,7 +79,7 @@ def test_an_engine_failure_fails_its_requests_with_a_500_and_the_server_goes_on(
     response = httpx.post(url + SPEECH_PATH, json={"input": "explode", "max_new_tokens": 5}, timeout=60)
     assert response.status_code == 500
     assert response.json()["error"]["type"] == "server_error"
-    assert serving.service.failures == 1
+    assert serving.engine.failures == 1
     assert httpx.get(url + "/health", timeout=5).status_code == 200
     assert pcm_hash(_post(url, body).content, "wav") == before
 

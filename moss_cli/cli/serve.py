@@ -86,7 +86,7 @@ def serve(
         def ready() -> None:
             stdout.print(
                 f"moss serve: {serving.intake.model_name} on {serving.synth.device} ({mode}), max batch "
-                f"{serving.service.max_batch}, listening on http://{host}:{bound}",
+                f"{serving.engine.max_batch}, listening on http://{host}:{bound}",
                 highlight=False,
                 soft_wrap=True,
             )

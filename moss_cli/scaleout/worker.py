@@ -1,31 +1,28 @@
 """One Ray worker (an actor): a loaded talker + codec, kept for the whole run.
 
-`synthesize` hands a request to the worker's own continuously batching engine (started on first
-use, fed through `engine.arrivals.Arrivals`, the way `moss serve` feeds it) and returns when that
-request is decoded, so one worker has many requests in flight and admits a new one as soon as
-another finishes. `run` executes one whole engine run (an audit piece: a fixed list, max batch and
-arrival steps) and `record` replays one for the audit's attribution. Workers write no files: the
+`synthesize` hands a request to the worker's own continuously batching engine (a
+`pipeline.live.LiveEngine`, as `moss serve` runs one) and returns when that request is decoded, so
+one worker has many requests in flight and admits a new one as soon as another finishes. `run`
+executes one whole engine run (an audit piece: a fixed list, max batch and arrival steps) and
+`record` replays one for the audit's attribution. Workers write no files: the
 driver writes every output, so a worker killed at any moment leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import os
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..audit.attribution import record_logits
-from ..engine.arrivals import Arrivals
 from ..io.atomic import atomic_path
 from ..pipeline import Prepared, Synthesizer, SynthOptions, SynthResult
-from ..pipeline.environment import environment
+from ..pipeline.live import LiveEngine
 from ..pipeline.streaming import Chunk
 
 # Environment of every worker process, set before it imports torch: idle OpenMP threads sleep
@@ -48,15 +45,11 @@ class SynthWorker:
         self.error: BaseException | None = None
         try:
             self.synth = Synthesizer(options)
-            self.synth.load()
-            self.info = {"pid": os.getpid(), "environment": environment(self.synth)}
+            self.engine = LiveEngine(self.synth)
+            self.engine.start()  # loads, and fixes the layout on the engine's thread
+            self.info = {"pid": os.getpid(), "environment": self.engine.environment()}
         except Exception as e:  # noqa: BLE001 (any failure to load is the driver's to report)
             self.error = e
-            return
-        self.arrivals: Arrivals[Prepared] = Arrivals()
-        self.waiting: dict[str, concurrent.futures.Future] = {}
-        self.engine: threading.Thread | None = None
-        self.failure: BaseException | None = None
 
     async def ready(self) -> dict:
         """The worker's process id and environment, once its models are loaded (or the load error)."""
@@ -66,16 +59,8 @@ class SynthWorker:
 
     async def synthesize(self, p: Prepared, voice: bytes | None = None) -> SynthResult:
         """One request through the worker's running engine; returns its result once decoded."""
-        if self.failure is not None:
-            raise self.failure
-        if self.engine is None:
-            self.engine = threading.Thread(target=self._serve, name="moss-engine", daemon=True)
-            self.engine.start()
-        p = self._localise(p, voice)
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self.waiting[p.request.id] = future
-        self.arrivals.put(p)
-        return await asyncio.wrap_future(future)
+        result = await asyncio.wrap_future(self.engine.submit(self._localise(p, voice)))
+        return portable(result, keep_audio=False)
 
     async def run(self, prepared: list[Prepared], max_batch: int, stream: bool, hook, voices: dict) -> list:
         """One engine run of exactly these requests (an audit piece), with their audio."""
@@ -100,18 +85,6 @@ class SynthWorker:
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: record_logits(replay, key, last_frame, perturb)
         )
-
-    def _serve(self) -> None:
-        """The engine loop: runs until the actor ends, delivering each result to its waiting call."""
-        try:
-            for result in self.synth.run(self.arrivals):
-                self.waiting.pop(result.request.id).set_result(portable(result, keep_audio=False))
-        except BaseException as e:  # noqa: BLE001 (every waiting call, and every later one, gets the error)
-            self.failure = e
-            self.arrivals.close()  # a call arriving now fails at once instead of waiting forever
-            for future in list(self.waiting.values()):
-                future.set_exception(e)
-            self.waiting.clear()
 
     async def _localise_all(self, prepared: list[Prepared], voices: dict) -> list[Prepared]:
         """`voices`: request id -> ObjectRef of its voice's bytes (refs inside a dict are not

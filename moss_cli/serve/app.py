@@ -16,8 +16,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from .. import __version__
-from ..io.audio import codes_sha256
+from ..io.audio import codes_sha256, to_pcm16
 from ..pipeline import SynthResult
+from ..pipeline.live import LiveEngine, Unavailable
 from ..speech_api import (
     ENVIRONMENT_PATH,
     HEADER_CHANNELS,
@@ -38,7 +39,6 @@ from .audio import encode, wav_stream_header
 from .errors import ApiError, invalid
 from .limits import BodyLimit
 from .requests import Ask, Intake
-from .service import Service, Ticket, Unavailable
 
 log = logging.getLogger("moss.serve")
 
@@ -70,10 +70,10 @@ class SpeechBody(BaseModel):
     task_type: str | None = None
 
 
-def create_app(service: Service, intake: Intake) -> FastAPI:
+def create_app(engine: LiveEngine, intake: Intake) -> FastAPI:
     app = FastAPI(title="moss serve", version=__version__)
     app.add_middleware(BodyLimit, limit=intake.limits.body_bytes)
-    synth, started = service.synth, int(time.time())
+    synth, started = engine.synth, int(time.time())
     rate, channels = synth.codec_config.sampling_rate, synth.codec_config.channels
 
     @app.exception_handler(ApiError)
@@ -96,18 +96,18 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
 
     @app.get(HEALTH_PATH)
     async def health() -> dict:
-        if not service.ready:
+        if not engine.ready:
             raise ApiError(503, "the engine is not running")
         return {
             "status": "ok",
             "model": intake.model_name,
-            "max_batch": service.max_batch,
-            "in_flight": service.in_flight,
+            "max_batch": engine.max_batch,
+            "in_flight": engine.in_flight,
         }
 
     @app.get(ENVIRONMENT_PATH)
     async def environment() -> dict:
-        return await run_in_threadpool(service.environment)
+        return await run_in_threadpool(engine.environment)
 
     @app.get(MODELS_PATH)
     async def models() -> dict:
@@ -120,16 +120,19 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
         loop = asyncio.get_running_loop()
         arrived: asyncio.Queue = asyncio.Queue()  # chunks (bytes), then the result or the error
 
-        def done(outcome: SynthResult | BaseException) -> None:  # in the engine thread
+        def done(future) -> None:  # in the engine thread
             intake.release(ask)  # the engine is done with its reference copy
-            hand_over(loop, arrived.put_nowait, outcome)
+            hand_over(loop, arrived.put_nowait, future.exception() or future.result())
 
-        chunk = (lambda data: hand_over(loop, arrived.put_nowait, data)) if ask.stream else None
+        def chunk(audio) -> None:  # in the engine thread: each decoded chunk as int16 PCM
+            hand_over(loop, arrived.put_nowait, to_pcm16(audio).tobytes())
+
         try:
-            service.submit(Ticket(ask.prepared, done, chunk))
+            future = engine.submit(ask.prepared, chunk if ask.stream else None)
         except Unavailable as e:
             intake.release(ask)
             raise ApiError(503, str(e)) from None
+        future.add_done_callback(done)
         headers = {
             HEADER_REQUEST_ID: ask.prepared.request.id,
             HEADER_SEED: "none" if ask.prepared.effective.seed is None else str(ask.prepared.effective.seed),
@@ -140,12 +143,12 @@ def create_app(service: Service, intake: Intake) -> FastAPI:
         media_type = MEDIA_TYPES[ask.response_format]
         key = ask.prepared.request.id
         if ask.stream:
-            body_chunks = streamed(ask, arrived, rate, channels, lambda: service.cancel(key))
+            body_chunks = streamed(ask, arrived, rate, channels, lambda: engine.cancel(key))
             return StreamingResponse(body_chunks, media_type=media_type, headers=headers)
         # No chunks come for a request that does not stream: the first item is its outcome.
         outcome = await until_disconnected(connection, arrived.get())
         if outcome is GONE:
-            service.cancel(key)
+            engine.cancel(key)
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(outcome, BaseException):
             raise ApiError(500, f"synthesis failed: {type(outcome).__name__}: {outcome}")

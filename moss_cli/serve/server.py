@@ -13,8 +13,8 @@ from typing import Callable
 
 from ..errors import MossError
 from ..pipeline import Synthesizer, SynthOptions
+from ..pipeline.live import LiveEngine
 from .requests import Intake, Limits
-from .service import Service
 
 TINY_NAME = "moss-tts-local-tiny"
 ENGINE_STOP_S = 600.0  # after the last response the engine has nothing left; this only bounds a hang
@@ -25,22 +25,22 @@ class Serving:
     """Everything a server runs on (tests start it in-process; `moss serve` in its main thread)."""
 
     synth: Synthesizer
-    service: Service
+    engine: LiveEngine
     intake: Intake
 
     @property
     def app(self):
         from .app import create_app
 
-        return create_app(self.service, self.intake)
+        return create_app(self.engine, self.intake)
 
     def start(self) -> Serving:
         """Load the models and start the engine thread."""
-        self.service.start()
+        self.engine.start()
         return self
 
     def close(self, timeout: float | None = ENGINE_STOP_S) -> bool:
-        stopped = self.service.close(timeout)
+        stopped = self.engine.close(timeout)
         self.intake.close()
         return stopped
 
@@ -56,11 +56,13 @@ def prepare(options: SynthOptions, *, allowed_media_dir: Path | None = None, lim
     if allowed_media_dir is not None and not allowed_media_dir.is_dir():
         raise MossError("is not a directory", file=allowed_media_dir, field="--allowed-media-dir")
     synth = Synthesizer(options)  # the same checks and warnings as `moss synth`
-    service = Service(synth, max_batch=options.max_batch)
+    # Every request is decoded chunk by chunk as it is generated, whether its client streams or not:
+    # one engine run serves both (in batch-invariant mode the streamed PCM is the offline PCM).
+    engine = LiveEngine(synth, max_batch=options.max_batch, stream=True)
     intake = Intake(
         synth, limits or Limits.of(synth), model_name=model_name(options), allowed_media_dir=allowed_media_dir
     )
-    return Serving(synth, service, intake)
+    return Serving(synth, engine, intake)
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -1,41 +1,29 @@
-"""The one engine every HTTP request joins: it runs in a background thread over a live source of
-arrivals (`engine.arrivals.Arrivals`), so a request that arrives mid-generation is admitted into
-the running batch at the next step (continuous batching across requests). Each result goes back to
-the request's own callbacks; the HTTP layer hands them to its event loop thread-safely."""
+"""One engine kept running in a background thread over a live source of arrivals
+(`engine.arrivals.Arrivals`): a request submitted while others generate joins the running batch at
+the next step (continuous batching). `submit` gives a future of the request's result; `cancel`
+drops a request whose caller went away; `close` lets the engine finish and stops it. `moss serve`
+and each Ray worker run their engine this way."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
 
 from ..engine.arrivals import Arrivals
-from ..io.audio import to_pcm16
-from ..pipeline import Prepared, Synthesizer, SynthResult
-from ..pipeline.environment import environment
+from .environment import environment
+from .synthesizer import Prepared, Synthesizer, SynthResult
 
-log = logging.getLogger("moss.serve")
+log = logging.getLogger("moss.engine")
+
+Chunk = Callable[[torch.Tensor], None]  # a streaming request's decoded audio, chunk by chunk
 
 
 class Unavailable(RuntimeError):
-    """The engine takes no more requests (the server is shutting down, or the engine failed)."""
-
-
-@dataclass
-class Ticket:
-    """One request in the engine and whom to tell about it. Both callbacks run in the engine thread
-    and must only hand over (never block)."""
-
-    prepared: Prepared
-    done: Callable[[SynthResult | BaseException], None]  # the result, or why there is none
-    chunk: Callable[[bytes], None] | None = None  # streaming: each chunk's int16 PCM as it is decoded
-
-    @property
-    def key(self) -> str:
-        return self.prepared.request.id
+    """The engine takes no more requests (it is closing, or its thread has ended)."""
 
 
 class _Taken:
@@ -62,18 +50,24 @@ class _Taken:
                 return
 
 
-class Service:
-    def __init__(self, synth: Synthesizer, *, max_batch: int | None = None) -> None:
+class LiveEngine:
+    """`stream=True` decodes every request chunk by chunk while it is generated (a request submitted
+    with `on_chunk` gets each chunk); in batch-invariant mode that audio is bitwise the offline one,
+    so one engine serves streaming and non-streaming callers alike."""
+
+    def __init__(self, synth: Synthesizer, *, max_batch: int | None = None, stream: bool = False) -> None:
         self.synth = synth
         self.max_batch = max_batch or synth.max_batch
+        self.stream = stream
         self._arrivals: Arrivals[Prepared] = Arrivals()
-        self._tickets: dict[str, Ticket] = {}
-        self._cancelled: set[str] = set()  # tickets whose client went away, until the engine drops them
+        self._futures: dict[str, concurrent.futures.Future] = {}
+        self._chunks: dict[str, Chunk] = {}
+        self._cancelled: set[str] = set()  # requests whose caller went away, until the engine drops them
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="moss-engine", daemon=True)
-        self.failures = 0  # engine runs that ended in an error (their requests got a 500)
-        self.cancellations = 0  # requests the engine dropped because their client went away
-        self._environment: dict | None = None  # see environment()
+        self.failures = 0  # engine runs that ended in an error (their requests got it)
+        self.cancellations = 0  # requests the engine dropped because their caller went away
+        self._environment: dict | None = None
         self._laid_out = threading.Event()  # the engine thread has fixed the engine's layout
         self._layout_error: BaseException | None = None
 
@@ -90,13 +84,43 @@ class Service:
     def ready(self) -> bool:
         return self._thread.is_alive() and not self._arrivals.closed
 
-    def submit(self, ticket: Ticket) -> None:
-        """Join the running batch; raises Unavailable once the service is closing."""
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet answered (waiting or in the batch)."""
+        return len(self._futures)
+
+    def submit(self, prepared: Prepared, on_chunk: Chunk | None = None) -> concurrent.futures.Future:
+        """Join the running batch: a future of the request's result (or of the error that ended its
+        engine run). Raises Unavailable once the engine is closing. `on_chunk` runs in the engine
+        thread and must only hand over, never block."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             if not self.ready:
-                raise Unavailable("the server is shutting down")
-            self._tickets[ticket.key] = ticket
-            self._arrivals.put(ticket.prepared)
+                raise Unavailable(
+                    "the engine is shutting down" if self._arrivals.closed else "the engine is not running"
+                )
+            key = prepared.request.id
+            self._futures[key] = future
+            if on_chunk is not None:
+                self._chunks[key] = on_chunk
+            self._arrivals.put(prepared)
+        return future
+
+    def cancel(self, key: str) -> None:
+        """The caller of `key` went away: the engine drops the request before its next step (or
+        before admitting it), so it holds no place in the batch. Its future still gets the outcome,
+        a result marked cancelled (or the answer, if it finished first)."""
+        with self._lock:
+            if key in self._futures:
+                self._cancelled.add(key)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Take no more requests, let the engine finish the ones it has; True once it has."""
+        with self._lock:
+            self._arrivals.close()
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def environment(self) -> dict:
         """What the engine computes with, as a local run records it (`.moss/environment.json`):
@@ -108,27 +132,6 @@ class Service:
             recorded["threads"] = self.synth.threads  # the engine thread's, whichever thread asks
             self._environment = recorded
         return self._environment
-
-    @property
-    def in_flight(self) -> int:
-        """Requests submitted and not yet answered (waiting or in the batch)."""
-        return len(self._tickets)
-
-    def cancel(self, key: str) -> None:
-        """The client of `key` went away: the engine drops the request before its next step (or
-        before admitting it), so it no longer holds a place in the batch. Its ticket still gets
-        the outcome, a result marked cancelled (or the answer, if it finished first)."""
-        with self._lock:
-            if key in self._tickets:
-                self._cancelled.add(key)
-
-    def close(self, timeout: float | None = None) -> bool:
-        """Take no more requests, let the engine finish the ones it has; True once it has."""
-        with self._lock:
-            self._arrivals.close()
-        if self._thread.ident is not None:  # started
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def _loop(self) -> None:
         # The engine thread's own torch settings: the thread count decides reduction order, so it
@@ -142,30 +145,27 @@ class Service:
         finally:
             self._laid_out.set()
         # --legacy-global-rng seeds the one global stream at the start of a run. A busy period is a
-        # run: a request sent to an idle server repeats itself, requests that overlap share the
+        # run: a request sent to an idle engine repeats itself, requests that overlap share the
         # stream (batch-dependent, the negative control); one endless run would make even a request
         # sent alone differ from its repeat.
         legacy = self.synth.options.legacy_global_rng
-        # Every request is decoded chunk by chunk as it is generated (stream=True), whether its client
-        # streams or not: one engine run serves both, and each request is decoded on its own. In the
-        # batch-invariant mode the streamed PCM is bitwise the offline PCM of `moss synth`.
         while True:
             source = _Taken(self._arrivals, end_when_idle=legacy)
             try:
                 results = self.synth.run(
                     source,
                     max_batch=self.max_batch,
-                    stream=True,
-                    sinks=self._sink,
+                    stream=self.stream,
+                    sinks=self._chunks.get if self.stream else None,
                     cancelled=self._cancelled.__contains__,
                 )
                 for result in results:
                     source.taken.discard(result.request.id)
                     if result.cancelled:
                         self.cancellations += 1
-                        log.info("request %s cancelled after %d frames (client gone)", result.request.id, result.frames)
+                        log.info("request %s cancelled after %d frames (caller gone)", result.request.id, result.frames)
                     self._finish(result.request.id, result)
-            except Exception as error:  # one failed step must not end the server
+            except Exception as error:  # one failed run must not end the engine
                 self.failures += 1
                 log.exception("the engine failed; its %d running request(s) get an error", len(source.taken))
                 for key in source.taken:
@@ -176,19 +176,15 @@ class Service:
 
     def _finish(self, key: str, outcome: SynthResult | BaseException) -> None:
         with self._lock:
-            ticket = self._tickets.pop(key, None)
+            future = self._futures.pop(key, None)
+            self._chunks.pop(key, None)
             self._cancelled.discard(key)
-        if ticket is None:
+        if future is None:
             return
         try:
-            ticket.done(outcome)
-        except Exception:  # a handler that went away must not take the engine with it
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+        except Exception:  # a callback of a caller that went away must not take the engine with it
             log.exception("could not hand over the result of %s", key)
-
-    def _sink(self, key: str) -> Callable[[torch.Tensor], None] | None:
-        """Streaming requests get each decoded chunk as int16 PCM; the others only their result."""
-        ticket = self._tickets.get(key)
-        if ticket is None or ticket.chunk is None:
-            return None
-        send = ticket.chunk
-        return lambda audio: send(to_pcm16(audio).tobytes())
