@@ -102,7 +102,7 @@ def main() -> None:
         )
 
     synths = {True: synthesizer(True), False: synthesizer(False)}
-    params = sum(p.numel() for p in synths[True].talker.model.parameters())
+    params = sum(p.numel() for p in synths[True].talker.parameters())
     codec_params = sum(p.numel() for p in synths[True].codec.parameters())
 
     def requests(seeded: bool) -> list[Request]:

@@ -1,5 +1,5 @@
 """The package's layers only import downwards, so each stage of the data flow can change alone:
-cli -> job/audit -> pipeline -> engine/io/config (and the api facade) -> model -> plain values."""
+cli and the api facade -> job/audit -> pipeline -> engine/io/config -> model -> plain values."""
 
 import ast
 from pathlib import Path
@@ -7,6 +7,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "moss_cli"
 LAYERS = {
     "cli": 6,
+    "api": 6,  # the Python API: a public face over model/ and engine/ that nothing inside imports
     "job": 5,
     "audit": 5,
     "diff": 5,
@@ -17,7 +18,6 @@ LAYERS = {
     "pipeline": 4,
     "remote": 4,  # the speech-API client: requests in, audio out (the pipeline's counterpart for a server)
     "speech_api": 4,
-    "api": 3,
     "engine": 3,
     "io": 3,
     "config": 3,
@@ -134,3 +134,14 @@ def test_no_import_cycles():
     for module in sorted(graph):
         visit(module, [])
     assert not cycles
+
+
+def test_nothing_inside_the_package_imports_the_public_api():
+    """`moss_cli.api` is a face for callers; the package loads and generates through model/ and
+    engine/ itself (only the package's lazy `__init__` hands the face out)."""
+    users = [
+        str(relative)
+        for relative, tree in _modules()
+        if relative != Path("__init__.py") and "moss_cli.api" in set(_imported_modules(relative, tree))
+    ]
+    assert not users

@@ -66,7 +66,7 @@ def test_a_local_run_records_the_layout_its_engine_was_built_with(monkeypatch):
     _forbid_probes(monkeypatch)
     env = environment(synth, checkpoints={"talker": "t", "codec": "c"})
     assert env["engine_steps"] == engine.layout.steps
-    assert env["linear_kernel"] == ("onednn-packed" if synth.talker.model.packed else "plain")
+    assert env["linear_kernel"] == ("onednn-packed" if synth.talker.packed else "plain")
     assert env["codec_tiles"] == str(synth.codec.tiles)
 
 

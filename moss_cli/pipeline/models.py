@@ -7,7 +7,6 @@ from pathlib import Path
 
 import torch
 
-from ..api import Talker, load_codec, load_talker
 from ..assets import TINY_CODEC, TINY_DEPLOY, TINY_TALKER
 from ..config.deploy import DeployConfig, load_deploy
 from ..device import resolve_device, resolve_dtype
@@ -20,7 +19,9 @@ from ..model.checkpoint import (
 )
 from ..model.codec import AudioCodec
 from ..model.config import CodecConfig, TalkerConfig
+from ..model.loading import load_codec, load_talker_model
 from ..model.prompt import PromptBuilder
+from ..model.talker import MossTTSLocal
 from ..threads import apply_threads
 from .options import SynthOptions
 
@@ -76,14 +77,14 @@ class Models:
         self.threads = apply_threads(options.threads, self.talker_config)
         tokenizer = load_tokenizer(checkpoint_dir(self.talker_path), self.talker_config.special_token_ids)
         self.prompts = PromptBuilder(tokenizer, self.talker_config)
-        self._talker: Talker | None = None
+        self._talker: MossTTSLocal | None = None
         self._codec: AudioCodec | None = None
 
     @property
-    def talker(self) -> Talker:
+    def talker(self) -> MossTTSLocal:
         if self._talker is None:
             pack = not self.options.compile  # packed weights run faster eager, but cannot be compiled
-            self._talker = load_talker(self.talker_path, device=self.device, dtype=self.dtype, pack=pack)
+            self._talker = load_talker_model(self.talker_path, device=self.device, dtype=self.dtype, pack=pack)
         return self._talker
 
     @property

@@ -205,13 +205,13 @@ class Synthesizer(Models):
         server's engine thread fixes it before anything else (its thread count decides the probes)."""
         if self._layout is None:
             options = self.options
-            self._layout = EngineLayout.fix(self.talker.model, options.numerics, self.max_batch, options.compile)
+            self._layout = EngineLayout.fix(self.talker, options.numerics, self.max_batch, options.compile)
         return self._layout
 
     def engine(self, max_batch: int | None = None, logits_hook: LogitsHook | None = None) -> Engine:
         max_batch = max_batch or self.max_batch
         return Engine(
-            self.talker.model,
+            self.talker,
             layout=self.layout if max_batch == self.max_batch else None,  # another batch fixes its own
             max_batch=max_batch,
             numerics=self.options.numerics,
