@@ -18,7 +18,8 @@ from moss_cli.audit.attribution import codec_numeric
 from moss_cli.audit.compare import Comparison, Output
 from moss_cli.audit.mixups import MixUpLog, request_content
 from moss_cli.audit.report import junit_xml, markdown, render, to_json
-from moss_cli.audit.runner import AuditOptions, AuditResult, Case
+from moss_cli.audit.runner import AuditOptions, AuditResult
+from moss_cli.audit.verdicts import Case
 from moss_cli.cli.app import app
 from moss_cli.config.requests import Request
 from moss_cli.engine.frame import STOP_HEAD

@@ -210,18 +210,16 @@ def test_stream_does_not_combine_with_ray(tmp_path):
     assert "--stream" in result.output and not (tmp_path / "o").exists()
 
 
-def test_the_sharded_scenario_splits_the_requests_two_ways_each_request_once():
+def test_the_sharded_scenario_splits_the_requests_two_ways_each_request_once(tmp_path):
     from moss_cli.audit.builtin import builtin_requests
-    from moss_cli.audit.scenarios import build_runs
-    from moss_cli.pipeline import Synthesizer
+    from moss_cli.audit.scenarios import Target, build_runs
 
-    synth = Synthesizer(SynthOptions(device="cpu"))
-    audited = synth.prepare(builtin_requests())
-    runs = build_runs("sharded", synth, audited, 8)
-    ids = [p.request.id for p in audited]
+    audited = builtin_requests()
+    runs = build_runs("sharded", audited, Target(server=False), tmp_path)
+    ids = [r.id for r in audited]
     splits = []
     for run in runs:
-        pieces = [[p.request.id for p in shard] for shard, _ in run.pieces()]
+        pieces = [[m.key for m in shard] for shard in run.pieces()]
         assert sorted(i for piece in pieces for i in piece) == sorted(ids)
         splits.append(sorted(map(sorted, pieces)))
     assert [len(run.pieces()) for run in runs] == [2, 3] and splits[0] != splits[1]

@@ -12,8 +12,8 @@ from speech_servers import Behaviour, serving, synthesize  # tests/ is on sys.pa
 from typer.testing import CliRunner
 
 from moss_cli.audit.compare import Output
-from moss_cli.audit.server_scenarios import SERVER_SCENARIOS
-from moss_cli.audit.server_verdicts import RUN_TO_RUN, Rules, alone
+from moss_cli.audit.scenarios import SERVER_SCENARIOS
+from moss_cli.audit.verdicts import RUN_TO_RUN, Rules, alone
 from moss_cli.cli.app import app
 from moss_cli.config.requests import Request
 from moss_cli.io.audio import pcm_sha256

@@ -8,9 +8,10 @@ from xml.etree import ElementTree as ET
 from .. import __version__
 from .compare import format_audio, format_divergence
 from .golden import GoldenCheck
-from .runner import AuditResult, Case
+from .runner import AuditResult
 from .server_report import server_markdown
 from .summary import outcome, summary, worst_cases
+from .verdicts import Case
 
 
 def json_safe(value):
@@ -23,9 +24,15 @@ def json_safe(value):
     return value
 
 
+# Version 2: each request's verdict over all its comparisons, for local and server audits alike
+# (`verdicts`; a server audit's `server.requests` holds the same).
+FORMAT = "moss-audit/2"
+
+
 def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
     return json_safe(
         {
+            "format": FORMAT,
             "tool": "moss audit-determinism",
             "version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -33,7 +40,7 @@ def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
             "options": {
                 "level": result.options.level,
                 "min_snr_db": result.options.min_snr_db,
-                "scenarios": list(result.options.scenarios),
+                "scenarios": list(result.options.scenarios or ()),
                 "strict_unseeded": result.options.strict_unseeded,
                 # a server audit cannot know: the server's own settings decide
                 "legacy_global_rng": None if result.server else result.options.synth.legacy_global_rng,
@@ -54,6 +61,7 @@ def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
                     if any(o.chunks is not None for o in outs.values())
                 },
             },
+            "verdicts": result.verdicts,
             "cases": [case.as_dict() for case in result.cases],
             "warnings": [m.as_dict() for m in result.mixups],
             "golden": None if golden is None else golden.as_dict(),

@@ -1,4 +1,7 @@
-"""Running an audit: the reference (every request alone), the scenarios, comparison, attribution."""
+"""The one auditor: every request alone (the reference), then the scenarios' runs, each audited
+request judged against its reference, whatever executes the runs: the local engine
+(`engine_executor.EngineExecutor`), Ray workers (`scaleout.audit.RayExecutor`) or a live speech
+server (`server_executor.ServerExecutor`)."""
 
 from __future__ import annotations
 
@@ -6,64 +9,16 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import ContextManager, Iterator, Protocol
 
-from ..config.requests import parse_requests
-from ..engine.compiled import compile_seconds
-from ..engine.scheduler import LogitsHook
-from ..errors import MossError
-from ..pipeline import Prepared, Synthesizer, SynthOptions
-from ..pipeline.environment import environment
-from .attribution import Attribution, attribute, codec_numeric, record_logits
-from .builtin import builtin_requests
-from .compare import Comparison, Output, compare, output_of
-from .mixups import MixUp, MixUpLog, request_content
-from .scenarios import SCENARIOS, Run, build_runs
+from ..config.requests import Request
+from .compare import Output
+from .mixups import MixUp, MixUpLog
+from .options import AuditOptions
+from .scenarios import Run, Skipped, Target, build_runs, reference_run, seed_probes
+from .verdicts import Alone, Attribute, Case, Rules, alone, judge, request_verdicts
 
-LEVELS = ("codes", "waveform", "bitwise")
-
-
-@dataclass
-class AuditOptions:
-    requests: Path | None = None
-    synth: SynthOptions = field(default_factory=SynthOptions)
-    scenarios: tuple[str, ...] = SCENARIOS
-    level: str = "codes"
-    min_snr_db: float = 60.0
-    strict_unseeded: bool = False
-    max_batch: int | None = None
-    perturb: LogitsHook | None = None  # test hook: may change logits (e.g. of batched rows only)
-    command: str | None = None  # the command line that asked for this audit, as the reports show it
-
-
-@dataclass
-class Case:
-    """One audited request in one scenario run."""
-
-    scenario: str
-    run: str
-    request: str
-    seed_source: str
-    verdict: str  # "pass" | "fail" | "unseeded"
-    comparison: Comparison | None
-    attribution: Attribution | None = None
-    wall_s: float = 0.0  # the request's time in this run, plus comparing (and attributing) it
-
-    @property
-    def failed(self) -> bool:
-        return self.verdict == "fail"
-
-    def as_dict(self) -> dict:
-        return {
-            "scenario": self.scenario,
-            "run": self.run,
-            "request": self.request,
-            "seed_source": self.seed_source,
-            "verdict": self.verdict,
-            "comparison": self.comparison.as_dict() if self.comparison else None,
-            "attribution": self.attribution.as_dict() if self.attribution else None,
-            "wall_s": self.wall_s,
-        }
+__all__ = ["AuditOptions", "AuditResult", "Auditor", "Executor", "run_audit"]
 
 
 @dataclass
@@ -79,141 +34,140 @@ class AuditResult:
     chunk_schedule: list[int] = field(default_factory=list)  # streaming chunk sizes (the last repeats)
     mixups: list[MixUp] = field(default_factory=list)  # warnings; they do not fail the audit
     scenario_s: dict[str, float] = field(default_factory=dict)  # wall time of each scenario's runs and checks
-    server: dict | None = None  # a server audit: its URL, requests in flight, probes, retries, verdicts
+    server: dict | None = None  # a server audit: its URL, requests in flight, probes, retries
     compile_s: float | None = None  # --compile: part of elapsed_s spent compiling the frame step
+    verdicts: dict[str, dict] = field(default_factory=dict)  # request -> its verdict over every comparison
 
     @property
     def passed(self) -> bool:
         return not any(case.failed for case in self.cases)
 
 
-def violates(cmp: Comparison, level: str, min_snr_db: float) -> bool:
-    if level == "codes":  # unknown codes (a server that reports none): identical audio stands for them
-        return not (cmp.pcm_equal if cmp.codes_equal is None else cmp.codes_equal)
-    if level == "waveform":  # unknown codes: the SNR alone decides
-        return cmp.codes_equal is False or (cmp.snr_db is not None and cmp.snr_db < min_snr_db)
-    return not cmp.pcm_equal
+class Executor(Protocol):
+    """What runs an audit's compositions. `session` opens it (a server's connection, what it
+    requires) and yields it; `audited` are the requests as it sends them."""
+
+    target: Target
+    sample_rate: int
+    chunk_schedule: list[int]
+
+    def session(self, workdir: Path) -> ContextManager[Executor]: ...
+
+    @property
+    def audited(self) -> list[Request]: ...
+
+    def execute(self, runs: list[Run]) -> Iterator[dict[str, Output] | Skipped]:
+        """Each run's outputs of its audited members, in order."""
+
+    def rules(self, options: AuditOptions, reference: dict[str, Output]) -> Rules: ...
+
+    def deploy_seeds(self, reference: dict[str, Output]) -> dict[str, int | None]:
+        """The deploy seed each unseeded request should get (the `seeds` scenario's probes)."""
+
+    def evidence(self, run: Run, key: str) -> str: ...
+
+    def attribution(self, reference_run: Run, run: Run, key: str) -> Attribute | None: ...
+
+    def environment(self) -> dict: ...
+
+    def report(self, verdicts: dict[str, dict]) -> dict | None: ...
+
+    def compile_s(self) -> float | None: ...
 
 
 class Auditor:
-    def __init__(self, options: AuditOptions) -> None:
-        if options.level not in LEVELS:
-            raise MossError(f"unknown level {options.level!r}; expected one of {', '.join(LEVELS)}", field="--level")
-        unknown = [s for s in options.scenarios if s not in SCENARIOS]
-        if unknown:
-            raise MossError(
-                f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}", field="--scenarios"
-            )
+    def __init__(self, options: AuditOptions, executor: Executor) -> None:
         self.options = options
-        requests, problems = parse_requests(options.requests) if options.requests else (builtin_requests(), [])
-        self.synth = Synthesizer(options.synth)
-        self.prepared = self.synth.prepare(requests, options.requests, problems)
-        self.max_batch = options.max_batch or self.synth.max_batch
-
-    def _outputs(self, prepared: list[Prepared], results) -> dict[str, Output]:
-        seeds_used = not self.synth.options.legacy_global_rng  # the legacy global RNG ignores them
-        content = {p.request.id: request_content(p, seeds_used) for p in prepared}
-        return {r.request.id: output_of(r, content[r.request.id]) for r in results}
-
-    def _run(
-        self, prepared: list[Prepared], max_batch: int, hook: LogitsHook | None = None, stream: bool = False
-    ) -> dict[str, Output]:
-        hook = hook or self.options.perturb
-        return self._outputs(prepared, self.synth.run(prepared, max_batch=max_batch, logits_hook=hook, stream=stream))
-
-    def _execute(self, run: Run, hook: LogitsHook | None = None) -> dict[str, Output]:
-        outputs = {}
-        for prepared, max_batch in run.pieces():
-            outputs.update(self._run(prepared, max_batch, hook, run.stream))
-        return outputs
-
-    def _execute_all(self, runs: list[Run]) -> Iterator[dict[str, Output]]:
-        """Each run's outputs, in order (moss_cli.scaleout runs them on Ray workers at once)."""
-        return map(self._execute, runs)
-
-    def _runner(self, run: Run, key: str):
-        """What re-runs the part of `run` that holds `key` (only as far as needed), for attribution:
-        here a callable taking a logits hook, for `record`."""
-        prepared, max_batch = run.piece_of(key)
-        return lambda hook: self._run(prepared, max_batch, hook, run.stream)
-
-    _record = staticmethod(record_logits)  # records a `_runner`'s logits (scaleout: on a worker)
-
-    def _environment(self) -> dict:
-        return environment(self.synth)
+        self.scenarios = options.chosen()
+        self.executor = executor
 
     def run(self) -> AuditResult:
         with tempfile.TemporaryDirectory(prefix="moss-audit-") as workdir:  # generated voice clips
-            return self._run_all(Path(workdir))
+            with self.executor.session(Path(workdir)) as executor:
+                return self._run_all(executor, Path(workdir))
 
-    def _run_all(self, workdir: Path) -> AuditResult:
-        start = time.perf_counter()
-        audited = {p.request.id: p for p in self.prepared}
-        reference_run = Run("alone", self.prepared, 1, alone=True)
-        planned = [
-            (scenario, build_runs(scenario, self.synth, self.prepared, self.max_batch, workdir))
-            for scenario in self.options.scenarios
-        ]
-        executed = self._execute_all([reference_run] + [run for _, runs in planned for run in runs])
+    def _run_all(self, executor: Executor, workdir: Path) -> AuditResult:
+        start, opts = time.perf_counter(), self.options
+        audited = executor.audited
+        keys = [r.id for r in audited]
+        by_id = {r.id: r for r in audited}
+        baseline = reference_run(audited)
+        planned = [(s, build_runs(s, audited, executor.target, workdir)) for s in self.scenarios if s != "seeds"]
+        executed = executor.execute([baseline] + [run for _, runs in planned for run in runs])
         reference = next(executed)
-        mixups = MixUpLog(list(audited))
-        mixups.add("reference", reference_run.label, reference)
-        cases, outputs, scenario_s = [], {}, {}
+        rules = executor.rules(opts, reference)
+        mixups = MixUpLog(keys)
+        mixups.add("reference", baseline.label, reference)
+        alone_verdicts = {k: Alone(True) for k in keys}
+        cases, outputs, scenario_s, skipped = [], {}, {}, {}
+        if "seeds" in self.scenarios:
+            planned.append(("seeds", seed_probes(audited, executor.deploy_seeds(reference), set(rules.greedy))))
+            executed = _chain(executed, executor, planned[-1][1])
         for scenario, runs in planned:
             began = time.perf_counter()
             for run in runs:
                 got = next(executed)
+                if isinstance(got, Skipped):
+                    skipped[scenario] = got.reason
+                    continue
                 outputs[(scenario, run.label)] = got
                 mixups.add(scenario, run.label, got)
-                for key in audited:
-                    judged = time.perf_counter()
-                    case = self._judge(scenario, run, reference_run, key, reference[key], got[key])
+                if scenario == "repeat":
+                    alone_verdicts = {k: alone(by_id[k], reference[k], got[k], rules) for k in keys}
+                for member in run.audited:
+                    key, judged = member.key, time.perf_counter()
+                    case = judge(
+                        scenario,
+                        run.label,
+                        key,
+                        reference[key],
+                        got[key],
+                        alone_verdicts[key],
+                        rules,
+                        expect=member.expect,
+                        evidence=executor.evidence(run, key),
+                        attribute=executor.attribution(baseline, run, key),
+                    )
                     case.wall_s = got[key].wall_s + time.perf_counter() - judged
                     cases.append(case)
             scenario_s[scenario] = time.perf_counter() - began
-        env = self._environment()
+        for scenario in skipped:
+            del scenario_s[scenario]
+        verdicts = request_verdicts(cases, keys)
+        server = executor.report(verdicts)
+        if server is not None:
+            server["skipped"] = skipped
         return AuditResult(
-            self.options,
+            AuditOptions(**{**opts.__dict__, "scenarios": tuple(s for s in self.scenarios if s not in skipped)}),
             cases,
-            env,
+            executor.environment(),
             reference,
             outputs,
             time.perf_counter() - start,
-            self.synth.codec_config.sampling_rate,
-            list(audited),
-            self.synth.chunk_schedule,
+            executor.sample_rate,
+            keys,
+            executor.chunk_schedule,
             mixups.warnings,
             scenario_s,
-            compile_s=compile_seconds() if self.options.synth.compile else None,
+            server=server,
+            compile_s=executor.compile_s(),
+            verdicts=verdicts,
         )
 
-    def _judge(self, scenario: str, run: Run, reference_run: Run, key: str, ref: Output, out: Output) -> Case:
-        cmp = compare(ref, out, self.synth.codec_config.sampling_rate)
-        case = Case(scenario, run.label, key, ref.seed_source, "pass", cmp)
-        if not violates(cmp, self.options.level, self.options.min_snr_db):
-            return case
-        if ref.seed_source == "none":
-            case.verdict = "fail" if self.options.strict_unseeded else "unseeded"
-            case.attribution = Attribution(
-                "unseeded", "no request seed and no deploy seed: drawn from the global RNG, expected to vary"
-            )
-            return case
-        case.verdict = "fail"
-        if cmp.codes_equal:
-            case.attribution = codec_numeric(cmp)
-        else:
-            case.attribution = attribute(
-                self._runner(reference_run, key),
-                self._runner(run, key),
-                key,
-                cmp.first_frame,
-                cmp.first_codebook,
-                self.synth.talker_config.n_vq,
-                self.options.perturb,
-                record=self._record,
-            )
-        return case
+
+def _chain(executed: Iterator, executor: Executor, runs: list[Run]) -> Iterator:
+    """The runs already under way, then `runs` (planned from the reference's answers)."""
+    yield from executed
+    yield from executor.execute(runs)
 
 
 def run_audit(options: AuditOptions) -> AuditResult:
-    return Auditor(options).run()
+    """The audit, on the local engine or, with `options.server`, against a live server."""
+    options.chosen()  # bad options fail before any model loads or anything is sent
+    if options.server is not None:
+        from .server_executor import ServerExecutor
+
+        return Auditor(options, ServerExecutor(options)).run()
+    from .engine_executor import EngineExecutor
+
+    return Auditor(options, EngineExecutor(options)).run()

@@ -1,21 +1,22 @@
-"""Batch compositions of the same requests. Each scenario is one or more runs; a run is an
-ordered list of requests (the audited ones plus any neighbours), a max batch size and arrival
-steps. Every run goes through the same `Synthesizer.run` that `moss synth` uses."""
+"""Compositions of the same requests: the audit's scenarios, for every executor.
+
+A run is an ordered list of members (the audited requests plus any neighbours), taken alone or
+together, maybe staggered, streamed or split into shards. What "together" means is the
+executor's: the local engine batches them (up to a max batch, late arrivals every few steps);
+a server is sent them concurrently (up to --concurrency, late ones some milliseconds apart) and
+decides its batches itself. Some compositions exist for one kind only: batch sizes and shards need
+the engine; the seed probes need a server's answers (`seed_probes`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import random
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..config.requests import Request
 
-if TYPE_CHECKING:  # the CLI reads SCENARIOS for its help text without importing torch
-    from ..pipeline import Prepared, Synthesizer
-
+# Local engine runs: every scenario; --server: the ones a black box can be given.
 SCENARIOS = (
     "repeat",
     "batched",
@@ -28,7 +29,20 @@ SCENARIOS = (
     "streaming",
     "sharded",
 )
+SERVER_SCENARIOS = (
+    "repeat",
+    "concurrent",
+    "shuffled",
+    "seeded-neighbours",
+    "length-mix",
+    "staggered",
+    "voices",
+    "streaming",
+    "seeds",
+)
 SHUFFLE_SEED = 1234
+PROBE_SEED = 1_000_003  # sent to unseeded requests; unlikely to be anyone's deploy seed
+INT64_MAX = 2**63 - 1
 NEIGHBOUR_TEXTS = [
     "A neighbour with its own explicit seed.",
     "Another request sharing the batch.",
@@ -37,31 +51,76 @@ NEIGHBOUR_TEXTS = [
 ]
 
 
+@dataclass(frozen=True)
+class Member:
+    """One request of a run. Audited members are compared with their reference."""
+
+    request: Request
+    audited: bool = True
+    seed: int | None = None  # replaces the request's own seed (a probe)
+    expect: str = "identical"  # or "different": a probe whose seed must change the audio
+    late: int = 0  # staggered runs: its place in the arrival order (0 arrives first)
+
+    @property
+    def key(self) -> str:
+        return self.request.id
+
+    @property
+    def sent_seed(self) -> int | None:
+        return self.seed if self.seed is not None else self.request.seed
+
+
 @dataclass
 class Run:
     label: str
-    prepared: list[Prepared]
-    max_batch: int
-    alone: bool = False  # every request in a run of its own (the reference)
-    stream: bool = False  # decode chunk by chunk while generating (compared with offline decode)
-    shards: list[list[Prepared]] | None = None  # split into engine runs of their own (with --ray, on workers)
+    members: list[Member]
+    alone: bool = False  # every member on its own, one after another (the reference, the repeat)
+    max_batch: int | None = None  # the engine's batch for this run (None: the audit's)
+    stream: bool = False  # decoded (or asked for) chunk by chunk while generating
+    shards: list[list[Member]] | None = None  # split into engine runs of their own (with --ray, on workers)
+    needs: str | None = None  # what a server may refuse: "ref_audio" | "stream" (the scenario is then skipped)
+    scenario: str = ""  # the scenario it belongs to ("reference": every request alone, the baseline)
 
     @property
-    def keys(self) -> list[str]:
-        return [p.request.id for p in self.prepared]
+    def name(self) -> str:
+        return f"{self.scenario}/{self.label}"
 
-    def pieces(self) -> list[tuple[list[Prepared], int]]:
-        """The engine runs this run is made of, each (requests, max batch): one per request when
-        alone, one per shard when sharded, else one."""
+    @property
+    def audited(self) -> list[Member]:
+        return [m for m in self.members if m.audited]
+
+    def pieces(self) -> list[list[Member]]:
+        """The separate engine runs (or one-at-a-time sends) this run is made of."""
         if self.alone:
-            return [([p], 1) for p in self.prepared]
-        if self.shards is not None:
-            return [(shard, self.max_batch) for shard in self.shards]
-        return [(self.prepared, self.max_batch)]
+            return [[m] for m in self.members]
+        return self.shards if self.shards is not None else [self.members]
 
-    def piece_of(self, key: str) -> tuple[list[Prepared], int]:
-        """The engine run (requests, max batch) that holds request `key`."""
-        return next(piece for piece in self.pieces() if key in {p.request.id for p in piece[0]})
+    def piece_of(self, key: str) -> list[Member]:
+        return next(piece for piece in self.pieces() if key in {m.key for m in piece})
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A run the executor could not make, and why (a server that refuses what it needs)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the builder needs to know of where the runs go."""
+
+    server: bool  # a server (True) or the local engine / its Ray workers
+    max_batch: int = 8  # the local engine's batch
+    concurrency: int = 8  # a server's requests in flight at once
+    frame_cap: int | None = None  # the deploy's max_tokens: long neighbours stay within it
+    frame_budgets: tuple[int, ...] = ()  # the engine: each audited request's frame budget
+    voice: Path | None = None  # a server that requires ref_audio: the clip for members without one
+    chunk_schedule: tuple[int, ...] = ()  # the local streaming decode's chunk sizes (for the label)
+
+
+def members(requests: list[Request], *, audited: bool = True) -> list[Member]:
+    return [Member(r, audited=audited) for r in requests]
 
 
 def neighbour_requests(count: int, prefix: str, *, seed_base: int, frames: list[int], greedy: bool) -> list[Request]:
@@ -79,18 +138,11 @@ def neighbour_requests(count: int, prefix: str, *, seed_base: int, frames: list[
     ]
 
 
-def interleave(a: list, b: list) -> list:
-    out = []
-    for i in range(max(len(a), len(b))):
-        out += a[i : i + 1] + b[i : i + 1]
-    return out
-
-
 def voice_neighbour_requests(count: int, workdir: Path) -> list[Request]:
     """Neighbours cloning two different synthetic voices (one in continuation mode) and one without."""
     import soundfile as sf
 
-    from ..io.reference_audio import synthetic_voice
+    from ..io.reference_audio import synthetic_voice  # torch: not for --help, which reads SCENARIOS
 
     clips = []
     for i, pitch in enumerate((110.0, 220.0)):
@@ -115,49 +167,118 @@ def voice_neighbour_requests(count: int, workdir: Path) -> list[Request]:
     return requests
 
 
-def build_runs(
-    name: str, synth: Synthesizer, audited: list[Prepared], max_batch: int, workdir: Path | None = None
-) -> list[Run]:
-    n = len(audited)
+def default_voice(workdir: Path) -> Path:
+    """The reference clip the audit gives its own requests where a server requires one: 2 s, well
+    inside vllm-omni's 1-30 s."""
+    import soundfile as sf
+
+    from ..io.reference_audio import synthetic_voice
+
+    path = workdir / "default-voice.wav"
+    if not path.exists():
+        sf.write(str(path), synthetic_voice(2.0, 24_000, 165.0), 24_000, subtype="PCM_16")
+    return path
+
+
+def with_voice(requests: list[Request], voice: Path | None) -> list[Request]:
+    """`requests`, each without a reference voice given `voice` (None: unchanged)."""
+    if voice is None:
+        return requests
+    return [r if r.ref_audio is not None else dataclasses.replace(r, ref_audio=voice) for r in requests]
+
+
+def interleave(a: list, b: list) -> list:
+    out = []
+    for i in range(max(len(a), len(b))):
+        out += a[i : i + 1] + b[i : i + 1]
+    return out
+
+
+def _neighbours(requests: list[Request], target: Target) -> list[Member]:
+    return members(with_voice(requests, target.voice), audited=False)
+
+
+def reference_run(audited: list[Request]) -> Run:
+    """Every request alone: what every other run is compared with."""
+    return Run("alone", members(audited), alone=True, scenario="reference")
+
+
+def build_runs(name: str, audited: list[Request], target: Target, workdir: Path) -> list[Run]:
+    runs = _runs(name, audited, target, workdir)
+    for run in runs:
+        run.scenario = name
+    return runs
+
+
+def _runs(name: str, audited: list[Request], target: Target, workdir: Path) -> list[Run]:
+    n, batch = len(audited), target.max_batch
+    sent = members(audited)
     if name == "repeat":
-        return [Run("repeat", audited, 1, alone=True)]
+        return [Run("repeat", sent, alone=True)]
     if name == "batched":
-        return [Run(f"max-batch-{max_batch}", audited, max_batch)]
+        return [Run(f"max-batch-{batch}", sent)]
+    if name == "concurrent":
+        return [Run(f"concurrent-{target.concurrency}", sent)]
     if name == "shuffled":
-        order = list(audited)
+        order = list(sent)
         random.Random(SHUFFLE_SEED).shuffle(order)
-        return [Run(f"shuffled-seed-{SHUFFLE_SEED}", order, max_batch)]
+        return [Run(f"shuffled-seed-{SHUFFLE_SEED}", order)]
     if name == "batch-sizes":
-        return [Run(f"max-batch-{size}", audited, size) for size in sorted({2, 3, max_batch}) if 1 < size <= max_batch]
+        return [Run(f"max-batch-{size}", sent, max_batch=size) for size in sorted({2, 3, batch}) if 1 < size <= batch]
     if name == "seeded-neighbours":
         neighbours = neighbour_requests(n, "neighbour-seeded", seed_base=1000, frames=[16, 24, 8], greedy=False)
-        return [Run("with-seeded-neighbours", interleave(synth.prepare(neighbours), audited), max_batch)]
+        return [Run("with-seeded-neighbours", interleave(_neighbours(neighbours, target), sent))]
     if name == "length-mix":
-        longest = max((p.max_new_frames for p in audited), default=16)
-        cap = synth.deploy.max_tokens or 4 * longest
+        longest = max(target.frame_budgets or [r.max_new_frames or 16 for r in audited], default=16)
+        long = min(3 * longest, target.frame_cap) if target.frame_cap else 3 * longest
+        # Greedy on the engine; seeded on a server, which may not honour greedy decoding (vllm-omni does not).
         neighbours = neighbour_requests(
-            n, "neighbour-length", seed_base=2000, frames=[min(3 * longest, cap), 2], greedy=True
+            n, "neighbour-length", seed_base=2000, frames=[long, 2], greedy=not target.server
         )
-        return [Run("with-long-and-short-neighbours", interleave(synth.prepare(neighbours), audited), max_batch)]
+        return [Run("with-long-and-short-neighbours", interleave(_neighbours(neighbours, target), sent))]
     if name == "staggered":
-        late = [dataclasses.replace(p, arrival_step=3 * i) for i, p in enumerate(audited)]
-        return [Run("arrivals-every-3-steps", late, max_batch)]
+        late = [dataclasses.replace(m, late=i) for i, m in enumerate(sent)]
+        return [Run("sends-staggered" if target.server else "arrivals-every-3-steps", late)]
     if name == "voices":
-        voices = voice_neighbour_requests(n, workdir or Path(tempfile.mkdtemp(prefix="moss-voices-")))
-        return [Run("with-voice-cloning-neighbours", interleave(synth.prepare(voices), audited), max_batch)]
+        voices = _neighbours(voice_neighbour_requests(n, workdir), target)
+        return [Run("with-voice-cloning-neighbours", interleave(voices, sent), needs="ref_audio")]
     if name == "streaming":
-        schedule = " ".join(str(c) for c in synth.chunk_schedule)
-        return [Run(f"streamed-chunks-{schedule.replace(' ', '-')}-then-repeat", audited, max_batch, stream=True)]
+        if target.server:
+            return [Run(f"streamed-{target.concurrency}-at-once", sent, stream=True, needs="stream")]
+        schedule = "-".join(str(c) for c in target.chunk_schedule)
+        return [Run(f"streamed-chunks-{schedule}-then-repeat", sent, stream=True)]
     if name == "sharded":  # as if split across workers: each shard is an engine run of its own
         size = -(-n // 3)
-        backwards = audited[::-1]
+        backwards = sent[::-1]
         return [
-            Run("2-shards-alternating", audited, max_batch, shards=[s for s in (audited[0::2], audited[1::2]) if s]),
-            Run(
-                "3-shards-contiguous-reversed",
-                audited,
-                max_batch,
-                shards=[backwards[i : i + size] for i in range(0, n, size)],
-            ),
+            Run("2-shards-alternating", sent, shards=[s for s in (sent[0::2], sent[1::2]) if s]),
+            Run("3-shards-contiguous-reversed", sent, shards=[backwards[i : i + size] for i in range(0, n, size)]),
         ]
     raise ValueError(f"unknown scenario {name!r}")
+
+
+def other_seed(seed: int) -> int:
+    return seed + 1 if seed < INT64_MAX else seed - 1
+
+
+def seed_probes(audited: list[Request], deploy_seeds: dict[str, int | None], greedy: set[str]) -> list[Run]:
+    """The audit's own requests about seeds, each sent alone. A request with an explicit seed is
+    re-sent with another one (the audio must change). An unseeded request is re-sent with the
+    deploy seed it should get (the audio must not change: the deploy-seed fix); where none is
+    known, with a seed of the audit's (the audio must change). Greedy requests get no probe."""
+    other, deploy, given = [], [], []
+    for request in audited:
+        if request.id in greedy:
+            continue
+        if request.seed is not None:
+            other.append(Member(request, seed=other_seed(request.seed), expect="different"))
+        elif deploy_seeds.get(request.id) is not None:
+            deploy.append(Member(request, seed=deploy_seeds[request.id]))
+        else:
+            given.append(Member(request, seed=PROBE_SEED, expect="different"))
+    runs = [
+        Run("another-explicit-seed", other, alone=True, scenario="seeds"),
+        Run("the-deploy-seed-sent-explicitly", deploy, alone=True, scenario="seeds"),
+        Run(f"unseeded-sent-with-seed-{PROBE_SEED}", given, alone=True, scenario="seeds"),
+    ]
+    return [run for run in runs if run.members]

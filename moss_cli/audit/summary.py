@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 from .golden import GoldenCheck
-from .runner import AuditResult, Case
+from .runner import AuditResult
+from .verdicts import Case
 
 
 def summary(result: AuditResult, golden: GoldenCheck | None) -> dict:

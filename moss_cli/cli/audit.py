@@ -9,8 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from ..audit.scenarios import SCENARIOS
-from ..audit.server_scenarios import SERVER_SCENARIOS
+from ..audit.scenarios import SCENARIOS, SERVER_SCENARIOS
 from ..errors import MossError
 from .common import Device, DType, command_line, ray_event, stderr, stdout, user_errors
 from .options import (
@@ -119,19 +118,21 @@ def audit_determinism(
         from ..audit.golden import check_golden, save_golden
         from ..audit.report import check_output_paths, render, summary, write_reports
         from ..audit.runner import AuditOptions, run_audit
+        from ..pipeline import SynthOptions
 
         # Before any model loads: a bad output path must not cost a whole audit.
         check_output_paths(
             {"--json": json_path, "--junit": junit, "--markdown": markdown, "--save-golden": save_golden_path},
             report_dir,
         )
-        default = SERVER_SCENARIOS if server else SCENARIOS
-        chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip()) if scenarios is not None else default
-        if not chosen:
+        chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip()) if scenarios is not None else None
+        if chosen == ():
             raise MossError("no scenario selected", field="--scenarios")
         if golden is not None and not golden.is_file():
             problem = "is a directory, expected a golden file" if golden.is_dir() else "golden file does not exist"
             raise MossError(problem, file=golden, field="--golden")
+        audit = dict(requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db)
+        audit.update(strict_unseeded=strict_unseeded, command=command_line(ctx))
         if server:
             refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
             settings = server_options(
@@ -145,30 +146,21 @@ def audit_determinism(
                 channels=channels,
                 served_model=served_model,
             )
-            # The reports show the command: never with a header's value or the URL's credentials.
-            command = settings.redact(command_line(ctx))
-            result = _server_audit(
-                requests,
-                chosen,
-                level,
-                min_snr_db,
-                strict_unseeded,
-                None if stagger_ms is None else stagger_ms / 1000.0,
-                settings,
-                command,
-                deploy=deploy,
-                allow_foreign_deploy=allow_foreign_deploy,
-                allow_dropped_fields=allow_dropped_fields,
+            result = run_audit(
+                AuditOptions(
+                    **audit,
+                    # The deploy file the server runs: its stage-0 seed is checked.
+                    synth=SynthOptions(deploy=deploy, allow_foreign_deploy=allow_foreign_deploy),
+                    server=settings,
+                    stagger_s=None if stagger_ms is None else stagger_ms / 1000.0,
+                    allow_dropped_fields=allow_dropped_fields,
+                    on_retry=_show_retry,
+                )
             )
         else:
             options = AuditOptions(
-                requests=requests,
-                scenarios=chosen,
-                level=level,
-                min_snr_db=min_snr_db,
-                strict_unseeded=strict_unseeded,
+                **audit,
                 max_batch=max_batch,
-                command=command_line(ctx),
                 synth=synth_options(
                     deploy=deploy,
                     model=model,
@@ -215,24 +207,6 @@ def audit_determinism(
     raise typer.Exit(s["exit_code"])
 
 
-def _server_audit(requests, scenarios, level, min_snr_db, strict_unseeded, stagger_s, server, command, **deploy):
-    """Audit a running server; each re-send is shown as it happens (and listed in the reports)."""
-    from ..audit.server_runner import ServerAuditOptions, run_server_audit
-
-    def on_retry(retry) -> None:
-        stderr.print(f"[yellow]retry:[/] {escape(retry.message)}", highlight=False, soft_wrap=True)
-
-    return run_server_audit(
-        ServerAuditOptions(
-            server=server,
-            requests=requests,
-            scenarios=scenarios,
-            level=level,
-            min_snr_db=min_snr_db,
-            strict_unseeded=strict_unseeded,
-            stagger_s=stagger_s,
-            on_retry=on_retry,
-            command=command,
-            **deploy,
-        )
-    )
+def _show_retry(retry) -> None:
+    """Each re-send to a server is shown as it happens (and listed in the reports)."""
+    stderr.print(f"[yellow]retry:[/] {escape(retry.message)}", highlight=False, soft_wrap=True)

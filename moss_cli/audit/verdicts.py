@@ -1,35 +1,39 @@
-"""Verdicts on a server seen from outside: only its audio (and `moss serve`'s headers, when sent).
+"""The one judge: each audited request in each run against its reference, and each request's
+verdict over all its runs, in one vocabulary for the local engine and for a server.
 
-Everything rests on the repeat: a request sent alone twice must give the same audio, or no other
-comparison of it means anything. Then:
-- `identical`: every comparison of the request passed;
-- `batch-dependent`: identical alone-vs-alone, different in a composition (concurrent, shuffled,
-  neighbours, staggered, voices): what another request did changed its audio;
-- `run-to-run`: different alone-vs-alone although nothing random should differ (greedy decoding,
-  or a seed the server says it applied);
-- `deploy-seed-not-applied`: the deploy seed is known (--deploy, or the server reports it) and an
-  unseeded request differs alone-vs-alone, or differs from the same request sent with that seed:
-  the deploy-seed fix is not in effect (vllm-omni 0.30.0 draws unseeded audio from the
+Everything rests on the repeat: a request run alone twice must give the same output, or no other
+comparison of it means anything. Then a comparison that differs is, by its first cause:
+- `unseeded`: no seed reached the request (the global RNG), so it is expected to vary; a failure
+  only with --strict-unseeded;
+- `deploy-seed-not-applied`: the deploy seed is known (the deploy file, or the server reports it)
+  and an unseeded request differs alone-vs-alone, or differs from the same request sent with that
+  seed: the deploy-seed fix is not in effect (vllm-omni 0.30.0 draws unseeded audio from the
   process-wide RNG);
 - `seed-ignored`: one explicit seed gives different audio alone, or two different explicit seeds
   give identical audio;
-- `unseeded`: no explicit seed and no known deploy seed, and different alone-vs-alone, or the
-  server says it used none; a failure only with --strict-unseeded, as in the local audit.
+- `run-to-run`: different alone-vs-alone although nothing random should differ (greedy decoding,
+  or a seed the server says it applied);
+- a batch dependence: `rng-coupling` (the request's random stream depends on the batch) or
+  `numeric` (the same stream, other logits), found by replaying both runs where the engine can be
+  replayed; `codec-numeric` (identical codes, other PCM); `batch-dependent` where only the audio
+  is known (a server).
+A request's verdict is the first of VERDICTS among its comparisons' causes, else `identical`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from .attribution import Attribution
-from .compare import Output, compare
-from .runner import Case, violates
+from .attribution import Attribution, codec_numeric
+from .compare import Comparison, Output, compare
 
 BATCH_DEPENDENT, RUN_TO_RUN, SEED_IGNORED, UNSEEDED = "batch-dependent", "run-to-run", "seed-ignored", "unseeded"
 DEPLOY_SEED_NOT_APPLIED = "deploy-seed-not-applied"
 IDENTICAL = "identical"
-# A request's verdict: the first that applies.
+BATCH_CAUSES = (BATCH_DEPENDENT, "rng-coupling", "numeric", "codec-numeric")  # verdict: batch-dependent
 VERDICTS = (RUN_TO_RUN, DEPLOY_SEED_NOT_APPLIED, BATCH_DEPENDENT, SEED_IGNORED, UNSEEDED)
+LEVELS = ("codes", "waveform", "bitwise")
 # Why an unseeded request's audio can vary on vllm-omni (paths: the vllm_omni package of its 0.30.0 wheel).
 UNSEEDED_CAUSES = (
     "the deploy seed does not reach the residual sampler (vllm-omni 0.30.0 gives tts_local_seed to seeded "
@@ -44,22 +48,45 @@ RETRY_CAUSE = (
 DEPLOY_HINT = "pass --deploy FILE (the deploy file the server runs) to check that unseeded requests get its seed"
 
 
+@dataclass
+class Case:
+    """One audited request in one run."""
+
+    scenario: str
+    run: str
+    request: str
+    seed_source: str
+    verdict: str  # "pass" | "fail" | "unseeded"
+    comparison: Comparison | None
+    attribution: Attribution | None = None
+    wall_s: float = 0.0  # the request's time in this run, plus comparing (and attributing) it
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "fail"
+
+    def as_dict(self) -> dict:
+        return {
+            "scenario": self.scenario,
+            "run": self.run,
+            "request": self.request,
+            "seed_source": self.seed_source,
+            "verdict": self.verdict,
+            "comparison": self.comparison.as_dict() if self.comparison else None,
+            "attribution": self.attribution.as_dict() if self.attribution else None,
+            "wall_s": self.wall_s,
+        }
+
+
 @dataclass(frozen=True)
 class Rules:
     level: str
     min_snr_db: float
     strict_unseeded: bool
     sample_rate: int
-    deploy_seed: int | None = None  # the stage-0 seed of --deploy: unseeded requests must be its audio
-    greedy: frozenset[str] = frozenset()  # requests the server decodes greedily (it honours audio_temperature 0)
-
-
-def unseeded_causes(request) -> str:
-    """The possible causes of an unseeded request's varying audio, for its detail."""
-    causes = f"possible causes: {UNSEEDED_CAUSES}"
-    if request.max_new_frames is None:
-        causes += ", " + RETRY_CAUSE
-    return causes
+    server: bool = False  # a server: the audio alone (and what its headers say)
+    deploy_seed: int | None = None  # the deploy file's stage-0 seed, which unseeded requests must get (server)
+    greedy: frozenset[str] = frozenset()  # requests decoded greedily (a server: where it honours it)
 
 
 @dataclass(frozen=True)
@@ -71,12 +98,30 @@ class Alone:
     detail: str = ""
 
 
+def violates(cmp: Comparison, level: str, min_snr_db: float) -> bool:
+    if level == "codes":  # unknown codes (a server that reports none): identical audio stands for them
+        return not (cmp.pcm_equal if cmp.codes_equal is None else cmp.codes_equal)
+    if level == "waveform":  # unknown codes: the SNR alone decides
+        return cmp.codes_equal is False or (cmp.snr_db is not None and cmp.snr_db < min_snr_db)
+    return not cmp.pcm_equal
+
+
+def unseeded_causes(request) -> str:
+    """The possible causes of an unseeded request's varying audio, for its detail."""
+    causes = f"possible causes: {UNSEEDED_CAUSES}"
+    if request.max_new_frames is None:
+        causes += ", " + RETRY_CAUSE
+    return causes
+
+
 def alone(request, reference: Output, repeat: Output, rules: Rules) -> Alone:
     cmp = compare(reference, repeat, rules.sample_rate)
     if not violates(cmp, rules.level, rules.min_snr_db):
         return Alone(True)
     if request.id in rules.greedy:
         return Alone(False, RUN_TO_RUN, "greedy decoding, yet two runs alone differ")
+    if reference.seed_source == "none" and not rules.server:  # the local engine: the global RNG
+        return Alone(False, UNSEEDED, "no request seed and no deploy seed: drawn from the global RNG")
     if request.seed is not None:
         return Alone(
             False,
@@ -98,11 +143,10 @@ def alone(request, reference: Output, repeat: Output, rules: Rules) -> Alone:
             f"no explicit seed, and two runs alone differ: no deploy seed reaches it, so the audio varies; "
             f"{unseeded_causes(request)}" + ("" if reference.seed_source == "none" else f"; {DEPLOY_HINT}"),
         )
-    return Alone(
-        False,
-        RUN_TO_RUN,
-        f"the server reports a {reference.seed_source} seed, yet two runs alone differ",
-    )
+    return Alone(False, RUN_TO_RUN, f"the server reports a {reference.seed_source} seed, yet two runs alone differ")
+
+
+Attribute = Callable[[Comparison], Attribution]  # replays both runs to find why the codes part
 
 
 def judge(
@@ -116,9 +160,11 @@ def judge(
     *,
     expect: str = "identical",
     evidence: str = "",
+    attribute: Attribute | None = None,
 ) -> Case:
-    """One audited send compared with its reference. `expect` "different": a seed probe, whose
-    audio must change; `evidence`: how many requests were in flight with it, for the detail."""
+    """One audited member compared with its reference. `expect` "different": a seed probe, whose
+    audio must change; `evidence`: how many requests were in flight with it, for the detail;
+    `attribute`: where the runs can be replayed (the engine), what explains differing codes."""
     cmp = compare(reference, out, rules.sample_rate)
     case = Case(scenario, run, key, reference.seed_source, "pass", cmp, wall_s=out.wall_s)
     identical = cmp.pcm_equal and cmp.codes_equal is not False
@@ -139,13 +185,20 @@ def judge(
             f"sent with {where} stage-0 seed {out.seed} explicitly, it gives other audio than without a seed: "
             "unseeded requests do not get the deploy seed as their residual sampler's seed",
         )
-    if reference.seed_source == "none" and rules.deploy_seed is None:  # the server says so: not a failure
-        return _unseeded(case, f"the server reports no seed for it; it differs in {scenario}/{run}", rules)
-    return _fail(
-        case,
-        BATCH_DEPENDENT,
-        f"identical in two runs alone, different in {scenario}/{run}{evidence}",
-    )
+    if reference.seed_source == "none" and rules.deploy_seed is None:  # no seed reached it: not a failure
+        detail = (
+            f"the server reports no seed for it; it differs in {scenario}/{run}"
+            if rules.server
+            else "no request seed and no deploy seed: drawn from the global RNG, expected to vary"
+        )
+        return _unseeded(case, detail, rules)
+    if cmp.codes_equal:
+        case.verdict, case.attribution = "fail", codec_numeric(cmp)
+        return case
+    if attribute is not None:
+        case.verdict, case.attribution = "fail", attribute(cmp)
+        return case
+    return _fail(case, BATCH_DEPENDENT, f"identical in two runs alone, different in {scenario}/{run}{evidence}")
 
 
 def _fail(case: Case, cause: str, detail: str) -> Case:
@@ -176,7 +229,8 @@ def request_verdicts(cases: list[Case], requests: list[str]) -> dict[str, dict]:
     found: dict[str, dict[str, Case]] = {key: {} for key in requests}
     for case in cases:
         if case.attribution is not None and case.verdict != "pass":
-            found[case.request].setdefault(case.attribution.cause, case)
+            cause = case.attribution.cause
+            found[case.request].setdefault(BATCH_DEPENDENT if cause in BATCH_CAUSES else cause, case)
     out = {}
     for key in requests:
         causes = [v for v in VERDICTS if v in found[key]]
@@ -184,6 +238,7 @@ def request_verdicts(cases: list[Case], requests: list[str]) -> dict[str, dict]:
         out[key] = {
             "verdict": causes[0] if causes else IDENTICAL,
             "verdicts": causes,
+            "cause": first.attribution.cause if first else None,
             "detail": first.attribution.detail if first else "identical in every comparison",
             "where": f"{first.scenario}/{first.run}" if first else None,
         }

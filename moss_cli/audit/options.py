@@ -1,0 +1,55 @@
+"""What one audit is asked to do, wherever it runs: the local engine (`synth`), its Ray workers, or a
+live server (`server`). Plain values; nothing is loaded or sent here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from ..errors import MossError
+from ..pipeline.options import SynthOptions
+from .scenarios import SCENARIOS, SERVER_SCENARIOS
+from .verdicts import LEVELS
+
+if TYPE_CHECKING:
+    from ..engine.scheduler import LogitsHook
+    from ..remote.client import Retry
+    from ..remote.settings import ServerOptions
+
+
+@dataclass
+class AuditOptions:
+    """One audit, wherever it runs: the local engine (`synth`), or a live server (`server`)."""
+
+    requests: Path | None = None
+    scenarios: tuple[str, ...] | None = None  # None: every scenario the executor can compose
+    level: str = "codes"
+    min_snr_db: float = 60.0
+    strict_unseeded: bool = False
+    command: str | None = None  # the command line that asked for this audit, as the reports show it
+    # The local engine (and its Ray workers). With a server, `synth.deploy` names the deploy file
+    # the server runs (its stage-0 seed is checked) and nothing else of it applies.
+    synth: SynthOptions = field(default_factory=SynthOptions)
+    max_batch: int | None = None
+    perturb: LogitsHook | None = None  # test hook: may change logits (e.g. of batched rows only)
+    # A live speech server instead.
+    server: ServerOptions | None = None
+    stagger_s: float | None = None  # None: a quarter of a request's time alone (measured by the reference run)
+    allow_dropped_fields: bool = False  # send fields vllm-omni drops (a warning instead of exit 2)
+    on_retry: Callable[[Retry], None] | None = field(default=None, repr=False)
+
+    def chosen(self) -> tuple[str, ...]:
+        """The scenarios to run, checked; the repeat first, since every verdict rests on it."""
+        known = SERVER_SCENARIOS if self.server is not None else SCENARIOS
+        if self.level not in LEVELS:
+            raise MossError(f"unknown level {self.level!r}; expected one of {', '.join(LEVELS)}", field="--level")
+        chosen = self.scenarios if self.scenarios is not None else known
+        unknown = [s for s in chosen if s not in known]
+        if unknown:
+            kind = " for a server audit" if self.server is not None else ""
+            raise MossError(
+                f"unknown scenario(s) {', '.join(unknown)}{kind}; choose from {', '.join(known)}", field="--scenarios"
+            )
+        first = ("repeat",) if self.server is not None or "repeat" in chosen else ()
+        return (*first, *dict.fromkeys(s for s in chosen if s != "repeat"))

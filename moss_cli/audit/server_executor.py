@@ -1,0 +1,335 @@
+"""The audit's runs sent to a live speech server: a black box that decides its own batches, so a
+run's members go one at a time (alone) or in flight together (up to --concurrency, late ones some
+milliseconds apart), and the audit judges from the audio (plus `moss serve`'s `x-moss-*`
+headers, when sent). Before the reference it learns what the server requires (a reference
+voice: vllm-omni's MOSS-TTS-Local refuses requests without one); before a run that needs reference
+audio or streaming it checks that the server takes them, and skips the scenario (reported) where it
+does not. The report's `server` section says where it ran, how many requests really were in flight
+together, the seed probes, any re-sends."""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from .. import __version__
+from ..config.deploy import load_deploy
+from ..config.requests import Request
+from ..errors import MossError
+from ..remote.client import ServerError, SpeechClient, all_or_nothing
+from ..remote.reply import Reply, audio_tensor
+from ..remote.request_file import read_for_server, reference_sha256
+from ..speech_api import body_from_request
+from .builtin import builtin_requests
+from .compare import Output
+from .scenarios import (
+    Member,
+    Run,
+    Skipped,
+    Target,
+    default_voice,
+    neighbour_requests,
+    voice_neighbour_requests,
+    with_voice,
+)
+from .verdicts import DEPLOY_HINT, Rules
+
+if TYPE_CHECKING:
+    from .options import AuditOptions
+
+
+def greedy(request: Request, honoured: bool) -> bool:
+    """audio_temperature 0, on a server that honours it (moss serve; vllm-omni drops the field and
+    samples): decoding ignores any seed, so seed probes would prove nothing."""
+    return honoured and request.sampling.get("audio_temperature") == 0
+
+
+def served_content(request: Request, seed: int | None, greedy_ids: set[str]) -> dict:
+    """What should shape a request's audio (as mixups.request_content, from the request itself)."""
+    return {
+        "text": request.text,
+        "prompt fields": request.prompt_fields,
+        "ref_text": request.ref_text,
+        "ref_audio": reference_sha256(request),
+        "seed": None if request.id in greedy_ids else seed,
+        "sampling": request.sampling,
+    }
+
+
+class ServerExecutor:
+    def __init__(self, options: AuditOptions) -> None:
+        self.options = options
+        self.server = options.server
+        self.deploy = None
+        if options.synth.deploy is not None:  # its platform sections for CUDA, where vllm-omni serves
+            self.deploy = load_deploy(options.synth.deploy, "cuda", allow_foreign=options.synth.allow_foreign_deploy)
+        self._requests, self.dropped = builtin_requests(for_server=True), []
+        if options.requests is not None:
+            self._requests, self.dropped = read_for_server(options.requests, options.allow_dropped_fields)
+        self.target = Target(server=True, concurrency=self.server.concurrency)
+        self.sample_rate = 0  # known from the first answer
+        self.chunk_schedule: list[int] = []
+        self.greedy: set[str] = set()
+        self.stagger_s = options.stagger_s
+        self.reported: dict[str, tuple[int | None, str | None]] = {}  # request -> (seed, source) its headers gave
+        self.runs: dict[str, dict] = {}  # "scenario/run" -> who was in flight together
+        self.probes: dict[str, list[str]] = {}
+        self._replies: dict[tuple[int, str], Reply] = {}
+        self._checked: dict[str, str | None] = {}  # what a run needs -> why the server refuses it (None: it takes it)
+        self.voice_note = ""
+        self.models: list[str] | None = None
+        self.served: dict | None = None
+        self.reference_replies: list[Reply] = []
+
+    @property
+    def deploy_seed(self) -> int | None:
+        return self.deploy.default_seed if self.deploy is not None else None
+
+    @property
+    def audited(self) -> list[Request]:
+        return self._requests
+
+    @contextmanager
+    def session(self, workdir: Path) -> Iterator[ServerExecutor]:
+        self.workdir = workdir
+        self._loop = asyncio.new_event_loop()
+        self.client = SpeechClient(self.server, self.options.on_retry)
+        try:
+            self._loop.run_until_complete(self.client.__aenter__())
+            self.models = self._loop.run_until_complete(self.client.models())
+            self.served = self._loop.run_until_complete(self.client.environment())
+            self._loop.run_until_complete(self._voice_for_all())
+            yield self
+        finally:
+            self._loop.run_until_complete(self.client.__aexit__(None, None, None))
+            self._loop.close()
+
+    async def _voice_for_all(self) -> None:
+        """Whether the server requires a reference voice (vllm-omni's MOSS-TTS-Local does: its
+        adapter refuses a request without `ref_audio`), learnt from its answer to one short request
+        without one. Where it does, the audit's own requests carry a clip it makes; requests of a
+        file are sent as written, so one without a reference is an error here."""
+        probe = builtin_requests(for_server=True)[0]
+        body = self._body(Member(probe, seed=1)) | {"max_new_tokens": 2}
+        try:
+            await self.client.speak(probe.id, body, "reference-voice-check")
+            self.voice_note = "not required: the server answers a request without ref_audio"
+            return
+        except ServerError as e:
+            if e.status != 400 or "ref_audio" not in e.message:
+                raise
+            said = e.message.split(": HTTP 400 Bad Request: ")[-1]
+        missing = [r for r in self._requests if r.ref_audio is None]
+        if self.options.requests is not None and missing:
+            lines = ", ".join(str(r.line) for r in missing)
+            raise MossError(
+                f"the server requires a reference voice (it answers a request without one: {said!r}), and the "
+                f"request(s) on line(s) {lines} have no ref_audio",
+                file=self.options.requests,
+                line=missing[0].line,
+                field="ref_audio",
+            )
+        voice = default_voice(self.workdir)
+        self._requests = with_voice(self._requests, voice)
+        self.target = Target(server=True, concurrency=self.server.concurrency, voice=voice)
+        self.voice_note = f"required ({said}); the audit's own requests carry a synthetic 2 s voice"
+
+    def _body(self, member: Member, stream: bool = False) -> dict:
+        body = body_from_request(
+            member.request, model=self.server.model, response_format=self.server.response_format, seed=member.seed
+        )
+        if stream:
+            body["stream"] = True
+            if body["response_format"] not in ("wav", "pcm"):  # what vllm-omni streams
+                body["response_format"] = "wav"
+        return body
+
+    def execute(self, runs: list[Run]) -> Iterator[dict[str, Output] | Skipped]:
+        for run in runs:
+            if run.needs is not None and (refused := self._refuses(run.needs)):
+                yield Skipped(refused)
+                continue
+            yield self._loop.run_until_complete(self._send(run))
+
+    def _refuses(self, needs: str) -> str | None:
+        """The server's words when it refuses what a run needs (a 4xx to one short request), else None."""
+        if needs not in self._checked:
+            if needs == "ref_audio":
+                check = Member(voice_neighbour_requests(1, self.workdir)[0], audited=False)
+            else:
+                neighbour = neighbour_requests(1, "neighbour-stream", seed_base=4000, frames=[4], greedy=False)
+                check = Member(with_voice(neighbour, self.target.voice)[0], audited=False)
+            what = "reference audio" if needs == "ref_audio" else "streaming"
+            try:
+                self._loop.run_until_complete(
+                    self.client.speak(check.key, self._body(check, needs == "stream"), f"{needs}/check")
+                )
+                self._checked[needs] = None
+            except ServerError as e:
+                if e.status is None or not 400 <= e.status < 500:
+                    raise
+                self._checked[needs] = f"the server refuses {what}: {e.message}"
+        return self._checked[needs]
+
+    async def _send(self, run: Run) -> dict[str, Output]:
+        context, started = run.name, time.perf_counter()
+
+        async def one(member: Member, delay: float) -> tuple[Member, Reply]:
+            await asyncio.sleep(delay)
+            body = self._body(member, run.stream)
+            return member, await self.client.speak(member.key, body, context, started)
+
+        if run.alone:
+            got = [await one(m, 0.0) for m in run.members]
+        else:
+            stagger = self._stagger_s() if any(m.late for m in run.members) else 0.0
+            got = await all_or_nothing(one(m, m.late * stagger) for m in run.members)
+        if run.scenario == "reference":
+            self._learn(got, time.perf_counter() - started)
+        self.runs[run.name] = _in_flight(run, got, self.stagger_s)
+        for member, reply in got:
+            self._replies[(id(run), member.key)] = reply
+        if run.scenario == "seeds":
+            self.probes[run.name] = [m.key for m in run.members]
+        return {m.key: self._output(m, r) for m, r in got if m.audited}
+
+    def _learn(self, got: list[tuple[Member, Reply]], elapsed: float) -> None:
+        """What the reference's answers tell: the rate, the seeds the server reports, whether it
+        honours greedy decoding, and (unless given) how far apart staggered sends go."""
+        self.sample_rate = got[0][1].sample_rate
+        self.reference_replies = [r for _, r in got]
+        self.reported = {m.key: (r.seed, r.seed_source) for m, r in got}
+        honoured = all(r.seed_source is not None for _, r in got)  # moss serve says what it did
+        self.greedy = {m.key for m, _ in got if greedy(m.request, honoured)}
+        if self.stagger_s is None:  # sends must overlap for "staggered" to mean anything, on a fast server too
+            self.stagger_s = min(max(elapsed / len(got) / 4, 0.005), 1.0)
+
+    def _stagger_s(self) -> float:
+        return self.stagger_s if self.stagger_s is not None else 0.0
+
+    def _output(self, member: Member, reply: Reply) -> Output:
+        """An answer as the audit keeps it: no codes, only what the server reported about them."""
+        seed = member.sent_seed
+        source = reply.seed_source or ("request" if seed is not None else "unknown")
+        return Output(
+            codes=None,
+            audio=audio_tensor(reply.pcm),
+            pcm_sha256=reply.pcm_sha256,
+            seed_source=source,
+            seed=reply.seed if reply.seed is not None else seed,
+            wall_s=reply.wall_s,
+            content=served_content(member.request, seed, self.greedy),
+            codes_hash=reply.codes_sha256,
+            frame_count=reply.frames,
+        )
+
+    def rules(self, options: AuditOptions, reference: dict[str, Output]) -> Rules:
+        return Rules(
+            options.level,
+            options.min_snr_db,
+            options.strict_unseeded,
+            self.sample_rate,
+            server=True,
+            deploy_seed=self.deploy_seed,
+            greedy=frozenset(self.greedy),
+        )
+
+    def deploy_seeds(self, reference: dict[str, Output]) -> dict[str, int | None]:
+        """From --deploy, else as the server reports it for each request."""
+        if self.deploy_seed is not None:
+            return {key: self.deploy_seed for key in reference}
+        return {key: seed if source == "deploy" else None for key, (seed, source) in self.reported.items()}
+
+    def evidence(self, run: Run, key: str) -> str:
+        reply = self._replies.get((id(run), key))
+        if run.alone or reply is None:
+            return ""
+        if reply.server_in_flight is not None:
+            return f" ({reply.server_in_flight} requests in flight together, by the server's count)"
+        return f" ({reply.in_flight} requests in flight together, as this audit sent them)"
+
+    def attribution(self, reference_run: Run, run: Run, key: str) -> None:
+        return None  # a server cannot be replayed: its audio alone tells
+
+    def environment(self) -> dict:
+        """The server's own account of its engine where it gives one (`moss serve`: the fields of a
+        local run's environment, so baselines of both kinds compare field by field), then what this
+        client knows: the address, the models listed, the format asked for, its own versions."""
+        return {
+            **(self.served or {}),
+            "server": self.server.public_url,
+            "models": self.models,
+            "response_format": self.server.response_format,
+            "client_moss_version": __version__,
+            "client_python_version": platform.python_version(),
+        }
+
+    def report(self, verdicts: dict[str, dict]) -> dict:
+        server = self.server
+        return {
+            "url": server.public_url,
+            "models": self.models,
+            "model_sent": server.model,
+            "response_format": server.response_format,
+            "concurrency": server.concurrency,
+            "stagger_s": round(self._stagger_s(), 4),
+            "stagger": "given" if self.options.stagger_s is not None else "auto: a quarter of a request's time alone",
+            "timeout_s": server.timeout_s,
+            "retries_allowed": server.retries,
+            "codes": "x-moss-codes-sha256 header"
+            if all(r.codes_sha256 for r in self.reference_replies)
+            else "unknown: the server sends no codes hash (level codes: identical audio stands for identical codes)",
+            "http_requests": self.client.sent,
+            "retries": [r.as_dict() for r in self.client.retries],
+            "deploy_seed": self._deploy_note(),
+            "reference_voice": self.voice_note,
+            "dropped_fields": self.dropped,
+            "probes": self.probes,
+            "requests": verdicts,
+            "runs": self.runs,
+        }
+
+    def _deploy_note(self) -> dict:
+        """What the audit knows of the seed unseeded requests must get, for the reports."""
+        if self.deploy is None:
+            return {"file": None, "seed": None, "checked": False, "note": f"not checked: {DEPLOY_HINT}"}
+        seed = self.deploy_seed
+        note = (
+            f"checked: every unseeded request must give the audio of the same request sent with seed {seed}"
+            if seed is not None
+            else "the deploy file gives no stage-0 seed: unseeded requests are not expected to be reproducible"
+        )
+        return {"file": str(self.options.synth.deploy), "seed": seed, "checked": seed is not None, "note": note}
+
+    def compile_s(self) -> None:
+        return None
+
+
+def _in_flight(run: Run, got: list[tuple[Member, Reply]], stagger_s: float | None) -> dict:
+    """How many requests really were in flight together: this client's count, and the server's
+    own (x-moss-max-in-flight) where it reports one."""
+    server_counts = [r.server_in_flight for _, r in got if r.server_in_flight is not None]
+    staggered = any(m.late for m in run.members)
+    return {
+        "together": not run.alone,
+        "stagger_s": round(stagger_s or 0.0, 4) if staggered else 0.0,
+        "sent": len(got),
+        "max_in_flight_client": max((r.in_flight for _, r in got), default=0),
+        "max_in_flight_server": max(server_counts) if server_counts else None,
+        "requests": {
+            m.key: {
+                "in_flight_client": r.in_flight,
+                "in_flight_server": r.server_in_flight,
+                "sent_s": round(r.sent_s, 4),
+                "wall_s": round(r.wall_s, 4),
+                "attempts": r.attempts,
+                "server_request_id": r.server_id,
+            }
+            for m, r in got
+            if m.audited
+        },
+    }
