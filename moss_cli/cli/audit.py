@@ -161,18 +161,7 @@ def audit_determinism(
             options = AuditOptions(
                 **audit,
                 max_batch=max_batch,
-                synth=synth_options(
-                    deploy=deploy,
-                    model=model,
-                    codec=codec,
-                    device=device,
-                    dtype=dtype,
-                    legacy_global_rng=legacy_global_rng,
-                    batch_invariant=batch_invariant,
-                    threads=threads,
-                    allow_foreign_deploy=allow_foreign_deploy,
-                    compile=compile,
-                ),
+                synth=synth_options(ctx.params, max_batch=None),
             )
             cluster = ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker)
             if cluster is not None:  # the same audit, its runs on Ray workers

@@ -67,36 +67,25 @@ CompileOption = Annotated[
 ]
 
 
-def synth_options(
-    *,
-    deploy,
-    model,
-    codec,
-    device: Device,
-    dtype: DType,
-    legacy_global_rng: bool,
-    batch_invariant: bool,
-    threads: int | None,
-    allow_foreign_deploy: bool,
-    max_batch: int | None = None,
-    compile: bool = False,
-):
-    """The pipeline's `SynthOptions` from the options above (imports torch: call it inside a command)."""
+def synth_options(params: dict, **overrides):
+    """The pipeline's `SynthOptions` from a command's options above (`ctx.params`; `overrides` win)
+    (imports torch: call it inside a command)."""
     from ..numerics import Numerics
     from ..pipeline import SynthOptions
 
+    given = {**params, **overrides}
     return SynthOptions(
-        deploy=deploy,
-        model=model,
-        codec=codec,
-        device=device.value,
-        dtype=dtype.value,
-        max_batch=max_batch,
-        legacy_global_rng=legacy_global_rng,
-        numerics=Numerics(batch_invariant=batch_invariant),
-        threads=threads,
-        allow_foreign_deploy=allow_foreign_deploy,
-        compile=compile,
+        deploy=given.get("deploy"),
+        model=given.get("model"),
+        codec=given.get("codec"),
+        device=given.get("device", Device.auto).value,
+        dtype=given.get("dtype", DType.auto).value,
+        max_batch=given.get("max_batch"),
+        legacy_global_rng=given.get("legacy_global_rng", False),
+        numerics=Numerics(batch_invariant=given.get("batch_invariant", True)),
+        threads=given.get("threads"),
+        allow_foreign_deploy=given.get("allow_foreign_deploy", False),
+        compile=given.get("compile", False),
     )
 
 

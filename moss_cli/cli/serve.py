@@ -28,6 +28,7 @@ INSTALL = "pip install 'moss-tts-repro[serve]'"
 
 
 def serve(
+    ctx: typer.Context,
     deploy: DeployOption = None,
     allow_foreign_deploy: AllowForeignDeploy = False,
     model: ModelOption = None,
@@ -62,19 +63,7 @@ def serve(
     with user_errors():
         from ..serve.server import listen, prepare, run  # torch loads here, not for --help
 
-        options = synth_options(
-            deploy=deploy,
-            model=model,
-            codec=codec,
-            device=device,
-            dtype=dtype,
-            max_batch=max_batch,
-            legacy_global_rng=legacy_global_rng,
-            batch_invariant=batch_invariant,
-            threads=threads,
-            allow_foreign_deploy=allow_foreign_deploy,
-            compile=compile,
-        )
+        options = synth_options(ctx.params)
         serving = prepare(options, allowed_media_dir=allowed_media_dir)
         sock = listen(host, port)
         serving.start()

@@ -135,19 +135,7 @@ def synth(
                 run,
                 stream,
                 ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker),
-                synth_options(
-                    deploy=deploy,
-                    model=model,
-                    codec=codec,
-                    device=device,
-                    dtype=dtype,
-                    max_batch=max_batch,
-                    legacy_global_rng=legacy_global_rng,
-                    batch_invariant=batch_invariant,
-                    threads=threads,
-                    allow_foreign_deploy=allow_foreign_deploy,
-                    compile=compile,
-                ),
+                synth_options(ctx.params),
             )
     if as_json:
         stdout.print_json(json.dumps(summary.as_dict()))
