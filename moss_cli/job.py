@@ -175,7 +175,7 @@ def synthesize(
                 results = runner.run(todo)
             for result in results:
                 rid = result.request.id
-                row = manifest_row(result, rate, channels, outdir.names[rid])
+                row = manifest_row(result.outcome(rate), outdir.names[rid])
                 if stream:
                     outdir.record(rid, row)  # first the record, then the file: a kill leaves no orphan
                     writer = writers.pop(rid, None) or ProgressiveAudio(outdir.path(rid), rate, channels, audio_format)

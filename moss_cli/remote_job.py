@@ -21,6 +21,7 @@ from .config.requests import Request
 from .errors import MossError
 from .interrupts import interrupts_as_exceptions
 from .io.fingerprint import fingerprint
+from .io.manifest import Outcome, manifest_row
 from .io.output_dir import OutputDir
 from .job import SynthSummary
 from .remote.client import Retry, SpeechClient
@@ -28,8 +29,6 @@ from .remote.reply import Reply
 from .remote.request_file import read_for_server, reference_sha256
 from .remote.settings import ServerOptions
 from .speech_api import body_from_request
-
-STOPPED = {"stop": True, "empty": True, "max_frames": False}
 
 
 class Served(NamedTuple):
@@ -58,36 +57,23 @@ def remote_fingerprint(request: Request, server: ServerOptions, audio_format: st
     )
 
 
-def reply_row(request: Request, reply: Reply, file: str) -> dict:
-    """One manifest row, with the local columns (see the module docstring for the empty ones)."""
-    samples = reply.pcm.shape[0]
-    stop = reply.stop_reason or ("empty" if samples == 0 else None)
-    sampling = request.sampling
-    return {
-        "id": request.id,
-        "text": request.text,
-        "seed": reply.seed if reply.seed is not None else request.seed,
-        "seed_source": reply.seed_source or ("request" if request.seed is not None else "unknown"),
-        "frames": reply.frames,
-        "duration_s": round(samples / reply.sample_rate, 6),
-        "sample_rate": reply.sample_rate,
-        "channels": reply.channels,
-        "codes_sha256": reply.codes_sha256,
-        "pcm_sha256": reply.pcm_sha256,
-        "batch_size_seen": reply.server_in_flight,
-        "wall_s": round(reply.wall_s, 4),
-        "file": file,
-        "stopped": STOPPED.get(stop),
-        "stop_reason": stop,
-        "audio_temperature": sampling.get("audio_temperature"),
-        "audio_top_p": sampling.get("audio_top_p"),
-        "audio_top_k": sampling.get("audio_top_k"),
-        "audio_repetition_penalty": sampling.get("audio_repetition_penalty"),
-        "prompt_tokens": None,
-        "ttfa_s": None,
-        "chunks": None,
-        "chunk_ms": None,
-    }
+def outcome(request: Request, reply: Reply) -> Outcome:
+    """A server's answer as the manifest records it: what `moss serve`'s headers say, or nothing
+    (see the module docstring for the empty columns)."""
+    return Outcome(
+        id=request.id,
+        text=request.text,
+        pcm=reply.pcm,
+        sample_rate=reply.sample_rate,
+        seed=reply.seed if reply.seed is not None else request.seed,
+        seed_source=reply.seed_source or ("request" if request.seed is not None else "unknown"),
+        frames=reply.frames,
+        codes_sha256=reply.codes_sha256,
+        batch_size_seen=reply.server_in_flight,
+        wall_s=reply.wall_s,
+        stop_reason=reply.stop_reason or ("empty" if reply.pcm.shape[0] == 0 else None),
+        sampling=request.sampling,
+    )
 
 
 async def _send_all(
@@ -111,7 +97,7 @@ async def _send_all(
             for finished in asyncio.as_completed(tasks):
                 served = await finished
                 rid = served.request.id
-                row = reply_row(served.request, served.reply, outdir.names[rid])
+                row = manifest_row(outcome(served.request, served.reply), outdir.names[rid])
                 outdir.record(rid, row, served.reply.pcm, served.reply.sample_rate)
                 if on_result:
                     on_result(served)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .atomic import atomic_path
-from .audio import codes_sha256, pcm_sha256
+from .audio import pcm_sha256
 
 COLUMNS = [
     "id",
@@ -36,6 +38,9 @@ COLUMNS = [
 ]
 
 
+SAMPLING_COLUMNS = ("audio_temperature", "audio_top_p", "audio_top_k", "audio_repetition_penalty")
+
+
 def manifest_frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=COLUMNS)
     for column in COLUMNS:
@@ -52,31 +57,53 @@ def write_manifest(path: Path, rows: list[dict]) -> None:
         manifest_frame(rows).to_csv(tmp, index=False)
 
 
-def manifest_row(result, sample_rate: int, channels: int, file: str) -> dict:
-    """One request's row from a pipeline `SynthResult` (what was asked, what came out, how)."""
-    eff = result.effective
+@dataclass(frozen=True)
+class Outcome:
+    """What one request produced, wherever it ran (the local pipeline, a Ray worker, a speech
+    server), as its manifest row records it. Fields a server does not report are None."""
+
+    id: str
+    text: str
+    pcm: np.ndarray  # int16 [samples, channels], what the file stores
+    sample_rate: int
+    seed: int | None
+    seed_source: str
+    frames: int | None
+    codes_sha256: str | None
+    batch_size_seen: int | None
+    wall_s: float
+    stop_reason: str | None  # stop | max_frames | empty | cancelled
+    sampling: dict = field(default_factory=dict)  # the audio sampler's values (audio_temperature, ...)
+    prompt_tokens: int | None = None
+    ttfa_s: float | None = None  # streaming: time to first audio
+    chunks: tuple[tuple[int, float], ...] | None = None  # streaming: (frames, decode ms) of each chunk
+
+
+STOPPED = {"stop": True, "empty": True, "max_frames": False, "cancelled": False}
+
+
+def manifest_row(outcome: Outcome, file: str) -> dict:
+    """One request's row: what was asked, what came out, how."""
+    samples = outcome.pcm.shape[0]
     return {
-        "id": result.request.id,
-        "text": result.request.text,
-        "seed": eff.seed,
-        "seed_source": eff.seed_source,
-        "frames": result.frames,
-        "duration_s": round(result.pcm.shape[0] / sample_rate, 6),
-        "sample_rate": sample_rate,
-        "channels": channels,
-        "codes_sha256": codes_sha256(result.codes),
-        "pcm_sha256": pcm_sha256(result.pcm),
-        "batch_size_seen": result.batch_size_seen,
-        "wall_s": round(result.wall_s, 4),
+        "id": outcome.id,
+        "text": outcome.text,
+        "seed": outcome.seed,
+        "seed_source": outcome.seed_source,
+        "frames": outcome.frames,
+        "duration_s": round(samples / outcome.sample_rate, 6),
+        "sample_rate": outcome.sample_rate,
+        "channels": int(outcome.pcm.shape[1]),
+        "codes_sha256": outcome.codes_sha256,
+        "pcm_sha256": pcm_sha256(outcome.pcm),
+        "batch_size_seen": outcome.batch_size_seen,
+        "wall_s": round(outcome.wall_s, 4),
         "file": file,
-        "stopped": result.stopped,
-        "stop_reason": result.stop_reason,
-        "audio_temperature": eff.audio.temperature if eff.do_sample else 0.0,
-        "audio_top_p": eff.audio.top_p,
-        "audio_top_k": eff.audio.top_k,
-        "audio_repetition_penalty": eff.audio.repetition_penalty,
-        "prompt_tokens": result.prompt_tokens,
-        "ttfa_s": None if result.time_to_first_audio is None else round(result.time_to_first_audio, 4),
-        "chunks": None if result.stream is None else " ".join(str(c.frames) for c in result.stream.chunks),
-        "chunk_ms": None if result.stream is None else " ".join(f"{c.decode_ms:.1f}" for c in result.stream.chunks),
+        "stopped": STOPPED.get(outcome.stop_reason),
+        "stop_reason": outcome.stop_reason,
+        **{name: outcome.sampling.get(name) for name in SAMPLING_COLUMNS},
+        "prompt_tokens": outcome.prompt_tokens,
+        "ttfa_s": None if outcome.ttfa_s is None else round(outcome.ttfa_s, 4),
+        "chunks": None if outcome.chunks is None else " ".join(str(frames) for frames, _ in outcome.chunks),
+        "chunk_ms": None if outcome.chunks is None else " ".join(f"{ms:.1f}" for _, ms in outcome.chunks),
     }

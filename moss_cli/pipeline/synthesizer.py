@@ -27,7 +27,8 @@ from ..engine.scheduler import (
     GenerationResult,
     LogitsHook,
 )
-from ..io.audio import to_pcm16
+from ..io.audio import codes_sha256, to_pcm16
+from ..io.manifest import Outcome
 from ..io.reference_audio import Reference, ReferenceError
 from ..model.prompt import max_token_bytes
 from ..numerics.layout import EngineLayout
@@ -86,6 +87,32 @@ class SynthResult:
         if self.frames == 0:
             return "empty"
         return "stop" if self.stopped else "max_frames"
+
+    def outcome(self, sample_rate: int) -> Outcome:
+        eff = self.effective
+        audio = eff.audio
+        return Outcome(
+            id=self.request.id,
+            text=self.request.text,
+            pcm=self.pcm,
+            sample_rate=sample_rate,
+            seed=eff.seed,
+            seed_source=eff.seed_source,
+            frames=self.frames,
+            codes_sha256=codes_sha256(self.codes),
+            batch_size_seen=self.batch_size_seen,
+            wall_s=self.wall_s,
+            stop_reason=self.stop_reason,
+            sampling={
+                "audio_temperature": audio.temperature if eff.do_sample else 0.0,
+                "audio_top_p": audio.top_p,
+                "audio_top_k": audio.top_k,
+                "audio_repetition_penalty": audio.repetition_penalty,
+            },
+            prompt_tokens=self.prompt_tokens,
+            ttfa_s=self.time_to_first_audio,
+            chunks=None if self.stream is None else tuple((c.frames, c.decode_ms) for c in self.stream.chunks),
+        )
 
 
 Sinks = Callable[[str], Callable[[torch.Tensor], None]]  # request id -> receiver of its audio chunks
