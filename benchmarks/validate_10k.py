@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from moss_cli.job import synthesize
+from moss_cli.jobs.local import synthesize
 from moss_cli.pipeline import SynthOptions
 
 

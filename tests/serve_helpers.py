@@ -14,7 +14,7 @@ import numpy as np
 import soundfile as sf
 
 from moss_cli.io.audio import pcm_sha256
-from moss_cli.job import synthesize
+from moss_cli.jobs.local import synthesize
 from moss_cli.pipeline import SynthOptions
 from moss_cli.serve.audio import wav_stream_header
 from moss_cli.serve.server import Serving, listen, prepare

@@ -69,13 +69,13 @@ def test_help_and_version_do_not_import_torch():
 
 def test_an_interrupt_promises_a_resume_only_where_the_command_resumes(tmp_path, monkeypatch):
     import moss_cli.audit.runner
-    import moss_cli.job
+    import moss_cli.jobs.local
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(moss_cli.audit.runner, "run_audit", interrupted)
-    monkeypatch.setattr(moss_cli.job, "synthesize", interrupted)
+    monkeypatch.setattr(moss_cli.jobs.local, "synthesize", interrupted)
     request = tmp_path / "one.txt"
     request.write_text("A single short line.\n")
     audit = runner.invoke(app, ["audit-determinism", str(request), "--scenarios", "repeat"])

@@ -90,7 +90,7 @@ def _assert_same_outputs(out: Path, reference: Path) -> None:
 
 
 def _on_ray(cluster, out: Path, seen: list, **job):
-    from moss_cli.scaleout.synth import synthesize_on_ray
+    from moss_cli.jobs.ray import synthesize_on_ray
 
     return synthesize_on_ray(
         cluster, EXAMPLES, out, SynthOptions(**job.pop("options", {})), runner_seen=seen.append, **job

@@ -49,7 +49,7 @@ from .server_options import (
 )
 
 if TYPE_CHECKING:
-    from ..job import SynthSummary
+    from ..jobs.local import SynthSummary
 
 
 def synth(
@@ -151,10 +151,10 @@ def synth(
 
 def _locally(requests: Path, out: Path, run: dict, stream: bool, cluster, options) -> SynthSummary:
     """This process validates and writes; the engine runs here, or on Ray workers with --ray."""
-    from ..job import synthesize
+    from ..jobs.local import synthesize
 
     if cluster is not None:
-        from ..scaleout.synth import synthesize_on_ray
+        from ..jobs.ray import synthesize_on_ray
 
         synthesize = partial(synthesize_on_ray, cluster, on_event=ray_event)
 
@@ -166,7 +166,7 @@ def _locally(requests: Path, out: Path, run: dict, stream: bool, cluster, option
 
 def _through_server(requests: Path, out: Path, server, run: dict) -> SynthSummary:
     """Each re-send is shown as it happens: a flaky server is never hidden."""
-    from ..remote_job import synthesize_remote
+    from ..jobs.server import synthesize_remote
 
     def on_retry(retry) -> None:
         stderr.print(f"[yellow]retry:[/] {escape(retry.message)}", highlight=False, soft_wrap=True)

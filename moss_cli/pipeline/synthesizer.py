@@ -1,5 +1,5 @@
 """Requests in, decoded audio out: validated requests -> engine (talker) -> codec -> PCM. No files:
-`moss synth` (moss_cli.job) writes what this yields, and the audit compares it."""
+`moss synth` (moss_cli.jobs) writes what this yields, and the audit compares it."""
 
 from __future__ import annotations
 

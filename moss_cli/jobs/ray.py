@@ -1,4 +1,4 @@
-"""`moss synth --ray`: the job (moss_cli.job) runs on the driver as it does locally (validation,
+"""`moss synth --ray`: the job (jobs/local.py) runs on the driver as it does locally (validation,
 resume plan, journal, audio files, manifest); the requests are synthesised by Ray workers."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import MossError
-from ..job import SynthSummary, synthesize
 from ..pipeline import Prepared, Synthesizer, SynthOptions, SynthResult
-from .cluster import ClusterOptions, Session, driver_options, ray_session, worker_options
-from .dispatch import Dispatcher, Task, VoiceBytes
-from .worker import SynthWorker
+from ..scaleout.cluster import ClusterOptions, Session, driver_options, ray_session, worker_options
+from ..scaleout.dispatch import Dispatcher, Task, VoiceBytes
+from ..scaleout.worker import SynthWorker
+from .local import SynthSummary, synthesize
 
 IN_FLIGHT_PER_SLOT = 2  # requests per engine slot a worker holds: a finished one is replaced at once
 

@@ -17,18 +17,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from .config.requests import Request
-from .errors import MossError
-from .interrupts import interrupts_as_exceptions
-from .io.fingerprint import fingerprint
-from .io.manifest import Outcome, manifest_row
-from .io.output_dir import OutputDir
-from .job import SynthSummary
-from .remote.client import Retry, SpeechClient
-from .remote.reply import Reply
-from .remote.request_file import read_for_server, reference_sha256
-from .remote.settings import ServerOptions
-from .speech_api import body_from_request
+from ..config.requests import Request
+from ..errors import MossError
+from ..interrupts import interrupts_as_exceptions
+from ..io.fingerprint import fingerprint
+from ..io.manifest import Outcome, manifest_row
+from ..io.output_dir import OutputDir
+from ..remote.client import Retry, SpeechClient
+from ..remote.reply import Reply
+from ..remote.request_file import read_for_server, reference_sha256
+from ..remote.settings import ServerOptions
+from ..speech_api import body_from_request
+from .local import SynthSummary
 
 
 class Served(NamedTuple):

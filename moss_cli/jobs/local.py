@@ -10,16 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
-from .config.requests import parse_requests
-from .engine.compiled import compile_seconds
-from .interrupts import interrupts_as_exceptions
-from .io.audio import ProgressiveAudio
-from .io.fingerprint import checkpoint_fingerprint
-from .io.manifest import manifest_row
-from .io.output_dir import OutputDir
-from .io.resume import request_fingerprint, run_settings
-from .pipeline import Prepared, Synthesizer, SynthOptions, SynthResult
-from .pipeline.environment import environment
+from ..config.requests import parse_requests
+from ..engine.compiled import compile_seconds
+from ..interrupts import interrupts_as_exceptions
+from ..io.audio import ProgressiveAudio
+from ..io.fingerprint import checkpoint_fingerprint
+from ..io.manifest import manifest_row
+from ..io.output_dir import OutputDir
+from ..io.resume import request_fingerprint, run_settings
+from ..pipeline import Prepared, Synthesizer, SynthOptions, SynthResult
+from ..pipeline.environment import environment
 
 STOP_REASONS = ("stop", "max_frames", "empty")
 
