@@ -11,14 +11,14 @@ import torch
 from page import is_png, parse_page
 from typer.testing import CliRunner
 
-import moss_cli.audit.html as audit_html
 import moss_cli.audit.runner as audit_runner
-from moss_cli.audit.html import write_page
-from moss_cli.audit.html_report import audit_view, pair_files
+import moss_cli.report.page as report_page
+from moss_cli.audit.page import audit_view, pair_files
 from moss_cli.audit.report import write_reports
 from moss_cli.audit.runner import AuditOptions, run_audit
 from moss_cli.cli.app import app
 from moss_cli.pipeline import SynthOptions
+from moss_cli.report.page import write_page
 
 runner = CliRunner()
 ROWS = [
@@ -155,7 +155,7 @@ def test_a_report_folder_is_replaced_whole_and_a_failed_write_leaves_the_old_one
     def broken(folder, view, max_plots=20):
         raise OSError("disk full")
 
-    monkeypatch.setattr(audit_html, "write_page", broken)
+    monkeypatch.setattr(report_page, "write_page", broken)
     assert _audit(requests, "--scenarios", "repeat", "--report-dir", rep).exit_code == 2
     assert (rep / "diverging").is_dir() and (rep / "index.html").is_file()  # the old report, untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl", "rep"]  # no half-built folder left

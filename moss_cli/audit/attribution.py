@@ -16,7 +16,8 @@ import torch
 
 from ..engine.frame import STOP_HEAD
 from ..engine.scheduler import LogitsHook
-from .compare import STOP, Comparison, format_abs, format_db
+from ..report.metrics import format_abs, format_db
+from .compare import STOP, Comparison
 
 
 @dataclass

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 
 from ..io.audio import pcm_sha256
+from ..report.metrics import (
+    first_differing_sample,
+    format_metrics,
+    log_spectral_distance,
+    max_abs_difference,
+    snr_db,
+)
 
 STOP = "stop"  # the first difference is in the stop decision (one output is longer)
 
@@ -71,52 +77,6 @@ def first_divergence(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int | str] 
     return None
 
 
-def snr_db(reference: torch.Tensor, other: torch.Tensor) -> float | None:
-    """Signal-to-noise ratio of `other` against `reference` over their common length."""
-    n = min(reference.shape[-1], other.shape[-1])
-    ref, oth = reference[..., :n].double(), other[..., :n].double()
-    noise = (ref - oth).pow(2).sum().item()
-    if noise == 0.0 and reference.shape[-1] == other.shape[-1]:
-        return None
-    signal = ref.pow(2).sum().item()
-    if noise == 0.0:
-        noise = 1e-30  # equal over the overlap but different lengths
-    return 10.0 * math.log10(max(signal, 1e-30) / noise)
-
-
-def log_spectral_distance(reference: torch.Tensor, other: torch.Tensor, n_fft: int = 1024, hop: int = 256) -> float:
-    """Mean over STFT frames of the RMS difference of the log power spectra (dB), on the mono mix."""
-    n = min(reference.shape[-1], other.shape[-1])
-    if n < n_fft:
-        return 0.0 if torch.equal(reference, other) else float("nan")
-    window = torch.hann_window(n_fft, dtype=torch.float64)
-
-    def log_power(x: torch.Tensor) -> torch.Tensor:
-        spec = torch.stft(x[..., :n].double().mean(0), n_fft, hop, window=window, return_complex=True)
-        return 10.0 * torch.log10(spec.abs().pow(2) + 1e-10)
-
-    diff = log_power(reference) - log_power(other)
-    return float(diff.pow(2).mean(0).sqrt().mean())
-
-
-def max_abs_difference(reference: torch.Tensor, other: torch.Tensor) -> float:
-    """Largest sample difference over the common length of two [channels, samples] signals."""
-    n = min(reference.shape[-1], other.shape[-1])
-    return float((reference[..., :n] - other[..., :n]).abs().max()) if n else 0.0
-
-
-def first_differing_sample(reference: torch.Tensor, other: torch.Tensor) -> int | None:
-    """Index of the first sample where two [channels, samples] signals differ (the common length
-    when one is a prefix of the other), None when they are equal."""
-    n = min(reference.shape[-1], other.shape[-1])
-    if n == 0:  # an empty clip (a server answers one when the first frame stops)
-        return None if reference.shape[-1] == other.shape[-1] else 0
-    differs = (reference[..., :n] != other[..., :n]).reshape(-1, n).any(0).nonzero()
-    if differs.numel():
-        return int(differs[0])
-    return None if reference.shape[-1] == other.shape[-1] else n
-
-
 def _first_diverging_s(reference: Output, other: Output, div, sample_rate: int) -> float | None:
     if div is not None and reference.codes.shape[0]:
         hop = reference.audio.shape[-1] / reference.codes.shape[0]  # samples per frame
@@ -162,17 +122,6 @@ def output_of(result, content: dict | None = None) -> Output:
     )
 
 
-# People read these; JSON keeps the full precision.
-def format_db(value: float | None) -> str:
-    """An SNR or a log-spectral distance in dB, to 2 decimals; None is an infinite SNR."""
-    return "inf" if value is None else f"{value:.2f}"
-
-
-def format_abs(value: float) -> str:
-    """A sample difference, compact (3 significant digits)."""
-    return f"{value:.3g}"
-
-
 def format_divergence(cmp: Comparison) -> str:
     """Where two outputs first differ: a frame and codebook when the codes are known, else the
     time of the first differing sample."""
@@ -187,7 +136,4 @@ def format_audio(cmp: Comparison) -> str:
     """The waveform metrics of one comparison in one line."""
     if cmp.pcm_equal:
         return "PCM identical"
-    return (
-        f"SNR {format_db(cmp.snr_db)} dB, LSD {format_db(cmp.log_spectral_distance)} dB, "
-        f"max abs {format_abs(cmp.max_abs_diff)}"
-    )
+    return format_metrics(cmp.snr_db, cmp.log_spectral_distance, cmp.max_abs_diff)

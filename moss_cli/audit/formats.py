@@ -6,23 +6,13 @@ import datetime as _dt
 from xml.etree import ElementTree as ET
 
 from .. import __version__
+from ..report.files import json_safe
 from .compare import format_audio, format_divergence
 from .golden import GoldenCheck
 from .runner import AuditResult
 from .server_report import server_markdown
 from .summary import outcome, summary, worst_cases
 from .verdicts import Case
-
-
-def json_safe(value):
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_safe(v) for v in value]
-    return value
-
 
 # Version 2: each request's verdict over all its comparisons, for local and server audits alike
 # (`verdicts`; a server audit's `server.requests` holds the same).

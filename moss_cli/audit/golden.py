@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import MossError
 from ..io.atomic import write_text_atomic
 from ..io.audio import codes_sha256
+from ..report.metrics import describe_change
 from .runner import AuditResult
 
 # Version 3: audio is sampled at vllm-omni's fixed MOSS-TTS-Local values whatever the deploy's stage 0
@@ -55,21 +56,6 @@ class Drift:
     reason: str  # "codes" | "pcm"
     detail: str
     cause: str | None = None  # known from the request itself, e.g. "seed 42 -> 7"
-
-
-# Environment fields that are content hashes: their values mean nothing to people, so only a
-# prefix is shown.
-_HASHES = {
-    "talker_checkpoint": "talker checkpoint",
-    "codec_checkpoint": "codec checkpoint",
-    "deploy_sha256": "deploy file content",
-}
-
-
-def describe_change(key: str, golden, now) -> str:
-    if key in _HASHES:
-        return f"{_HASHES[key]} changed ({str(golden)[:12]} -> {str(now)[:12]})"
-    return f"{key} {golden} -> {now}"
 
 
 @dataclass

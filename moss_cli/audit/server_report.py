@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import html
+from ..report import page
 from .runner import AuditResult
 
 STYLE = {"identical": "green", "unseeded": "yellow"}
@@ -76,7 +76,7 @@ def server_markdown(result: AuditResult) -> list[str]:
 def server_blocks(server: dict) -> list:
     """The HTML page's server section (from the JSON report's `server`)."""
     verdicts = server["requests"]
-    requests = html.Table(
+    requests = page.Table(
         ["request", "verdict", "detail"],
         [[key, v["verdict"], v["detail"]] for key, v in verdicts.items()],
         [
@@ -84,7 +84,7 @@ def server_blocks(server: dict) -> list:
             for v in verdicts.values()
         ],
     )
-    runs = html.Table(
+    runs = page.Table(
         ["run", "sent", "most in flight (client)", "most in flight (server)"],
         [
             [

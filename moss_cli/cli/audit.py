@@ -116,14 +116,16 @@ def audit_determinism(
     with user_errors():
         # torch loads here, not for --help
         from ..audit.golden import check_golden, save_golden
-        from ..audit.report import check_output_paths, render, summary, write_reports
+        from ..audit.report import REPORT_DIR_FILES, render, summary, write_reports
         from ..audit.runner import AuditOptions, run_audit
         from ..pipeline import SynthOptions
+        from ..report.files import check_output_paths
 
         # Before any model loads: a bad output path must not cost a whole audit.
         check_output_paths(
             {"--json": json_path, "--junit": junit, "--markdown": markdown, "--save-golden": save_golden_path},
             report_dir,
+            REPORT_DIR_FILES,
         )
         chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip()) if scenarios is not None else None
         if chosen == ():

@@ -34,10 +34,10 @@ def diff(
 
     Exit 0: identical (or within --min-snr-db at --level waveform); 1: they differ; 2: bad input."""
     with user_errors():
-        from ..audit.report import check_output_paths
         from ..diff.compare import LEVELS, diff_runs
         from ..diff.report import REPORT_DIR_FILES, render, write_reports
         from ..diff.sides import load_side
+        from ..report.files import check_output_paths
 
         if level not in LEVELS:
             raise MossError(f"unknown level {level!r}; expected one of {', '.join(LEVELS)}", field="--level")

@@ -12,9 +12,8 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from ..audit.compare import first_differing_sample, log_spectral_distance, max_abs_difference, snr_db
-from ..audit.golden import describe_change
 from ..io.audio import pcm_sha256
+from ..report.metrics import describe_change, first_differing_sample, log_spectral_distance, max_abs_difference, snr_db
 from .causes import likely_cause
 
 LEVELS = ("bitwise", "waveform")

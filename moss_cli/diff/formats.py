@@ -1,5 +1,5 @@
 """`moss diff` reports for machines and CI: JSON (every id), JUnit XML (one testcase per id) and
-Markdown; the HTML page is built from the JSON document (diff/html_view.py)."""
+Markdown; the HTML page is built from the JSON document (diff/page.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import Counter
 from xml.etree import ElementTree as ET
 
 from .. import __version__
-from ..audit.compare import format_abs, format_db
-from ..audit.formats import json_safe
+from ..report.files import json_safe
+from ..report.metrics import format_metrics
 from .compare import DiffCase, DiffResult
 
 ORDER = {"fail": 0, "unseeded": 1, "pass": 2}
@@ -64,10 +64,7 @@ def to_json(result: DiffResult, command: str | None = None) -> dict:
 def metrics(case: DiffCase) -> str:
     if not case.audio_compared:
         return "-"
-    return (
-        f"SNR {format_db(case.snr_db)} dB, LSD {format_db(case.log_spectral_distance)} dB, "
-        f"max abs {format_abs(case.max_abs_diff or 0.0)}"
-    )
+    return format_metrics(case.snr_db, case.log_spectral_distance, case.max_abs_diff or 0.0)
 
 
 def junit_xml(result: DiffResult) -> str:

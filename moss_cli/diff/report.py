@@ -13,11 +13,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..audit.report import write_report_files
 from ..io.audio import write_audio
+from ..report.files import write_report_files
 from .compare import DiffResult
 from .formats import junit_xml, markdown, metrics, ordered, outcome, summary, to_json
-from .html_view import diff_view, pair_files, paired
+from .page import diff_view, pair_files, paired
 
 REPORT_DIR_FILES = {"--json": "diff.json", "--junit": "junit.xml", "--markdown": "summary.md"}
 

@@ -1,10 +1,9 @@
-"""The HTML page of `moss diff`, built from its JSON document and the audio copied into the report
-folder (the audit's renderer: moss_cli/audit/html.py)."""
+"""The HTML page of `moss diff` (on the shared renderer, report/page.py), built from its JSON document
+and the audio copied into the report folder."""
 
 from __future__ import annotations
 
-from ..audit.compare import format_abs, format_db
-from ..audit.html import Link, PageView, PairView, Table
+from ..report.page import Link, PageView, PairView, Table, audio_metrics, level_text, metric_cells, verdict_view
 from .formats import outcome
 
 ORDER = {"fail": 0, "unseeded": 1, "pass": 2}
@@ -37,18 +36,12 @@ def _side(case: dict, side: str, key: str):
     return (case.get(side) or {}).get(key)
 
 
-def _metrics(case: dict) -> tuple[str, str, str]:
-    if not case.get("audio_compared"):
-        return "-", "-", "-"
-    return (
-        format_db(case.get("snr_db")),
-        format_db(case.get("log_spectral_distance")),
-        format_abs(case.get("max_abs_diff") or 0.0),
-    )
+def _metrics(case: dict) -> list[str]:
+    measured = bool(case.get("audio_compared"))
+    return metric_cells(case.get("snr_db"), case.get("log_spectral_distance"), case.get("max_abs_diff"), measured)
 
 
 def _pair(n: int, case: dict) -> PairView:
-    snr, lsd, most = _metrics(case)
     frames = f"{_dash(_side(case, 'a', 'frames'))} / {_dash(_side(case, 'b', 'frames'))}"
     return PairView(
         anchor=f"pair-{n}",
@@ -61,9 +54,7 @@ def _pair(n: int, case: dict) -> PairView:
             ("seed (A / B)", f"{_dash(_side(case, 'a', 'seed'))} / {_dash(_side(case, 'b', 'seed'))}"),
             ("codes", _equal(case.get("codes_equal"))),
             ("frames (A / B)", frames),
-            ("SNR", f"{snr} dB"),
-            ("log-spectral distance", f"{lsd} dB"),
-            ("max abs difference", most),
+            *audio_metrics(case.get("snr_db"), case.get("log_spectral_distance"), case.get("max_abs_diff")),
             ("first differing sample", f"{_dash(case.get('first_diverging_s'), lambda v: f'{v:.3f}')} s"),
         ],
         mark_s=case.get("first_diverging_s"),
@@ -99,28 +90,15 @@ def diff_view(doc: dict) -> PageView:
     if changes:
         changed = [[k, str(v["a"]), str(v["b"])] for k, v in changes.items()]
         sections.append(("Environment", [Table(["environment field changed", "A", "B"], changed)]))
-    verdict = outcome(s)
-    level = s["level"] + (f" (min SNR {s['min_snr_db']} dB)" if s["level"] == "waveform" else "")
-    return PageView(
-        title=f"moss diff: {verdict}",
-        passed=bool(s["passed"]),
-        headline=(
-            f"{s['failures']} of {s['ids']} ids differ beyond level {level}; {s['identical']} identical, "
-            f"{s['only_a']} only in A, {s['only_b']} only in B."
-        ),
-        facts=[
-            ("verdict", verdict),
-            ("level", level),
-            ("A", f"{sides['a']['path']} ({sides['a']['kind']})"),
-            ("B", f"{sides['b']['path']} ({sides['b']['kind']})"),
-            ("ids", str(s["ids"])),
-            ("command", doc.get("command") or "(not recorded)"),
-        ],
-        sections=sections,
-        comparisons=table,
-        pairs=[_pair(n, c) for n, c in enumerate(pairs, start=1)],
-        footer=f"{doc.get('tool', 'moss diff')} {doc.get('version', '')}, {doc.get('created', '')}",
+    level = level_text(s["level"], s["min_snr_db"])
+    facts = [(k.upper(), f"{sides[k]['path']} ({sides[k]['kind']})") for k in ("a", "b")] + [("ids", str(s["ids"]))]
+    headline = (
+        f"{s['failures']} of {s['ids']} ids differ beyond level {level}; {s['identical']} identical, "
+        f"{s['only_a']} only in A, {s['only_b']} only in B."
     )
+    pair_views = [_pair(n, c) for n, c in enumerate(pairs, start=1)]
+    body = {"headline": headline, "sections": sections, "comparisons": table, "pairs": pair_views}
+    return verdict_view(doc, "moss diff", outcome(s), level, facts, doc.get("command"), **body)
 
 
 def _counts(s: dict) -> Table:

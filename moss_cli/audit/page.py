@@ -1,10 +1,10 @@
-"""The audit's HTML page, built only from the JSON report's document (`formats.to_json`) and the
-audio files in the report folder: a local audit and one run against a server give the same page."""
+"""The audit's HTML page (on the shared renderer, report/page.py), built only from the JSON report's
+document (`formats.to_json`) and the audio files in the report folder: a local audit and one run
+against a server give the same page."""
 
 from __future__ import annotations
 
-from .compare import format_abs, format_db
-from .html import Link, PageView, PairView, Table
+from ..report.page import Link, PageView, PairView, Table, audio_metrics, level_text, metric_cells, verdict_view
 from .server_report import server_blocks
 from .summary import outcome
 
@@ -30,14 +30,12 @@ def _or_dash(value) -> str:
     return "-" if value is None else str(value)
 
 
-def _audio_metrics(cmp: dict) -> list[tuple[str, str]]:
+def _comparison_metrics(cmp: dict) -> list[tuple[str, str]]:
     return [
         ("codes", {True: "equal", False: "differ"}.get(cmp.get("codes_equal"), "unknown (no codes from the server)")),
         ("PCM", "identical" if cmp.get("pcm_equal") else "differs"),
         ("frames (alone / here)", f"{cmp.get('frames_reference')} / {cmp.get('frames_other')}"),
-        ("SNR", f"{format_db(cmp.get('snr_db'))} dB"),
-        ("log-spectral distance", f"{format_db(cmp.get('log_spectral_distance'))} dB"),
-        ("max abs difference", format_abs(cmp.get("max_abs_diff") or 0.0)),
+        *audio_metrics(cmp.get("snr_db"), cmp.get("log_spectral_distance"), cmp.get("max_abs_diff")),
     ]
 
 
@@ -64,7 +62,7 @@ def _pair(n: int, case: dict) -> PairView:
     where = ""
     if cmp.get("first_frame") is not None:
         where = f", first diverging frame {cmp['first_frame']}, codebook {cmp['first_codebook']}"
-    metrics = [("attribution", cause), ("seed source", case.get("seed_source", "-"))] + _audio_metrics(cmp)
+    metrics = [("attribution", cause), ("seed source", case.get("seed_source", "-"))] + _comparison_metrics(cmp)
     metrics.append(("first divergence", f"{_seconds(cmp.get('first_diverging_s'))} s{where}"))
     if why.get("max_logit_diff") is not None:
         metrics.append(("largest logit difference", f"{why['max_logit_diff']:.3g} ({why.get('head')})"))
@@ -108,7 +106,7 @@ def _drift(golden: dict) -> list:
 
 def audit_view(doc: dict) -> PageView:
     s, options, env = doc["summary"], doc.get("options") or {}, doc.get("environment") or {}
-    level = s["level"] + (f" (min SNR {options.get('min_snr_db')} dB)" if s["level"] == "waveform" else "")
+    level = level_text(s["level"], options.get("min_snr_db"))
     cases = sorted(doc["cases"], key=_order)
     diverging = [c for c in cases if c["verdict"] != "pass"]
     anchors = {id(c): f"pair-{n}" for n, c in enumerate(diverging, start=1)}
@@ -126,9 +124,7 @@ def audit_view(doc: dict) -> PageView:
                 _or_dash(cmp.get("first_frame")),
                 _or_dash(cmp.get("first_codebook")),
                 _seconds(cmp.get("first_diverging_s")),
-                format_db(cmp.get("snr_db")) if cmp else "-",
-                format_db(cmp.get("log_spectral_distance")) if cmp else "-",
-                format_abs(cmp.get("max_abs_diff") or 0.0) if cmp else "-",
+                *metric_cells(cmp.get("snr_db"), cmp.get("log_spectral_distance"), cmp.get("max_abs_diff"), bool(cmp)),
                 Link("audio and plots", f"#{anchors[id(case)]}") if id(case) in anchors else "",
             ]
         )
@@ -151,28 +147,19 @@ def audit_view(doc: dict) -> PageView:
         sections.append((f"Server {doc['server']['url']}", server_blocks(doc["server"])))
     if doc.get("golden"):
         sections.append((f"Golden baseline {doc['golden'].get('path', '')}", _drift(doc["golden"])))
-    verdict = outcome(s)
-    return PageView(
-        title=f"moss audit-determinism: {verdict}",
-        passed=bool(s["passed"]),
-        headline=(
-            f"{s['failures']} violation(s), {s['unseeded']} unseeded difference(s) in {s['cases']} comparisons "
-            f"of {s['requests']} requests, level {level}, {s['elapsed_s']:.1f} s."
-        ),
-        facts=[
-            ("verdict", verdict),
-            ("level", level),
-            ("requests", f"{s['requests']} ({options.get('requests', '-')})"),
-            ("comparisons", str(s["cases"])),
-            ("server", env["server"]) if "server" in env else ("torch / device / dtype / threads", _platform(env)),
-            ("command", options.get("command") or "(not recorded)"),
-        ],
-        sections=sections,
-        comparisons=table,
-        pairs=[_pair(n, c) for n, c in enumerate(diverging, start=1)],
-        notes=[w["message"] for w in doc.get("warnings") or []],
-        footer=f"{doc.get('tool', 'moss')} {doc.get('version', '')}, {doc.get('created', '')}",
+    facts = [
+        ("requests", f"{s['requests']} ({options.get('requests', '-')})"),
+        ("comparisons", str(s["cases"])),
+        ("server", env["server"]) if "server" in env else ("torch / device / dtype / threads", _platform(env)),
+    ]
+    headline = (
+        f"{s['failures']} violation(s), {s['unseeded']} unseeded difference(s) in {s['cases']} comparisons "
+        f"of {s['requests']} requests, level {level}, {s['elapsed_s']:.1f} s."
     )
+    pairs = [_pair(n, c) for n, c in enumerate(diverging, start=1)]
+    notes = [w["message"] for w in doc.get("warnings") or []]
+    body = {"headline": headline, "sections": sections, "comparisons": table, "pairs": pairs, "notes": notes}
+    return verdict_view(doc, "moss audit-determinism", outcome(s), level, facts, options.get("command"), **body)
 
 
 def _platform(env: dict) -> str:

@@ -1,8 +1,9 @@
 """The HTML report page: one self-contained file (inline style and script, no network) that opens
 from the file system, with audio and plots as relative links to files beside it.
 
-The page is built from a `PageView` (what to show, as plain text), so the audit and `moss diff`
-share one renderer; every text is escaped here, because ids, texts and paths come from users."""
+The page is built from a `PageView` (what to show, as plain text), so the audit (audit/page.py) and
+`moss diff` (diff/page.py) share one renderer; every text is escaped here, because ids, texts and
+paths come from users."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..io.atomic import write_text_atomic
+from .metrics import format_abs, format_db
 
 # A failing audit of thousands of comparisons must not take minutes to draw: past this many
 # diverging pairs the rest keep their audio players, and the page says how many were drawn.
@@ -61,6 +63,43 @@ class PageView:
     notes: list[str] = field(default_factory=list)  # warnings
     footer: str = ""
     plotted: int = 0
+
+
+def level_text(level: str, min_snr_db) -> str:
+    """A comparison level as a page shows it: waveform with the SNR it must reach."""
+    return level + (f" (min SNR {min_snr_db} dB)" if level == "waveform" else "")
+
+
+def verdict_view(
+    doc: dict, tool: str, verdict: str, level: str, facts: list[tuple[str, str]], command: str | None, **parts
+) -> PageView:
+    """The page of a report's JSON document `doc`: titled with its tool and verdict, its facts between
+    the verdict and level and the command that made it, a footer naming the tool, version and date;
+    `parts`: the rest of the `PageView` (headline, sections, comparisons, pairs, notes)."""
+    return PageView(
+        title=f"{tool}: {verdict}",
+        passed=bool(doc["summary"]["passed"]),
+        facts=[("verdict", verdict), ("level", level), *facts, ("command", command or "(not recorded)")],
+        footer=f"{doc.get('tool', tool)} {doc.get('version', '')}, {doc.get('created', '')}",
+        **parts,
+    )
+
+
+def metric_cells(snr: float | None, lsd: float | None, max_abs: float | None, measured: bool = True) -> list[str]:
+    """The comparisons table's SNR, LSD and max abs cells ("-" where no audio was measured)."""
+    if not measured:
+        return ["-", "-", "-"]
+    return [format_db(snr), format_db(lsd), format_abs(max_abs or 0.0)]
+
+
+def audio_metrics(snr: float | None, lsd: float | None, max_abs: float | None) -> list[tuple[str, str]]:
+    """A diverging pair's waveform metrics, as its `PairView.metrics` shows them."""
+    snr_cell, lsd_cell, max_abs_cell = metric_cells(snr, lsd, max_abs)
+    return [
+        ("SNR", f"{snr_cell} dB"),
+        ("log-spectral distance", f"{lsd_cell} dB"),
+        ("max abs difference", max_abs_cell),
+    ]
 
 
 def _href(path: str) -> str:
