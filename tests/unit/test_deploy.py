@@ -15,9 +15,9 @@ from moss_cli.config.requests import Request
 from moss_cli.errors import ConfigError
 from moss_cli.sampling_params import HeadSampling
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-CHAINS = Path(__file__).resolve().parent / "data" / "deploy_chains"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CHAINS = Path(__file__).resolve().parents[1] / "data" / "deploy_chains"
 
 BASE = """\
 async_chunk: true

@@ -19,7 +19,7 @@ from moss_cli.remote.reply import decode_audio
 from moss_cli.speech_api import body_from_request
 
 runner = CliRunner()
-DEPLOY = Path(__file__).resolve().parent.parent / "recipes" / "moss_tts_local_v1.5.yaml"  # seed 42
+DEPLOY = Path(__file__).resolve().parents[2] / "recipes" / "moss_tts_local_v1.5.yaml"  # seed 42
 BUILT_IN_UNSEEDED = {"short-unseeded", "long-unseeded", "twin-a", "twin-b", "instructed"}
 
 

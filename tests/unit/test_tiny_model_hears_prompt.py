@@ -16,7 +16,7 @@ from moss_cli.config.requests import Request, read_requests
 from moss_cli.io.reference_audio import synthetic_voice
 from moss_cli.pipeline import Synthesizer, SynthOptions
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VOICE = EXAMPLES / "reference-voice.wav"
 TEXTS = [
     "Yes.",

@@ -20,7 +20,7 @@ from moss_cli.cli.app import app
 from moss_cli.io.atomic import TEMPORARY_GLOB
 from moss_cli.pipeline import SynthOptions
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "requests.jsonl"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "requests.jsonl"
 TIMING = ("wall_s", "batch_size_seen")  # how a request ran, not what it produced
 INSTALL = "pip install 'moss-tts-repro[ray]'"
 cli = CliRunner()

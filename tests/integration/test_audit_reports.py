@@ -26,7 +26,7 @@ from moss_cli.engine.frame import STOP_HEAD
 from moss_cli.model.talker import STOP
 from moss_cli.pipeline import Synthesizer, SynthOptions
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 runner = CliRunner()
 
 

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from moss_cli.assets import TINY_CODEC, TINY_TALKER
 from moss_cli.cli.app import app
 
-CORPUS = Path(__file__).resolve().parent / "bad_inputs"
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+CORPUS = Path(__file__).resolve().parents[1] / "bad_inputs"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GOOD = EXAMPLES / "lines.txt"
 
 # (request file, expected fragments of the message; "!fragment": must not be in it)

@@ -17,7 +17,7 @@ from moss_cli.config.requests import (
 from moss_cli.errors import MossError
 from moss_cli.io.reference_audio import ReferenceError, read_reference
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_shipped_examples_parse():

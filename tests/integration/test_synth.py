@@ -17,8 +17,8 @@ from moss_cli.config.requests import read_requests
 from moss_cli.io.manifest import COLUMNS
 from moss_cli.pipeline import Synthesizer, SynthOptions
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 runner = CliRunner()
 
 

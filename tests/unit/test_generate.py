@@ -100,7 +100,7 @@ def test_greedy_codes_match_those_the_reference_implementation_produced(talker64
     import json
     from pathlib import Path
 
-    recorded = json.loads((Path(__file__).parent / "data" / "reference_greedy_tiny.json").read_text())
+    recorded = json.loads((Path(__file__).resolve().parents[1] / "data" / "reference_greedy_tiny.json").read_text())
     records = recorded["records"]
     prompts = [_reference_prompt(talker64, r) for r in records]
     for prompt, r in zip(prompts, records):

@@ -16,7 +16,7 @@ from moss_cli.audit.scenarios import SCENARIOS
 from moss_cli.cli.app import app
 from moss_cli.pipeline import SynthOptions
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 runner = CliRunner()
 
 

@@ -12,7 +12,7 @@ from moss_cli.audit.builtin import builtin_requests
 from moss_cli.config.requests import Request, read_requests
 from moss_cli.pipeline import Synthesizer, SynthOptions
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_regenerating_the_tiny_checkpoints_gives_byte_identical_files(tmp_path):

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from moss_cli.cli.app import app
 
 pytestmark = pytest.mark.slow  # real server processes
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 load = serve_load()
 runner = CliRunner()
 RECORDS = [

@@ -15,7 +15,7 @@ from moss_cli.model.codec import _Codebook
 from moss_cli.model.config import QuantizerConfig
 from moss_cli.pipeline import Synthesizer, SynthOptions
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")

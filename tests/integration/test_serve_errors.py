@@ -18,7 +18,7 @@ from moss_cli.pipeline import Synthesizer, SynthOptions
 from moss_cli.serve.requests import Limits
 from moss_cli.speech_api import HEADER_CODES_SHA256, SPEECH_PATH, data_uri
 
-VOICE = Path(__file__).resolve().parent.parent / "examples" / "reference-voice.wav"
+VOICE = Path(__file__).resolve().parents[2] / "examples" / "reference-voice.wav"
 GOOD = {"input": "Hello there.", "seed": 1, "max_new_tokens": 12}
 REF_LIMIT = 200_000  # the example voice is 96 kB
 

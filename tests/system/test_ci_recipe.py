@@ -15,7 +15,7 @@ import pytest
 import yaml
 from speech_servers import unused_port  # tests/ is on sys.path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "github-actions-audit.yml"
 SERVER_RECIPE = ROOT / "recipes" / "github-actions-server-audit.yml"
 BOTH = pytest.mark.parametrize("recipe", [RECIPE, SERVER_RECIPE], ids=["local", "server"])

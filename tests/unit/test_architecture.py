@@ -4,7 +4,7 @@ cli and the api facade -> job/audit -> pipeline -> engine/io/config -> model -> 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "moss_cli"
+PACKAGE = Path(__file__).resolve().parents[2] / "moss_cli"
 LAYERS = {
     "cli": 6,
     "api": 6,  # the Python API: a public face over model/ and engine/ that nothing inside imports

@@ -20,7 +20,7 @@ def test_the_readme_test_command_shows_the_network_in_pytests_header():
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     command = [sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider", __file__]
     shown = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=120).stdout
     assert "network: " in shown.split("collected")[0], shown[-2000:]

@@ -25,7 +25,7 @@ REQUESTS = [
     {"id": "unseeded", "text": "A request without a seed.", "max_new_frames": 3},
 ]
 GREEDY = {"id": "greedy", "text": "A greedy request.", "max_new_frames": 3, "audio_temperature": 0}
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from moss_cli.model import talker as talker_module
 from moss_cli.model.codec import CodecStream
 from moss_cli.pipeline import Synthesizer, SynthOptions
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
 
 

@@ -20,7 +20,7 @@ from moss_cli.io.audio import pcm_sha256
 from moss_cli.io.manifest import COLUMNS, write_manifest
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _requests(tmp_path: Path, n: int, frames: int = 3) -> Path:

@@ -14,7 +14,7 @@ from serve_helpers import running
 from moss_cli.pipeline import SynthOptions
 from moss_cli.speech_api import HEALTH_PATH, SPEECH_PATH
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 # The tiny model's stop head ends most requests within a few frames; these must outlast the test.
 LONG = {"input": "A request whose client will not wait for it.", "seed": 3, "max_new_tokens": 5000}
 WAIT_S = 20.0

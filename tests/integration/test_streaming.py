@@ -13,7 +13,7 @@ from moss_cli.cli.app import app
 from moss_cli.numerics import INVARIANT
 from moss_cli.pipeline.streaming import StreamingDecode, chunk_schedule
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.mark.parametrize(

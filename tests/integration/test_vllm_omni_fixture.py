@@ -32,8 +32,8 @@ from vllm_omni_server import (  # tests/ is on sys.path
     serving_vllm_omni,
 )
 
-WHEEL = Path(__file__).resolve().parents[1] / ".cache" / "vllm-omni" / "vllm_omni-0.30.0-py3-none-any.whl"
-FIXTURE_SOURCE = Path(__file__).resolve().parent / "vllm_omni_server.py"
+WHEEL = Path(__file__).resolve().parents[2] / ".cache" / "vllm-omni" / "vllm_omni-0.30.0-py3-none-any.whl"
+FIXTURE_SOURCE = Path(__file__).resolve().parents[1] / "vllm_omni_server.py"
 REF = data_url(reference_wav())
 TEXT = "Hello there, this is a test."
 MISSING_REF = "MOSS-TTS-Local-Transformer requires 'ref_audio' (reference audio for voice cloning)."

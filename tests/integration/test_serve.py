@@ -28,7 +28,7 @@ from moss_cli.speech_api import (
     body_from_request,
 )
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RECORDS = [
     {"id": "unseeded", "text": "Hello, and welcome to the reproducibility lab.", "max_new_frames": 40},
     {"id": "seed-zero", "text": "Hello, and welcome to the reproducibility lab.", "seed": 0, "max_new_frames": 40},

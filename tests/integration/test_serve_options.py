@@ -14,7 +14,7 @@ from moss_cli.numerics import Numerics
 from moss_cli.pipeline import SynthOptions
 from moss_cli.speech_api import HEADER_FRAMES, HEADER_MAX_IN_FLIGHT, HEADER_SEED, HEADER_SEED_SOURCE, SPEECH_PATH
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 TEXTS = ["Hello there, how are you?", "The rain in Spain.", "One, two, three, four.", "A quiet evening."]
 
 
