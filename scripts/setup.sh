@@ -12,9 +12,9 @@ fi
 # that may also install a `moss` command): drop it so only moss-tts-repro provides `moss`.
 .venv/bin/python -m pip uninstall --quiet --yes moss-cli 2>/dev/null || true
 .venv/bin/python -m pip install --quiet -e ".[test]"
-# The vllm-omni 0.30.0 wheel, read (never installed or imported) by tests/test_vllm_omni_fixture.py
+# The vllm-omni 0.30.0 wheel, read (never installed or imported) by tests/integration/test_vllm_omni_fixture.py
 # to check the fake server's request models against the real ones; the test skips without it.
 if [ ! -f .cache/vllm-omni/vllm_omni-0.30.0-py3-none-any.whl ]; then
   .venv/bin/python -m pip download --no-deps --quiet vllm-omni==0.30.0 -d .cache/vllm-omni \
-    || echo "note: could not download the vllm-omni 0.30.0 wheel; its model check in tests/test_vllm_omni_fixture.py will skip"
+    || echo "note: could not download the vllm-omni 0.30.0 wheel; its model check in tests/integration/test_vllm_omni_fixture.py will skip"
 fi
