@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from ..io.audio import pcm_sha256
+from ..io.outcome import Outcome
 from ..report.metrics import (
     first_differing_sample,
     format_metrics,
@@ -16,33 +16,6 @@ from ..report.metrics import (
 )
 
 STOP = "stop"  # the first difference is in the stop decision (one output is longer)
-
-
-@dataclass
-class Output:
-    """What the audit keeps of one synthesised request."""
-
-    codes: torch.Tensor | None  # [frames, n_vq]; None: not seen (a server sends audio, not codes)
-    audio: torch.Tensor  # float [channels, samples]
-    pcm_sha256: str
-    seed_source: str
-    chunks: list[int] | None = None  # streaming: the chunk sizes actually decoded
-    seed: int | None = None  # the effective seed (request, else deploy)
-    wall_s: float = 0.0  # how long the request took in its run
-    content: dict = field(default_factory=dict)  # what shapes its codes (see mixups.request_content)
-    codes_hash: str | None = None  # without codes: the hash a server reported (x-moss-codes-sha256)
-    frame_count: int | None = None  # without codes: the frames a server reported, if any
-
-    @property
-    def frames(self) -> int | None:
-        return int(self.codes.shape[0]) if self.codes is not None else self.frame_count
-
-    @property
-    def codes_key(self) -> str | bytes | None:
-        """What identifies the codes: their bytes (shape included), a reported hash, or None."""
-        if self.codes is None:
-            return self.codes_hash
-        return f"{tuple(self.codes.shape)}".encode() + self.codes.cpu().numpy().tobytes()
 
 
 @dataclass
@@ -77,15 +50,16 @@ def first_divergence(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int | str] 
     return None
 
 
-def _first_diverging_s(reference: Output, other: Output, div, sample_rate: int) -> float | None:
+def _first_diverging_s(reference: Outcome, other: Outcome, div, sample_rate: int) -> float | None:
     if div is not None and reference.codes.shape[0]:
-        hop = reference.audio.shape[-1] / reference.codes.shape[0]  # samples per frame
+        hop = reference.pcm.shape[0] / reference.codes.shape[0]  # samples per frame
         return div[0] * hop / sample_rate
-    sample = first_differing_sample(reference.audio, other.audio)
+    sample = first_differing_sample(reference.waveform, other.waveform)
     return None if sample is None else sample / sample_rate
 
 
-def compare(reference: Output, other: Output, sample_rate: int) -> Comparison:
+def compare(reference: Outcome, other: Outcome, sample_rate: int) -> Comparison:
+    """One request's outcome in a run against its reference (alone)."""
     if reference.codes is not None and other.codes is not None:
         div = first_divergence(reference.codes, other.codes)
         codes_equal = div is None
@@ -93,32 +67,19 @@ def compare(reference: Output, other: Output, sample_rate: int) -> Comparison:
         div = None
         known = reference.codes_hash is not None and other.codes_hash is not None
         codes_equal = reference.codes_hash == other.codes_hash if known else None
+    ref_audio, other_audio = reference.waveform, other.waveform
     return Comparison(
         codes_equal=codes_equal,
         first_frame=None if div is None else div[0],
         first_codebook=None if div is None else div[1],
         frames_reference=reference.frames,
         frames_other=other.frames,
-        duration_diff_s=(other.audio.shape[-1] - reference.audio.shape[-1]) / sample_rate,
+        duration_diff_s=(other.pcm.shape[0] - reference.pcm.shape[0]) / sample_rate,
         pcm_equal=reference.pcm_sha256 == other.pcm_sha256,
-        max_abs_diff=max_abs_difference(reference.audio, other.audio),
-        snr_db=snr_db(reference.audio, other.audio),
-        log_spectral_distance=log_spectral_distance(reference.audio, other.audio),
+        max_abs_diff=max_abs_difference(ref_audio, other_audio),
+        snr_db=snr_db(ref_audio, other_audio),
+        log_spectral_distance=log_spectral_distance(ref_audio, other_audio),
         first_diverging_s=_first_diverging_s(reference, other, div, sample_rate),
-    )
-
-
-def output_of(result, content: dict | None = None) -> Output:
-    chunks = None if result.stream is None else [c.frames for c in result.stream.chunks]
-    return Output(
-        result.codes,
-        result.audio,
-        pcm_sha256(result.pcm),
-        result.effective.seed_source,
-        chunks,
-        result.effective.seed,
-        result.wall_s,
-        content or {},
     )
 
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Iterator
 from ..config.requests import Request, parse_requests
 from ..engine.compiled import compile_seconds
 from ..engine.scheduler import LogitsHook
+from ..io.outcome import Outcome
 from ..pipeline import Prepared, Synthesizer
 from ..pipeline.environment import environment
 from .attribution import attribute, record_logits
 from .builtin import builtin_requests
-from .compare import Output, output_of
 from .mixups import request_content
 from .scenarios import Member, Run, Target
 from .verdicts import Attribute, Rules
@@ -77,18 +77,18 @@ class EngineExecutor:
             prepared = self.synth.prepare([member.request])[0]
         return dataclasses.replace(prepared, arrival_step=LATE_STEPS * member.late) if member.late else prepared
 
-    def outputs(self, prepared: list[Prepared], results) -> dict[str, Output]:
+    def outputs(self, prepared: list[Prepared], results) -> dict[str, Outcome]:
         """What the audit keeps of a piece's results (every request of it, neighbours included)."""
         seeds_used = not self.synth.options.legacy_global_rng  # the legacy global RNG ignores them
         content = {p.request.id: request_content(p, seeds_used) for p in prepared}
-        return {r.request.id: output_of(r, content[r.request.id]) for r in results}
+        return {r.request.id: r.outcome(self.sample_rate, content[r.request.id]) for r in results}
 
-    def run_piece(self, piece: Piece, stream: bool, hook: LogitsHook | None = None) -> dict[str, Output]:
+    def run_piece(self, piece: Piece, stream: bool, hook: LogitsHook | None = None) -> dict[str, Outcome]:
         prepared, max_batch = piece
         results = self.synth.run(prepared, max_batch=max_batch, logits_hook=hook or self.perturb, stream=stream)
         return self.outputs(prepared, results)
 
-    def execute(self, runs: list[Run]) -> Iterator[dict[str, Output]]:
+    def execute(self, runs: list[Run]) -> Iterator[dict[str, Outcome]]:
         for run in runs:
             outputs = {}
             for piece in self.pieces(run):
@@ -111,10 +111,10 @@ class EngineExecutor:
             record=record_logits,
         )
 
-    def rules(self, options: AuditOptions, reference: dict[str, Output]) -> Rules:
+    def rules(self, options: AuditOptions, reference: dict[str, Outcome]) -> Rules:
         return Rules(options.level, options.min_snr_db, options.strict_unseeded, self.sample_rate)
 
-    def deploy_seeds(self, reference: dict[str, Output]) -> dict[str, int | None]:
+    def deploy_seeds(self, reference: dict[str, Outcome]) -> dict[str, int | None]:
         return {}
 
     def evidence(self, run: Run, key: str) -> str:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from ..errors import MossError
 from ..io.atomic import write_text_atomic
-from ..io.audio import codes_sha256
 from ..report.metrics import describe_change
 from .runner import AuditResult
 
@@ -35,7 +34,7 @@ def golden_document(result: AuditResult) -> dict:
         "environment": result.environment,
         "requests": {
             key: {
-                "codes_sha256": codes_sha256(out.codes) if out.codes is not None else out.codes_hash,
+                "codes_sha256": out.codes_sha256,
                 "pcm_sha256": out.pcm_sha256,
                 "frames": out.frames,
                 "seed_source": out.seed_source,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..io.outcome import Outcome
 from ..pipeline import Prepared
-from .compare import Output
 
 
 def request_content(p: Prepared, seeds_used: bool = True) -> dict:
@@ -84,14 +84,14 @@ class MixUp:
         }
 
 
-def find_mixups(outputs: dict[str, Output], order: dict[str, int]) -> list[MixUp]:
+def find_mixups(outputs: dict[str, Outcome], order: dict[str, int]) -> list[MixUp]:
     """Groups of distinct contents with identical codes in one run; the first request of each
     content (in `order`) stands for its twins. Empty outputs are skipped: there is nothing in
     them to mix up."""
     by_codes: dict[tuple, dict[str, str]] = {}  # codes -> content -> first request id with it
     for key in sorted(outputs, key=lambda k: (order.get(k, len(order)), k)):
         out = outputs[key]
-        if (out.frames if out.frames is not None else out.audio.shape[-1]) == 0:
+        if (out.frames if out.frames is not None else out.pcm.shape[0]) == 0:
             continue
         codes = out.codes_key or out.pcm_sha256  # a server that reports no codes: its audio
         by_codes.setdefault(codes, {}).setdefault(_key(out.content), key)
@@ -113,7 +113,7 @@ class MixUpLog:
         self.groups: dict[tuple[str, ...], MixUp] = {}
         self.runs = 0
 
-    def add(self, scenario: str, run: str, outputs: dict[str, Output]) -> None:
+    def add(self, scenario: str, run: str, outputs: dict[str, Outcome]) -> None:
         self.runs += 1
         for m in find_mixups(outputs, self.rank):
             kept = self.groups.setdefault(tuple(m.requests), m)

@@ -115,7 +115,7 @@ def write_reports(
 ) -> list[Path]:
     """Write the requested reports; `report_dir` gets all of them, the audio of each diverging pair
     and the HTML page (`index.html`)."""
-    from ..io.audio import to_pcm16, write_audio
+    from ..io.audio import write_audio
     from .page import audit_view, pair_files
 
     doc = to_json(result, golden)
@@ -128,7 +128,7 @@ def write_reports(
             pair = [result.reference[case.request], result.outputs[(case.scenario, case.run)][case.request]]
             for (_, relative), out in zip(pair_files(case.scenario, case.run, case.request), pair):
                 (folder / relative).parent.mkdir(parents=True, exist_ok=True)
-                write_audio(folder / relative, to_pcm16(out.audio), result.sample_rate, "wav")
+                write_audio(folder / relative, out.pcm, result.sample_rate, "wav")
 
     written = write_report_files(
         {

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ContextManager, Iterator, Protocol
 
 from ..config.requests import Request
-from .compare import Output
+from ..io.outcome import Outcome
 from .mixups import MixUp, MixUpLog
 from .options import AuditOptions
 from .scenarios import Run, Skipped, Target, build_runs, reference_run, seed_probes
@@ -26,8 +26,8 @@ class AuditResult:
     options: AuditOptions
     cases: list[Case]
     environment: dict
-    reference: dict[str, Output]
-    outputs: dict[tuple[str, str], dict[str, Output]]  # (scenario, run) -> request -> output
+    reference: dict[str, Outcome]
+    outputs: dict[tuple[str, str], dict[str, Outcome]]  # (scenario, run) -> request -> output
     elapsed_s: float
     sample_rate: int
     requests: list[str]
@@ -56,12 +56,12 @@ class Executor(Protocol):
     @property
     def audited(self) -> list[Request]: ...
 
-    def execute(self, runs: list[Run]) -> Iterator[dict[str, Output] | Skipped]:
+    def execute(self, runs: list[Run]) -> Iterator[dict[str, Outcome] | Skipped]:
         """Each run's outputs of its audited members, in order."""
 
-    def rules(self, options: AuditOptions, reference: dict[str, Output]) -> Rules: ...
+    def rules(self, options: AuditOptions, reference: dict[str, Outcome]) -> Rules: ...
 
-    def deploy_seeds(self, reference: dict[str, Output]) -> dict[str, int | None]:
+    def deploy_seeds(self, reference: dict[str, Outcome]) -> dict[str, int | None]:
         """The deploy seed each unseeded request should get (the `seeds` scenario's probes)."""
 
     def evidence(self, run: Run, key: str) -> str: ...

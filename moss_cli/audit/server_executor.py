@@ -20,12 +20,12 @@ from .. import __version__
 from ..config.deploy import load_deploy
 from ..config.requests import Request
 from ..errors import MossError
+from ..io.outcome import Outcome
 from ..remote.client import ServerError, SpeechClient, all_or_nothing
-from ..remote.reply import Reply, audio_tensor
+from ..remote.reply import Reply
 from ..remote.request_file import read_for_server, reference_sha256
 from ..speech_api import body_from_request
 from .builtin import builtin_requests
-from .compare import Output
 from .scenarios import (
     Member,
     Run,
@@ -148,7 +148,7 @@ class ServerExecutor:
                 body["response_format"] = "wav"
         return body
 
-    def execute(self, runs: list[Run]) -> Iterator[dict[str, Output] | Skipped]:
+    def execute(self, runs: list[Run]) -> Iterator[dict[str, Outcome] | Skipped]:
         for run in runs:
             if run.needs is not None and (refused := self._refuses(run.needs)):
                 yield Skipped(refused)
@@ -175,7 +175,7 @@ class ServerExecutor:
                 self._checked[needs] = f"the server refuses {what}: {e.message}"
         return self._checked[needs]
 
-    async def _send(self, run: Run) -> dict[str, Output]:
+    async def _send(self, run: Run) -> dict[str, Outcome]:
         context, started = run.name, time.perf_counter()
 
         async def one(member: Member, delay: float) -> tuple[Member, Reply]:
@@ -211,23 +211,13 @@ class ServerExecutor:
     def _stagger_s(self) -> float:
         return self.stagger_s if self.stagger_s is not None else 0.0
 
-    def _output(self, member: Member, reply: Reply) -> Output:
+    def _output(self, member: Member, reply: Reply) -> Outcome:
         """An answer as the audit keeps it: no codes, only what the server reported about them."""
-        seed = member.sent_seed
-        source = reply.seed_source or ("request" if seed is not None else "unknown")
-        return Output(
-            codes=None,
-            audio=audio_tensor(reply.pcm),
-            pcm_sha256=reply.pcm_sha256,
-            seed_source=source,
-            seed=reply.seed if reply.seed is not None else seed,
-            wall_s=reply.wall_s,
-            content=served_content(member.request, seed, self.greedy),
-            codes_hash=reply.codes_sha256,
-            frame_count=reply.frames,
+        return reply.outcome(
+            member.request, member.sent_seed, served_content(member.request, member.sent_seed, self.greedy)
         )
 
-    def rules(self, options: AuditOptions, reference: dict[str, Output]) -> Rules:
+    def rules(self, options: AuditOptions, reference: dict[str, Outcome]) -> Rules:
         return Rules(
             options.level,
             options.min_snr_db,
@@ -238,7 +228,7 @@ class ServerExecutor:
             greedy=frozenset(self.greedy),
         )
 
-    def deploy_seeds(self, reference: dict[str, Output]) -> dict[str, int | None]:
+    def deploy_seeds(self, reference: dict[str, Outcome]) -> dict[str, int | None]:
         """From --deploy, else as the server reports it for each request."""
         if self.deploy_seed is not None:
             return {key: self.deploy_seed for key in reference}

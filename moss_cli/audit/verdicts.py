@@ -25,8 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..io.outcome import Outcome
 from .attribution import Attribution, codec_numeric
-from .compare import Comparison, Output, compare
+from .compare import Comparison, compare
 
 BATCH_DEPENDENT, RUN_TO_RUN, SEED_IGNORED, UNSEEDED = "batch-dependent", "run-to-run", "seed-ignored", "unseeded"
 DEPLOY_SEED_NOT_APPLIED = "deploy-seed-not-applied"
@@ -114,7 +115,7 @@ def unseeded_causes(request) -> str:
     return causes
 
 
-def alone(request, reference: Output, repeat: Output, rules: Rules) -> Alone:
+def alone(request, reference: Outcome, repeat: Outcome, rules: Rules) -> Alone:
     cmp = compare(reference, repeat, rules.sample_rate)
     if not violates(cmp, rules.level, rules.min_snr_db):
         return Alone(True)
@@ -153,8 +154,8 @@ def judge(
     scenario: str,
     run: str,
     key: str,
-    reference: Output,
-    out: Output,
+    reference: Outcome,
+    out: Outcome,
     request_alone: Alone,
     rules: Rules,
     *,

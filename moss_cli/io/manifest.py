@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from .atomic import atomic_path
-from .audio import pcm_sha256
+from .outcome import Outcome
 
 COLUMNS = [
     "id",
@@ -57,28 +55,6 @@ def write_manifest(path: Path, rows: list[dict]) -> None:
         manifest_frame(rows).to_csv(tmp, index=False)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What one request produced, wherever it ran (the local pipeline, a Ray worker, a speech
-    server), as its manifest row records it. Fields a server does not report are None."""
-
-    id: str
-    text: str
-    pcm: np.ndarray  # int16 [samples, channels], what the file stores
-    sample_rate: int
-    seed: int | None
-    seed_source: str
-    frames: int | None
-    codes_sha256: str | None
-    batch_size_seen: int | None
-    wall_s: float
-    stop_reason: str | None  # stop | max_frames | empty | cancelled
-    sampling: dict = field(default_factory=dict)  # the audio sampler's values (audio_temperature, ...)
-    prompt_tokens: int | None = None
-    ttfa_s: float | None = None  # streaming: time to first audio
-    chunks: tuple[tuple[int, float], ...] | None = None  # streaming: (frames, decode ms) of each chunk
-
-
 STOPPED = {"stop": True, "empty": True, "max_frames": False, "cancelled": False}
 
 
@@ -95,7 +71,7 @@ def manifest_row(outcome: Outcome, file: str) -> dict:
         "sample_rate": outcome.sample_rate,
         "channels": int(outcome.pcm.shape[1]),
         "codes_sha256": outcome.codes_sha256,
-        "pcm_sha256": pcm_sha256(outcome.pcm),
+        "pcm_sha256": outcome.pcm_sha256,
         "batch_size_seen": outcome.batch_size_seen,
         "wall_s": round(outcome.wall_s, 4),
         "file": file,
@@ -104,6 +80,6 @@ def manifest_row(outcome: Outcome, file: str) -> dict:
         **{name: outcome.sampling.get(name) for name in SAMPLING_COLUMNS},
         "prompt_tokens": outcome.prompt_tokens,
         "ttfa_s": None if outcome.ttfa_s is None else round(outcome.ttfa_s, 4),
-        "chunks": None if outcome.chunks is None else " ".join(str(frames) for frames, _ in outcome.chunks),
-        "chunk_ms": None if outcome.chunks is None else " ".join(f"{ms:.1f}" for _, ms in outcome.chunks),
+        "chunks": None if outcome.chunks is None else " ".join(str(frames) for frames in outcome.chunks),
+        "chunk_ms": None if outcome.chunk_ms is None else " ".join(f"{ms:.1f}" for ms in outcome.chunk_ms),
     }

@@ -21,7 +21,7 @@ from ..config.requests import Request
 from ..errors import MossError
 from ..interrupts import interrupts_as_exceptions
 from ..io.fingerprint import fingerprint
-from ..io.manifest import Outcome, manifest_row
+from ..io.manifest import manifest_row
 from ..io.output_dir import OutputDir
 from ..remote.client import Retry, SpeechClient
 from ..remote.reply import Reply
@@ -57,25 +57,6 @@ def remote_fingerprint(request: Request, server: ServerOptions, audio_format: st
     )
 
 
-def outcome(request: Request, reply: Reply) -> Outcome:
-    """A server's answer as the manifest records it: what `moss serve`'s headers say, or nothing
-    (see the module docstring for the empty columns)."""
-    return Outcome(
-        id=request.id,
-        text=request.text,
-        pcm=reply.pcm,
-        sample_rate=reply.sample_rate,
-        seed=reply.seed if reply.seed is not None else request.seed,
-        seed_source=reply.seed_source or ("request" if request.seed is not None else "unknown"),
-        frames=reply.frames,
-        codes_sha256=reply.codes_sha256,
-        batch_size_seen=reply.server_in_flight,
-        wall_s=reply.wall_s,
-        stop_reason=reply.stop_reason or ("empty" if reply.pcm.shape[0] == 0 else None),
-        sampling=request.sampling,
-    )
-
-
 async def _send_all(
     todo: list[Request],
     server: ServerOptions,
@@ -97,7 +78,7 @@ async def _send_all(
             for finished in asyncio.as_completed(tasks):
                 served = await finished
                 rid = served.request.id
-                row = manifest_row(outcome(served.request, served.reply), outdir.names[rid])
+                row = manifest_row(served.reply.outcome(served.request, served.request.seed), outdir.names[rid])
                 outdir.record(rid, row, served.reply.pcm, served.reply.sample_rate)
                 if on_result:
                     on_result(served)

@@ -27,8 +27,8 @@ from ..engine.scheduler import (
     GenerationResult,
     LogitsHook,
 )
-from ..io.audio import codes_sha256, to_pcm16
-from ..io.manifest import Outcome
+from ..io.audio import pcm_sha256, to_pcm16
+from ..io.outcome import Outcome
 from ..io.reference_audio import Reference, ReferenceError
 from ..model.prompt import max_token_bytes
 from ..numerics.layout import EngineLayout
@@ -88,18 +88,23 @@ class SynthResult:
             return "empty"
         return "stop" if self.stopped else "max_frames"
 
-    def outcome(self, sample_rate: int) -> Outcome:
+    def outcome(self, sample_rate: int, content: dict | None = None) -> Outcome:
+        """What the request produced, for its manifest row and the audit (`content`: what shapes its
+        codes, for the audit's mix-up check)."""
         eff = self.effective
         audio = eff.audio
+        chunks = None if self.stream is None else self.stream.chunks
         return Outcome(
             id=self.request.id,
             text=self.request.text,
             pcm=self.pcm,
             sample_rate=sample_rate,
+            pcm_sha256=pcm_sha256(self.pcm),
             seed=eff.seed,
             seed_source=eff.seed_source,
             frames=self.frames,
-            codes_sha256=codes_sha256(self.codes),
+            codes=self.codes,
+            audio=self.audio,
             batch_size_seen=self.batch_size_seen,
             wall_s=self.wall_s,
             stop_reason=self.stop_reason,
@@ -111,7 +116,9 @@ class SynthResult:
             },
             prompt_tokens=self.prompt_tokens,
             ttfa_s=self.time_to_first_audio,
-            chunks=None if self.stream is None else tuple((c.frames, c.decode_ms) for c in self.stream.chunks),
+            chunks=None if chunks is None else [c.frames for c in chunks],
+            chunk_ms=None if chunks is None else [c.decode_ms for c in chunks],
+            content=content or {},
         )
 
 

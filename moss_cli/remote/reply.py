@@ -20,7 +20,9 @@ import numpy as np
 import soundfile as sf
 
 from .. import speech_api
+from ..config.requests import Request
 from ..io.audio import pcm_sha256
+from ..io.outcome import Outcome
 
 
 class NotAudio(ValueError):
@@ -81,6 +83,26 @@ class Reply:
     def server_id(self) -> str | None:
         """The id the server gave the request (moss serve's logs use it)."""
         return self.headers.get(speech_api.HEADER_REQUEST_ID)
+
+    def outcome(self, request: Request, seed: int | None, content: dict | None = None) -> Outcome:
+        """What the request produced, as the manifest and the audit keep it: the audio, and what
+        `moss serve`'s headers say (None where the server says nothing). `seed`: the one sent."""
+        return Outcome(
+            id=request.id,
+            pcm=self.pcm,
+            sample_rate=self.sample_rate,
+            pcm_sha256=self.pcm_sha256,
+            seed_source=self.seed_source or ("request" if seed is not None else "unknown"),
+            seed=self.seed if self.seed is not None else seed,
+            text=request.text,
+            frames=self.frames,
+            codes_hash=self.codes_sha256,
+            batch_size_seen=self.server_in_flight,
+            wall_s=self.wall_s,
+            stop_reason=self.stop_reason or ("empty" if self.pcm.shape[0] == 0 else None),
+            sampling=request.sampling,
+            content=content or {},
+        )
 
 
 MOSS_HEADERS = (
@@ -182,11 +204,3 @@ def decode_audio(
             return quantize(audio.read(dtype="float64", always_2d=True)), rate
     except (sf.LibsndfileError, RuntimeError, TypeError) as e:
         raise NotAudio(f"{len(content)} bytes of {kind or 'unnamed content'} that do not decode ({e})") from None
-
-
-def audio_tensor(pcm: np.ndarray):
-    """float32 [channels, samples] whose `io.audio.to_pcm16` is exactly `pcm` (for comparisons and
-    for writing the audio of diverging pairs)."""
-    import torch
-
-    return torch.from_numpy(np.ascontiguousarray(pcm.T, dtype=np.float32) / 32767.0)

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..audit.attribution import attribute
-from ..audit.compare import Output
 from ..audit.engine_executor import EngineExecutor, Piece
 from ..audit.runner import AuditOptions, Auditor, AuditResult
 from ..audit.scenarios import Run
 from ..audit.verdicts import Attribute
+from ..io.outcome import Outcome
 from .cluster import ClusterOptions, Session, driver_options, ray_session, worker_options
 from .dispatch import Dispatcher, Task, VoiceBytes
 from .worker import SynthWorker
@@ -49,7 +49,7 @@ class RayExecutor:
     def session(self, workdir: Path) -> Iterator[RayExecutor]:
         yield self
 
-    def execute(self, runs: list[Run]) -> Iterator[dict[str, Output]]:
+    def execute(self, runs: list[Run]) -> Iterator[dict[str, Outcome]]:
         """Every piece of every run is sent at once; each run's outputs come back in order."""
         perturb = self.perturb
         tasks, owner = [], {}

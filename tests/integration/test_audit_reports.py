@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+import numpy as np
 import pytest
 import torch
 from rich.console import Console
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 
 import moss_cli.audit.runner as audit_runner
 from moss_cli.audit.attribution import codec_numeric
-from moss_cli.audit.compare import Comparison, Output
+from moss_cli.audit.compare import Comparison
 from moss_cli.audit.mixups import MixUpLog, request_content
 from moss_cli.audit.report import junit_xml, markdown, render, to_json
 from moss_cli.audit.runner import AuditOptions, AuditResult
@@ -23,6 +24,7 @@ from moss_cli.audit.verdicts import Case
 from moss_cli.cli.app import app
 from moss_cli.config.requests import Request
 from moss_cli.engine.frame import STOP_HEAD
+from moss_cli.io.outcome import Outcome
 from moss_cli.model.talker import STOP
 from moss_cli.pipeline import Synthesizer, SynthOptions
 
@@ -112,7 +114,16 @@ def test_different_requests_with_identical_codes_warn_in_every_report_but_twins_
 def _mixups(prepared, seeds_used=True):
     codes = torch.arange(12).reshape(2, 6)  # the same codes for every request
     outputs = {
-        p.request.id: Output(codes, torch.zeros(1, 0), "", "request", content=request_content(p, seeds_used))
+        p.request.id: Outcome(
+            p.request.id,
+            np.zeros((0, 1), "<i2"),
+            24_000,
+            "",
+            "request",
+            frames=2,
+            codes=codes,
+            content=request_content(p, seeds_used),
+        )
         for p in prepared
     }
     log = MixUpLog(list(outputs))

@@ -107,7 +107,7 @@ def test_a_compiled_server_answers_concurrent_requests_with_the_audio_each_gets_
     import httpx
     from serve_helpers import pcm_hash, running
 
-    from moss_cli.io.manifest import pcm_sha256
+    from moss_cli.io.audio import pcm_sha256
     from moss_cli.speech_api import HEADER_MAX_IN_FLIGHT, SPEECH_PATH
 
     texts = [f"served and compiled, number {i}" for i in range(5)]

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
 from moss_cli.errors import MossError
-from moss_cli.remote.reply import NotAudio, audio_tensor, decode_audio
+from moss_cli.io.outcome import Outcome
+from moss_cli.remote.reply import NotAudio, decode_audio
 from moss_cli.remote.settings import ServerOptions, parse_headers, public_url, redact
 
 runner = CliRunner()
@@ -184,7 +185,8 @@ def test_float_wav_answers_are_quantized_like_moss_writes_its_own_files(tmp_path
     assert decoded[:, 0].tolist() == [16384, -8192, 32767]
     from moss_cli.io.audio import to_pcm16
 
-    assert np.array_equal(to_pcm16(audio_tensor(decoded)), decoded)  # the audit's float copy round-trips
+    outcome = Outcome("f", decoded, RATE, "", "unknown")
+    assert np.array_equal(to_pcm16(outcome.waveform), decoded)  # the audit's float copy round-trips
 
 
 def test_pcm_answers_through_the_cli_use_the_servers_rate_header(tmp_path):

@@ -11,13 +11,12 @@ import soundfile as sf
 from speech_servers import Behaviour, serving, synthesize  # tests/ is on sys.path
 from typer.testing import CliRunner
 
-from moss_cli.audit.compare import Output
 from moss_cli.audit.scenarios import SERVER_SCENARIOS
 from moss_cli.audit.verdicts import RUN_TO_RUN, Rules, alone
 from moss_cli.cli.app import app
 from moss_cli.config.requests import Request
 from moss_cli.io.audio import pcm_sha256
-from moss_cli.remote.reply import audio_tensor
+from moss_cli.io.outcome import Outcome
 
 runner = CliRunner()
 REQUESTS = [
@@ -191,8 +190,8 @@ def test_a_server_that_refuses_reference_audio_skips_the_voices_scenario_and_say
     assert "skipped voices" in " ".join(output.split())
 
 
-def _output(pcm: np.ndarray, seed_source: str) -> Output:
-    return Output(None, audio_tensor(pcm), pcm_sha256(pcm), seed_source)
+def _output(pcm: np.ndarray, seed_source: str) -> Outcome:
+    return Outcome("x", pcm, 24_000, pcm_sha256(pcm), seed_source)
 
 
 def test_differing_alone_with_greedy_decoding_or_a_claimed_seed_is_run_to_run():
