@@ -165,25 +165,31 @@ def unused_port() -> int:
 
 
 @contextmanager
-def serving(behaviour: Behaviour, start_timeout: float = 10.0) -> Iterator[str]:
-    """Run a fake server in a thread; yield its base URL; stop it on exit."""
+def serving_app(app, *, lifespan: str = "off", start_timeout: float = 10.0) -> Iterator[str]:
+    """Run an ASGI app with uvicorn in a thread on 127.0.0.1 (a port bound before it starts); yield
+    its base URL; stop it within a bounded wait on exit."""
     sock = free_socket()
-    server = uvicorn.Server(
-        uvicorn.Config(make_app(behaviour), log_level="error", lifespan="off", timeout_graceful_shutdown=2)
-    )
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan=lifespan, timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the fake speech server did not start")
-        time.sleep(0.01)
     try:
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.01)
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@contextmanager
+def serving(behaviour: Behaviour, start_timeout: float = 10.0) -> Iterator[str]:
+    """Run a fake server in a thread; yield its base URL; stop it on exit."""
+    with serving_app(make_app(behaviour), start_timeout=start_timeout) as url:
+        yield url
 
 
 @contextmanager

@@ -36,7 +36,6 @@ import json
 import math
 import re
 import struct
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -48,12 +47,11 @@ from urllib.parse import urlparse
 
 import numpy as np
 import soundfile as sf
-import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
-from speech_servers import free_socket  # tests/ is on sys.path
+from speech_servers import serving_app  # tests/ is on sys.path
 
 SAMPLE_RATE = 48_000  # the codec's sampling_rate (codec config)
 CHANNELS = 2
@@ -982,26 +980,8 @@ def serving_vllm_omni(engine: FakeMossLocalEngine, **app_options: Any) -> Iterat
     """Run the fake vllm-omni server in a thread on 127.0.0.1 (a port bound before it starts);
     yield its base URL; stop it within a bounded wait on exit. `app_options` go to
     make_vllm_omni_app."""
-    sock = free_socket()
-    config = uvicorn.Config(
-        make_vllm_omni_app(engine, **app_options), log_level="error", lifespan="on", timeout_graceful_shutdown=2
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            server.should_exit = True
-            sock.close()
-            raise RuntimeError("the fake vllm-omni server did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with serving_app(make_vllm_omni_app(engine, **app_options), lifespan="on", start_timeout=START_TIMEOUT_S) as url:
+        yield url
 
 
 def reference_wav(seconds: float = 2.0, rate: int = 24_000, channels: int = 1, pitch: float = 220.0) -> bytes:
