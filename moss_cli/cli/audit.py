@@ -11,50 +11,18 @@ from rich.markup import escape
 
 from ..audit.scenarios import SCENARIOS, SERVER_SCENARIOS
 from ..errors import MossError
+from . import options as opt
+from . import server_options as srv
 from .common import Device, DType, command_line, ray_event, stderr, stdout, user_errors
-from .options import (
-    AllowForeignDeploy,
-    BatchInvariant,
-    CodecOption,
-    CompileOption,
-    CpusPerWorkerOption,
-    DeployOption,
-    DeviceOption,
-    DTypeOption,
-    GpusPerWorkerOption,
-    LegacyGlobalRng,
-    MaxBatchOption,
-    ModelOption,
-    RayAddressOption,
-    RayOption,
-    ThreadsOption,
-    WorkersOption,
-    ray_cluster,
-    synth_options,
-)
-from .server_options import (
-    AllowDroppedFieldsOption,
-    ChannelsOption,
-    ConcurrencyOption,
-    HeaderOption,
-    ResponseFormatOption,
-    RetriesOption,
-    SampleRateOption,
-    ServedModelOption,
-    ServerOption,
-    TimeoutOption,
-    refuse_local_options,
-    server_options,
-)
 
 
 def audit_determinism(
     ctx: typer.Context,
     requests: Annotated[Optional[Path], typer.Argument(help="Request file (default: the built-in audit set).")] = None,
-    deploy: DeployOption = None,
-    allow_foreign_deploy: AllowForeignDeploy = False,
-    model: ModelOption = None,
-    codec: CodecOption = None,
+    deploy: opt.DeployOption = None,
+    allow_foreign_deploy: opt.AllowForeignDeploy = False,
+    model: opt.ModelOption = None,
+    codec: opt.CodecOption = None,
     scenarios: Annotated[
         Optional[str],
         typer.Option(
@@ -64,13 +32,13 @@ def audit_determinism(
     level: Annotated[str, typer.Option(help="What counts as a violation: codes | waveform | bitwise.")] = "codes",
     min_snr_db: Annotated[float, typer.Option(help="Waveform level: minimum SNR against the reference.")] = 60.0,
     strict_unseeded: Annotated[bool, typer.Option(help="Fail on differences of unseeded requests too.")] = False,
-    legacy_global_rng: LegacyGlobalRng = False,
-    batch_invariant: BatchInvariant = True,
-    max_batch: MaxBatchOption = None,
-    threads: ThreadsOption = None,
-    compile: CompileOption = False,
-    device: DeviceOption = Device.auto,
-    dtype: DTypeOption = DType.auto,
+    legacy_global_rng: opt.LegacyGlobalRng = False,
+    batch_invariant: opt.BatchInvariant = True,
+    max_batch: opt.MaxBatchOption = None,
+    threads: opt.ThreadsOption = None,
+    compile: opt.CompileOption = False,
+    device: opt.DeviceOption = Device.auto,
+    dtype: opt.DTypeOption = DType.auto,
     report_dir: Annotated[
         Optional[Path],
         typer.Option(help="Write every report, the audio of diverging pairs and an HTML page with plots (index.html)."),
@@ -82,8 +50,8 @@ def audit_determinism(
     ] = None,
     save_golden_path: Annotated[Optional[Path], typer.Option("--save-golden", help="Save a golden baseline.")] = None,
     golden: Annotated[Optional[Path], typer.Option(help="Compare against a golden baseline; drift fails.")] = None,
-    server: ServerOption = None,
-    concurrency: ConcurrencyOption = 8,
+    server: srv.ServerOption = None,
+    concurrency: srv.ConcurrencyOption = 8,
     stagger_ms: Annotated[
         Optional[float],
         typer.Option(
@@ -93,19 +61,19 @@ def audit_determinism(
             "request takes alone, so that they overlap).",
         ),
     ] = None,
-    timeout: TimeoutOption = 300.0,
-    retries: RetriesOption = 0,
-    header: HeaderOption = None,
-    response_format: ResponseFormatOption = "wav",
-    sample_rate: SampleRateOption = None,
-    channels: ChannelsOption = None,
-    served_model: ServedModelOption = None,
-    allow_dropped_fields: AllowDroppedFieldsOption = False,
-    ray: RayOption = False,
-    ray_address: RayAddressOption = None,
-    workers: WorkersOption = None,
-    gpus_per_worker: GpusPerWorkerOption = None,
-    cpus_per_worker: CpusPerWorkerOption = None,
+    timeout: srv.TimeoutOption = 300.0,
+    retries: srv.RetriesOption = 0,
+    header: srv.HeaderOption = None,
+    response_format: srv.ResponseFormatOption = "wav",
+    sample_rate: srv.SampleRateOption = None,
+    channels: srv.ChannelsOption = None,
+    served_model: srv.ServedModelOption = None,
+    allow_dropped_fields: srv.AllowDroppedFieldsOption = False,
+    ray: opt.RayOption = False,
+    ray_address: opt.RayAddressOption = None,
+    workers: opt.WorkersOption = None,
+    gpus_per_worker: opt.GpusPerWorkerOption = None,
+    cpus_per_worker: opt.CpusPerWorkerOption = None,
 ) -> None:
     """Synthesise the same requests in many batch compositions and compare each with its output alone.
 
@@ -136,8 +104,8 @@ def audit_determinism(
         audit = dict(requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db)
         audit.update(strict_unseeded=strict_unseeded, command=command_line(ctx))
         if server:
-            refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
-            settings = server_options(
+            srv.refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
+            settings = srv.server_options(
                 server=server,
                 concurrency=concurrency,
                 timeout=timeout,
@@ -163,9 +131,9 @@ def audit_determinism(
             options = AuditOptions(
                 **audit,
                 max_batch=max_batch,
-                synth=synth_options(ctx.params, max_batch=None),
+                synth=opt.synth_options(ctx.params, max_batch=None),
             )
-            cluster = ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker)
+            cluster = opt.ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker)
             if cluster is not None:  # the same audit, its runs on Ray workers
                 from ..scaleout.audit import audit_on_ray
 

@@ -12,41 +12,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from . import options as opt
+from . import server_options as srv
 from .common import Device, DType, interactive, ray_event, stderr, stdout, user_errors
-from .options import (
-    AllowForeignDeploy,
-    BatchInvariant,
-    CodecOption,
-    CompileOption,
-    CpusPerWorkerOption,
-    DeployOption,
-    DeviceOption,
-    DTypeOption,
-    GpusPerWorkerOption,
-    LegacyGlobalRng,
-    MaxBatchOption,
-    ModelOption,
-    RayAddressOption,
-    RayOption,
-    ThreadsOption,
-    WorkersOption,
-    ray_cluster,
-    synth_options,
-)
-from .server_options import (
-    AllowDroppedFieldsOption,
-    ChannelsOption,
-    ConcurrencyOption,
-    HeaderOption,
-    ResponseFormatOption,
-    RetriesOption,
-    SampleRateOption,
-    ServedModelOption,
-    ServerOption,
-    TimeoutOption,
-    refuse_local_options,
-    server_options,
-)
 
 if TYPE_CHECKING:
     from ..jobs.local import SynthSummary
@@ -58,18 +26,18 @@ def synth(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")] = Path(
         "out"
     ),
-    deploy: DeployOption = None,
-    allow_foreign_deploy: AllowForeignDeploy = False,
-    model: ModelOption = None,
-    codec: CodecOption = None,
-    device: DeviceOption = Device.auto,
-    dtype: DTypeOption = DType.auto,
-    max_batch: MaxBatchOption = None,
-    threads: ThreadsOption = None,
-    compile: CompileOption = False,
+    deploy: opt.DeployOption = None,
+    allow_foreign_deploy: opt.AllowForeignDeploy = False,
+    model: opt.ModelOption = None,
+    codec: opt.CodecOption = None,
+    device: opt.DeviceOption = Device.auto,
+    dtype: opt.DTypeOption = DType.auto,
+    max_batch: opt.MaxBatchOption = None,
+    threads: opt.ThreadsOption = None,
+    compile: opt.CompileOption = False,
     audio_format: Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")] = "wav",
-    legacy_global_rng: LegacyGlobalRng = False,
-    batch_invariant: BatchInvariant = True,
+    legacy_global_rng: opt.LegacyGlobalRng = False,
+    batch_invariant: opt.BatchInvariant = True,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -89,21 +57,21 @@ def synth(
         bool, typer.Option(help="Exit 1 when a request produced no audio (its stop head fired at the first frame).")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")] = False,
-    server: ServerOption = None,
-    concurrency: ConcurrencyOption = 8,
-    timeout: TimeoutOption = 300.0,
-    retries: RetriesOption = 0,
-    header: HeaderOption = None,
-    response_format: ResponseFormatOption = "wav",
-    sample_rate: SampleRateOption = None,
-    channels: ChannelsOption = None,
-    allow_dropped_fields: AllowDroppedFieldsOption = False,
-    served_model: ServedModelOption = None,
-    ray: RayOption = False,
-    ray_address: RayAddressOption = None,
-    workers: WorkersOption = None,
-    gpus_per_worker: GpusPerWorkerOption = None,
-    cpus_per_worker: CpusPerWorkerOption = None,
+    server: srv.ServerOption = None,
+    concurrency: srv.ConcurrencyOption = 8,
+    timeout: srv.TimeoutOption = 300.0,
+    retries: srv.RetriesOption = 0,
+    header: srv.HeaderOption = None,
+    response_format: srv.ResponseFormatOption = "wav",
+    sample_rate: srv.SampleRateOption = None,
+    channels: srv.ChannelsOption = None,
+    allow_dropped_fields: srv.AllowDroppedFieldsOption = False,
+    served_model: srv.ServedModelOption = None,
+    ray: opt.RayOption = False,
+    ray_address: opt.RayAddressOption = None,
+    workers: opt.WorkersOption = None,
+    gpus_per_worker: opt.GpusPerWorkerOption = None,
+    cpus_per_worker: opt.CpusPerWorkerOption = None,
 ) -> None:
     """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv.
 
@@ -115,8 +83,8 @@ def synth(
         run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force)
         if server:
             run["allow_dropped_fields"] = allow_dropped_fields
-            refuse_local_options(ctx)
-            settings = server_options(
+            srv.refuse_local_options(ctx)
+            settings = srv.server_options(
                 server=server,
                 concurrency=concurrency,
                 timeout=timeout,
@@ -134,8 +102,8 @@ def synth(
                 out,
                 run,
                 stream,
-                ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker),
-                synth_options(ctx.params),
+                opt.ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker),
+                opt.synth_options(ctx.params),
             )
     if as_json:
         stdout.print_json(json.dumps(summary.as_dict()))
