@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The accelerator checks of issue 12 as one prepared run (a lent GPU machine gives a session about
+# The accelerator checks as one prepared run (a lent GPU machine gives a session about
 # 15 minutes in all, start included): `moss bench` at the v1.5 shapes with and without --compile,
 # and the audit at --level bitwise, plain and compiled, on the device. Every step has its own time
 # limit, so one slow step cannot eat the others; figures, reports and exit codes go to $OUT.
