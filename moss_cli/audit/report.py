@@ -78,6 +78,10 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
                 f"({escape(format_audio(case.comparison))})",
                 highlight=False,
             )
+    if not result.server:  # a server audit shows its verdicts with its own section
+        by_verdict = Counter(v["verdict"] for v in result.verdicts.values())
+        said = ", ".join(f"{count} {verdict}" for verdict, count in sorted(by_verdict.items()))
+        console.print(f"requests: {escape(said)}", highlight=False)
     for m in result.mixups:
         console.print(f"[yellow]warning:[/] {escape(m.message)}", highlight=False)  # wraps at spaces
     if golden is not None:
