@@ -17,6 +17,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 _received: list[int] = []  # the last signal a handler below turned into an exception
+_pending: list[int] = []  # a signal whose exception may have been lost (see check_interrupted)
 
 
 def as_interrupted(error: KeyboardInterrupt) -> KeyboardInterrupt:
@@ -28,6 +29,17 @@ def as_interrupted(error: KeyboardInterrupt) -> KeyboardInterrupt:
     return Interrupted(_received[-1])
 
 
+def check_interrupted() -> None:
+    """Raise the `Interrupted` of a signal whose exception never arrived. A handler's exception
+    raised while C code runs Python (soundfile's cffi callbacks, as it encodes audio) is printed
+    and dropped, so a run that writes many files calls this after each one; it runs only on the
+    normal path, so a signal seen here is one whose exception was lost."""
+    if _pending:
+        signum = _pending[-1]
+        _pending.clear()  # delivered now
+        raise Interrupted(signum)
+
+
 @contextmanager
 def interrupts_as_exceptions():
     """SIGTERM (and SIGINT) raise `Interrupted`, so the run stops through the normal cleanup path."""
@@ -37,11 +49,15 @@ def interrupts_as_exceptions():
 
     def handler(signum, frame):
         _received[:] = [signum]
+        _pending[:] = [signum]
         raise Interrupted(signum)
 
+    _pending.clear()
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+        check_interrupted()  # the block ended normally although a signal came: its exception was lost
     finally:
+        _pending.clear()
         for sig, old in previous.items():
             signal.signal(sig, old)

@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Protocol
 
 from ..config.requests import parse_requests
 from ..engine.compiled import compile_seconds
-from ..interrupts import interrupts_as_exceptions
+from ..interrupts import check_interrupted, interrupts_as_exceptions
 from ..io.audio import ProgressiveAudio
 from ..io.fingerprint import checkpoint_fingerprint
 from ..io.manifest import manifest_row
@@ -184,6 +184,7 @@ def synthesize(
                     outdir.record(rid, row, result.pcm, rate)  # as each request finishes
                 if on_result:
                     on_result(result)
+                check_interrupted()  # a signal whose exception the audio encoder swallowed
     except BaseException as stopped:  # an interrupt, or a failed write (a full disk)
         for writer in writers.values():  # a half-streamed file never appears
             writer.discard()

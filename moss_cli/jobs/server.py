@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple
 
 from ..config.requests import Request
 from ..errors import MossError
-from ..interrupts import interrupts_as_exceptions
+from ..interrupts import check_interrupted, interrupts_as_exceptions
 from ..io.fingerprint import fingerprint
 from ..io.manifest import manifest_row
 from ..io.output_dir import OutputDir
@@ -82,6 +82,7 @@ async def _send_all(
                 outdir.record(rid, row, served.reply.pcm, served.reply.sample_rate)
                 if on_result:
                     on_result(served)
+                check_interrupted()  # a signal whose exception the audio encoder swallowed
         finally:
             for task in tasks:
                 task.cancel()
