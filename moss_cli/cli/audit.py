@@ -68,6 +68,7 @@ def audit_determinism(
     sample_rate: srv.SampleRateOption = None,
     channels: srv.ChannelsOption = None,
     served_model: srv.ServedModelOption = None,
+    api_key: srv.ApiKeyOption = None,
     allow_dropped_fields: srv.AllowDroppedFieldsOption = False,
     ray: opt.RayOption = False,
     ray_address: opt.RayAddressOption = None,
@@ -115,6 +116,7 @@ def audit_determinism(
                 sample_rate=sample_rate,
                 channels=channels,
                 served_model=served_model,
+                api_key=api_key,
             )
             result = run_audit(
                 AuditOptions(

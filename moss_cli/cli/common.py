@@ -120,5 +120,5 @@ def command_line(ctx: typer.Context) -> str:
             for item in value:
                 words += [param.opts[0], mask_header(str(item)) if param.name == "header" else str(item)]
         elif value is not None:
-            words += [param.opts[0], str(value)]
+            words += [param.opts[0], "***" if param.name == "api_key" else str(value)]
     return redact(shlex.join(words))

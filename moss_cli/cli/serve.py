@@ -24,7 +24,8 @@ from .options import (
     synth_options,
 )
 
-INSTALL = "pip install 'moss-tts-repro[serve]'"
+INSTALL = "pip install fastapi uvicorn"  # moss's `serve` extra; moss itself comes from a pinned source
+API_KEY_ENV = "MOSS_API_KEY"  # as vLLM's VLLM_API_KEY
 
 
 def serve(
@@ -47,6 +48,15 @@ def serve(
     threads: ThreadsOption = None,
     compile: CompileOption = False,
     access_log: Annotated[bool, typer.Option(help="Log every HTTP request (uvicorn's access log).")] = False,
+    api_key: Annotated[
+        Optional[str],
+        typer.Option(
+            envvar=API_KEY_ENV,
+            show_envvar=True,
+            help="Require 'Authorization: Bearer KEY' on every route but /health (401 without it); the key is "
+            "never printed or reported.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible speech API: one engine, every request joins its running batch.
 
@@ -64,13 +74,15 @@ def serve(
         from ..serve.server import listen, prepare, run  # torch loads here, not for --help
 
         options = synth_options(ctx.params)
-        serving = prepare(options, allowed_media_dir=allowed_media_dir)
+        serving = prepare(options, allowed_media_dir=allowed_media_dir, api_key=api_key)
         sock = listen(host, port)
         serving.start()
         bound = sock.getsockname()[1]
         mode = "batch-invariant" if batch_invariant else "fast (batch-dependent rounding)"
         if legacy_global_rng:
             mode += ", legacy global RNG"
+        if api_key:
+            mode += ", API key required"
 
         def ready() -> None:
             stdout.print(

@@ -68,6 +68,17 @@ AllowDroppedFieldsOption = Annotated[
         "refusing the request file (exit 2).",
     ),
 ]
+API_KEY_ENV = "MOSS_API_KEY"  # the same variable `moss serve --api-key` reads
+ApiKeyOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--api-key",
+        envvar=API_KEY_ENV,
+        show_envvar=True,
+        help="--server: the server's API key, sent as 'Authorization: Bearer KEY' (moss serve --api-key, vLLM's "
+        "--api-key); never printed or written to any report.",
+    ),
+]
 ServedModelOption = Annotated[
     Optional[str],
     typer.Option("--served-model", help="--server: the request body's `model` (default: none; the server's own)."),
@@ -85,12 +96,18 @@ def server_options(
     sample_rate: int | None,
     channels: int | None,
     served_model: str | None,
+    api_key: str | None = None,
 ):
     from ..remote.settings import ServerOptions, parse_headers
 
+    headers = parse_headers(header or [])
+    if api_key:
+        if any(name.lower() == "authorization" for name, _ in headers):
+            raise MossError("give the key once: --api-key or an Authorization --header, not both", field="--api-key")
+        headers += (("Authorization", f"Bearer {api_key}"),)
     return ServerOptions(
         url=server,
-        headers=parse_headers(header or []),
+        headers=headers,
         timeout_s=timeout,
         retries=retries,
         concurrency=concurrency,

@@ -67,6 +67,7 @@ def synth(
     channels: srv.ChannelsOption = None,
     allow_dropped_fields: srv.AllowDroppedFieldsOption = False,
     served_model: srv.ServedModelOption = None,
+    api_key: srv.ApiKeyOption = None,
     ray: opt.RayOption = False,
     ray_address: opt.RayAddressOption = None,
     workers: opt.WorkersOption = None,
@@ -94,6 +95,7 @@ def synth(
                 sample_rate=sample_rate,
                 channels=channels,
                 served_model=served_model,
+                api_key=api_key,
             )
             summary = _through_server(requests, out, settings, run)
         else:

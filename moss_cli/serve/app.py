@@ -37,7 +37,7 @@ from ..speech_api import (
 )
 from .audio import encode, wav_stream_header
 from .errors import ApiError, invalid
-from .limits import BodyLimit
+from .limits import ApiKey, BodyLimit
 from .requests import Ask, Intake
 
 log = logging.getLogger("moss.serve")
@@ -70,9 +70,11 @@ class SpeechBody(BaseModel):
     task_type: str | None = None
 
 
-def create_app(engine: LiveEngine, intake: Intake) -> FastAPI:
+def create_app(engine: LiveEngine, intake: Intake, api_key: str | None = None) -> FastAPI:
     app = FastAPI(title="moss serve", version=__version__)
     app.add_middleware(BodyLimit, limit=intake.limits.body_bytes)
+    if api_key:  # added last, so it runs first: a request without the key is refused unread
+        app.add_middleware(ApiKey, key=api_key, open_paths=(HEALTH_PATH,))
     synth, started = engine.synth, int(time.time())
     rate, channels = synth.codec_config.sampling_rate, synth.codec_config.channels
 

@@ -1,9 +1,15 @@
-"""The request body's size limit, enforced while it is received: a declared Content-Length over
-the limit is refused before a byte is read, and a chunked body as soon as it passes the limit."""
+"""What a request must meet before the app reads it: the body's size limit, enforced while it is
+received (a declared Content-Length over the limit is refused before a byte is read, a chunked body
+as soon as it passes the limit), and the API key where the server has one."""
 
 from __future__ import annotations
 
+import hmac
+import json
+
 from starlette.exceptions import HTTPException
+
+from .errors import ApiError
 
 
 class BodyTooLarge(HTTPException):  # an HTTPException, so FastAPI's body reader lets it through
@@ -37,3 +43,26 @@ class BodyLimit:
             return message
 
         await self.app(scope, limited, send)
+
+
+class ApiKey:
+    """ASGI middleware: every route but /health needs `Authorization: Bearer <key>` (as vLLM's
+    --api-key); without it, 401 in the API's error shape, before the body is read. The key is
+    compared in constant time and never echoed."""
+
+    def __init__(self, app, key: str, open_paths: tuple[str, ...]) -> None:
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+        self.open_paths = open_paths
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope.get("path") in self.open_paths:
+            return await self.app(scope, receive, send)
+        given = dict(scope.get("headers", ())).get(b"authorization", b"")
+        if hmac.compare_digest(given, self.expected):
+            return await self.app(scope, receive, send)
+        error = ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", code=401)
+        body = json.dumps(error.body()).encode()
+        headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

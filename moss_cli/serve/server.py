@@ -27,12 +27,13 @@ class Serving:
     synth: Synthesizer
     engine: LiveEngine
     intake: Intake
+    api_key: str | None = None  # required as `Authorization: Bearer <key>` on every route but /health
 
     @property
     def app(self):
         from .app import create_app
 
-        return create_app(self.engine, self.intake)
+        return create_app(self.engine, self.intake, self.api_key)
 
     def start(self) -> Serving:
         """Load the models and start the engine thread."""
@@ -50,7 +51,13 @@ def model_name(options: SynthOptions) -> str:
     return TINY_NAME if options.model is None else Path(options.model).resolve().name
 
 
-def prepare(options: SynthOptions, *, allowed_media_dir: Path | None = None, limits: Limits | None = None) -> Serving:
+def prepare(
+    options: SynthOptions,
+    *,
+    allowed_media_dir: Path | None = None,
+    limits: Limits | None = None,
+    api_key: str | None = None,
+) -> Serving:
     """Check the options, deploy config and checkpoint configs, as `moss synth` does (MossError:
     exit 2); no weights load yet, so a bad option or a taken port fails fast."""
     if allowed_media_dir is not None and not allowed_media_dir.is_dir():
@@ -62,7 +69,9 @@ def prepare(options: SynthOptions, *, allowed_media_dir: Path | None = None, lim
     intake = Intake(
         synth, limits or Limits.of(synth), model_name=model_name(options), allowed_media_dir=allowed_media_dir
     )
-    return Serving(synth, engine, intake)
+    if api_key is not None and not api_key.strip():
+        raise MossError("is empty; give a key, or leave the option out to serve without one", field="--api-key")
+    return Serving(synth, engine, intake, api_key)
 
 
 def listen(host: str, port: int) -> socket.socket:
