@@ -48,6 +48,14 @@ def serve(
     threads: ThreadsOption = None,
     compile: CompileOption = False,
     access_log: Annotated[bool, typer.Option(help="Log every HTTP request (uvicorn's access log).")] = False,
+    max_queue: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1,
+            help="Requests that may wait for a place in the batch; past them the answer is 503 with Retry-After "
+            "(default: no bound).",
+        ),
+    ] = None,
     api_key: Annotated[
         Optional[str],
         typer.Option(
@@ -74,7 +82,7 @@ def serve(
         from ..serve.server import listen, prepare, run  # torch loads here, not for --help
 
         options = synth_options(ctx.params)
-        serving = prepare(options, allowed_media_dir=allowed_media_dir, api_key=api_key)
+        serving = prepare(options, allowed_media_dir=allowed_media_dir, api_key=api_key, max_queue=max_queue)
         sock = listen(host, port)
         serving.start()
         bound = sock.getsockname()[1]

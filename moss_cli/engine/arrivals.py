@@ -33,6 +33,10 @@ class Arrivals(Generic[T]):
             self._closed = True
             self._ready.notify_all()
 
+    def __len__(self) -> int:
+        """Arrivals the engine has not taken yet."""
+        return len(self._items)
+
     @property
     def closed(self) -> bool:
         return self._closed

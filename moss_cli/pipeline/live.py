@@ -23,7 +23,12 @@ Chunk = Callable[[torch.Tensor], None]  # a streaming request's decoded audio, c
 
 
 class Unavailable(RuntimeError):
-    """The engine takes no more requests (it is closing, or its thread has ended)."""
+    """The engine takes no more requests (it is closing, or its thread has ended), or not now
+    (`retry_after_s`: its queue is full)."""
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class _Taken:
@@ -55,10 +60,13 @@ class LiveEngine:
     with `on_chunk` gets each chunk); in batch-invariant mode that audio is bitwise the offline one,
     so one engine serves streaming and non-streaming callers alike."""
 
-    def __init__(self, synth: Synthesizer, *, max_batch: int | None = None, stream: bool = False) -> None:
+    def __init__(
+        self, synth: Synthesizer, *, max_batch: int | None = None, stream: bool = False, max_queue: int | None = None
+    ) -> None:
         self.synth = synth
         self.max_batch = max_batch or synth.max_batch
         self.stream = stream
+        self.max_queue = max_queue  # requests waiting for a place in the batch, at most (None: no bound)
         self._arrivals: Arrivals[Prepared] = Arrivals()
         self._futures: dict[str, concurrent.futures.Future] = {}
         self._chunks: dict[str, Chunk] = {}
@@ -99,6 +107,8 @@ class LiveEngine:
                 raise Unavailable(
                     "the engine is shutting down" if self._arrivals.closed else "the engine is not running"
                 )
+            if self.max_queue is not None and len(self._arrivals) >= self.max_queue:
+                raise Unavailable(f"{self.max_queue} requests are already waiting (--max-queue)", retry_after_s=1)
             key = prepared.request.id
             self._futures[key] = future
             if on_chunk is not None:

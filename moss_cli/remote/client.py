@@ -22,6 +22,7 @@ from .reply import NotAudio, Reply, decode_audio, moss_headers
 from .settings import DEFAULT_PCM_CHANNELS, DEFAULT_PCM_RATE, ServerOptions
 
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # before re-send 1, 2, ...; the last repeats
+MAX_RETRY_AFTER_S = 60.0  # a server's Retry-After is honoured up to this
 
 
 class ServerError(MossError):
@@ -53,9 +54,19 @@ class Retry:
 class _Transient(Exception):
     """A failure a re-send may cure (5xx, a reset connection); the message is already redacted."""
 
-    def __init__(self, message: str, status: int | None) -> None:
+    def __init__(self, message: str, status: int | None, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after_s = retry_after_s  # the server's Retry-After, where it said when
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds a 503 (or 429) asks to wait before the next try (Retry-After as a number), or None."""
+    value = response.headers.get("retry-after", "").strip()
+    try:
+        return max(float(value), 0.0) if value else None
+    except ValueError:  # an HTTP date: fall back to the client's own backoff
+        return None
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -187,7 +198,8 @@ class SpeechClient:
                 self.retries.append(retry)
                 if self.on_retry is not None:
                     self.on_retry(retry)
-                await asyncio.sleep(BACKOFF_S[min(attempt - 2, len(BACKOFF_S) - 1)])
+                backoff = BACKOFF_S[min(attempt - 2, len(BACKOFF_S) - 1)]
+                await asyncio.sleep(min(e.retry_after_s, MAX_RETRY_AFTER_S) if e.retry_after_s is not None else backoff)
 
     async def _once(self, request: str, body: dict[str, Any], context: str) -> Reply:
         what = f"request {request!r} ({context}) to {self._where(speech_api.SPEECH_PATH)}"
@@ -202,7 +214,7 @@ class SpeechClient:
         if status >= 400:
             message = f"{what}: HTTP {status} {response.reason_phrase}: {_error_message(response)}"
             if status >= 500:
-                raise _Transient(self.options.redact(message), status)
+                raise _Transient(self.options.redact(message), status, _retry_after(response))
             raise self._fail(message, request, status)
         headers = moss_headers(response.headers)
         # Raw PCM says nothing of its layout: the server's headers where sent, else the options.

@@ -80,7 +80,8 @@ def create_app(engine: LiveEngine, intake: Intake, api_key: str | None = None) -
 
     @app.exception_handler(ApiError)
     async def api_error(request, error: ApiError) -> JSONResponse:
-        return JSONResponse(error.body(), status_code=error.status)
+        headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s is not None else None
+        return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request, error: RequestValidationError) -> JSONResponse:
@@ -133,7 +134,7 @@ def create_app(engine: LiveEngine, intake: Intake, api_key: str | None = None) -
             future = engine.submit(ask.prepared, chunk if ask.stream else None)
         except Unavailable as e:
             intake.release(ask)
-            raise ApiError(503, str(e)) from None
+            raise ApiError(503, str(e), retry_after_s=e.retry_after_s) from None
         future.add_done_callback(done)
         headers = {
             HEADER_REQUEST_ID: ask.prepared.request.id,

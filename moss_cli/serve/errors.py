@@ -18,6 +18,7 @@ class ApiError(Exception):
     message: str
     param: str | None = None
     code: str | int | None = None  # None: CODES' word for the status, else the status itself
+    retry_after_s: int | None = None  # 503: when to try again (the Retry-After header)
 
     def __post_init__(self) -> None:
         super().__init__(self.message)

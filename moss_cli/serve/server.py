@@ -57,6 +57,7 @@ def prepare(
     allowed_media_dir: Path | None = None,
     limits: Limits | None = None,
     api_key: str | None = None,
+    max_queue: int | None = None,
 ) -> Serving:
     """Check the options, deploy config and checkpoint configs, as `moss synth` does (MossError:
     exit 2); no weights load yet, so a bad option or a taken port fails fast."""
@@ -65,7 +66,7 @@ def prepare(
     synth = Synthesizer(options)  # the same checks and warnings as `moss synth`
     # Every request is decoded chunk by chunk as it is generated, whether its client streams or not:
     # one engine run serves both (in batch-invariant mode the streamed PCM is the offline PCM).
-    engine = LiveEngine(synth, max_batch=options.max_batch, stream=True)
+    engine = LiveEngine(synth, max_batch=options.max_batch, stream=True, max_queue=max_queue)
     intake = Intake(
         synth, limits or Limits.of(synth), model_name=model_name(options), allowed_media_dir=allowed_media_dir
     )

@@ -1,0 +1,64 @@
+"""`moss serve --max-queue N`: past N waiting requests the answer is 503 with Retry-After, never an
+unbounded queue; the `--server` clients wait as long as Retry-After says and send again (each re-send
+shown), up to --retries."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from serve_helpers import running
+from typer.testing import CliRunner
+
+from moss_cli.cli.app import app
+from moss_cli.pipeline import SynthOptions
+from moss_cli.speech_api import SPEECH_PATH
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+FRAMES = 300  # long enough to hold the one place in the batch while the others arrive
+
+
+@pytest.fixture(scope="module")
+def queued(tmp_path_factory):
+    deploy = tmp_path_factory.mktemp("deploy") / "long.yaml"
+    deploy.write_text(
+        f"base_config: {RECIPES / 'moss_tts_local_tiny.yaml'}\n"
+        "stages:\n  - stage_id: 0\n    max_model_len: 4096\n    default_sampling_params: {max_tokens: 3800}\n"
+    )
+    with running(SynthOptions(device="cpu", max_batch=1, deploy=deploy), max_queue=1) as (url, serving):
+        generation = serving.synth.generation
+        serving.synth.generation = lambda p: dataclasses.replace(generation(p), ignore_stop=True)
+        yield url
+
+
+def _post(url: str, seed: int) -> httpx.Response:
+    body = {"input": f"Request {seed}.", "seed": seed, "max_new_tokens": FRAMES, "response_format": "pcm"}
+    return httpx.post(url + SPEECH_PATH, json=body, timeout=120)
+
+
+def test_past_the_queue_the_answer_is_503_with_retry_after_and_the_queue_stays_bounded(queued):
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda seed: _post(queued, seed), range(6)))
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses.count(200) >= 2 and statuses.count(503) >= 1, statuses
+    assert set(statuses) <= {200, 503}
+    refused = next(a for a in answers if a.status_code == 503)
+    assert refused.headers["retry-after"] == "1"
+    error = refused.json()["error"]
+    assert error["type"] == "service_unavailable"
+    assert "--max-queue" in error["message"]
+
+
+def test_the_client_waits_as_retry_after_says_and_sends_again(queued, tmp_path):
+    requests = tmp_path / "r.jsonl"
+    rows = [{"id": f"r{i}", "text": f"Request {i}.", "seed": i, "max_new_frames": FRAMES} for i in range(4)]
+    requests.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["synth", str(requests), "--server", queued, "-o", str(tmp_path / "out"), "--concurrency", "4"]
+    result = CliRunner().invoke(app, [*args, "--retries", "20"])
+    assert result.exit_code == 0, result.output
+    assert "retry:" in result.output and "--max-queue" in result.output
+    assert len(list((tmp_path / "out").glob("r*.wav"))) == 4
