@@ -130,6 +130,7 @@ def audit_determinism(
                 )
             )
         else:
+            srv.refuse_server_options(ctx)
             options = AuditOptions(
                 **audit,
                 max_batch=max_batch,

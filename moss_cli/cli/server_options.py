@@ -161,3 +161,31 @@ def refuse_local_options(ctx: typer.Context, allowed: tuple[str, ...] = ()) -> N
             "settings decide)",
             field=named[0],
         )
+
+
+# Parameters that only mean something with --server.
+SERVER_ONLY = (
+    "concurrency",
+    "stagger_ms",
+    "timeout",
+    "retries",
+    "header",
+    "response_format",
+    "sample_rate",
+    "channels",
+    "served_model",
+    "allow_dropped_fields",
+    "api_key",
+)
+
+
+def refuse_server_options(ctx: typer.Context) -> None:
+    """Without --server, an option of the server client given on the command line would be silently
+    meaningless, so it is an error (MOSS_API_KEY in the environment is not: it may be set for servers)."""
+    named = []
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name)
+        if param.name in SERVER_ONLY and source is not None and source.name == "COMMANDLINE":
+            named.append(param.opts[0])
+    if named:
+        raise MossError(f"{', '.join(named)}: only with --server (a running speech server)", field=named[0])

@@ -99,6 +99,7 @@ def synth(
             )
             summary = _through_server(requests, out, settings, run)
         else:
+            srv.refuse_server_options(ctx)
             summary = _locally(
                 requests,
                 out,

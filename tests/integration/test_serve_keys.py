@@ -94,3 +94,18 @@ def test_an_empty_key_is_refused():
 
     with pytest.raises(MossError, match="--api-key"):
         prepare(SynthOptions(device="cpu"), api_key="  ")
+
+
+@pytest.mark.parametrize("command", [["synth", "REQUESTS"], ["audit-determinism"]])
+def test_server_options_without_a_server_are_refused(command, tmp_path, monkeypatch):
+    requests = tmp_path / "r.jsonl"
+    requests.write_text('{"text": "x"}\n')
+    argv = [str(requests) if word == "REQUESTS" else word for word in command]
+    result = CliRunner().invoke(
+        app, [*argv, "--api-key", KEY, "--concurrency", "3", "-o" if "synth" in argv else "--json", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 2 and "--concurrency, --api-key: only with --server" in " ".join(result.output.split())
+    assert KEY not in result.output
+    monkeypatch.setenv("MOSS_API_KEY", KEY)  # set for servers: not an error for a local run
+    result = CliRunner().invoke(app, ["synth", str(requests), "--dry-run", "-o", str(tmp_path / "o2")])
+    assert result.exit_code == 0, result.output
