@@ -56,6 +56,13 @@ def serve(
             "(default: no bound).",
         ),
     ] = None,
+    request_timeout: Annotated[
+        Optional[float],
+        typer.Option(
+            help="Seconds a request may take; one still unfinished then is cancelled, frees its place in the "
+            "batch and gets a 504 (a stream is cut) (default: no limit).",
+        ),
+    ] = None,
     api_key: Annotated[
         Optional[str],
         typer.Option(
@@ -82,7 +89,13 @@ def serve(
         from ..serve.server import listen, prepare, run  # torch loads here, not for --help
 
         options = synth_options(ctx.params)
-        serving = prepare(options, allowed_media_dir=allowed_media_dir, api_key=api_key, max_queue=max_queue)
+        serving = prepare(
+            options,
+            allowed_media_dir=allowed_media_dir,
+            api_key=api_key,
+            max_queue=max_queue,
+            request_timeout_s=request_timeout,
+        )
         sock = listen(host, port)
         serving.start()
         bound = sock.getsockname()[1]

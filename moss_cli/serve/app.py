@@ -70,7 +70,9 @@ class SpeechBody(BaseModel):
     task_type: str | None = None
 
 
-def create_app(engine: LiveEngine, intake: Intake, api_key: str | None = None) -> FastAPI:
+def create_app(
+    engine: LiveEngine, intake: Intake, api_key: str | None = None, request_timeout_s: float | None = None
+) -> FastAPI:
     app = FastAPI(title="moss serve", version=__version__)
     app.add_middleware(BodyLimit, limit=intake.limits.body_bytes)
     if api_key:  # added last, so it runs first: a request without the key is refused unread
@@ -146,13 +148,16 @@ def create_app(engine: LiveEngine, intake: Intake, api_key: str | None = None) -
         media_type = MEDIA_TYPES[ask.response_format]
         key = ask.prepared.request.id
         if ask.stream:
-            body_chunks = streamed(ask, arrived, rate, channels, lambda: engine.cancel(key))
+            body_chunks = streamed(ask, arrived, rate, channels, lambda: engine.cancel(key), request_timeout_s)
             return StreamingResponse(body_chunks, media_type=media_type, headers=headers)
         # No chunks come for a request that does not stream: the first item is its outcome.
-        outcome = await until_disconnected(connection, arrived.get())
+        outcome = await until_disconnected(connection, arrived.get(), request_timeout_s)
         if outcome is GONE:
             engine.cancel(key)
             return Response(status_code=CLIENT_CLOSED)
+        if outcome is TIMED_OUT:
+            engine.cancel(key)
+            raise ApiError(504, timed_out(request_timeout_s))
         if isinstance(outcome, BaseException):
             raise ApiError(500, f"synthesis failed: {type(outcome).__name__}: {outcome}")
         headers.update(result_headers(outcome))
@@ -163,20 +168,28 @@ def create_app(engine: LiveEngine, intake: Intake, api_key: str | None = None) -
 
 
 GONE = object()  # the client closed its connection before the answer
+TIMED_OUT = object()  # --request-timeout passed before the answer
 CLIENT_CLOSED = 499  # nobody reads it; the status access logs use for a client that went away
 
 
-async def until_disconnected(connection: Request, answer):
+async def until_disconnected(connection: Request, answer, timeout_s: float | None = None):
     """The answer awaited, or GONE if the client disconnects first (its body is already read, so
-    the next message it can send is the disconnect)."""
+    the next message it can send is the disconnect), or TIMED_OUT after `timeout_s`."""
     answered = asyncio.ensure_future(answer)
     gone = asyncio.ensure_future(_disconnect(connection))
-    await asyncio.wait((answered, gone), return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait((answered, gone), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     if answered.done():
         gone.cancel()
         return answered.result()
     answered.cancel()
-    return GONE
+    if gone.done():
+        return GONE
+    gone.cancel()
+    return TIMED_OUT
+
+
+def timed_out(timeout_s: float | None) -> str:
+    return f"not finished within {timeout_s:g} s (--request-timeout): cancelled, its place in the batch freed"
 
 
 async def _disconnect(connection: Request) -> None:
@@ -184,16 +197,29 @@ async def _disconnect(connection: Request) -> None:
         pass
 
 
-async def streamed(ask: Ask, arrived: asyncio.Queue, rate: int, channels: int, cancel: Callable[[], None]):
+async def streamed(
+    ask: Ask,
+    arrived: asyncio.Queue,
+    rate: int,
+    channels: int,
+    cancel: Callable[[], None],
+    timeout_s: float | None = None,
+):
     """The body of a streaming response: each chunk's PCM as the engine decodes it. If the body
-    stops before the end (the client went away, so the server stops sending), `cancel` frees the
-    request's place in the batch."""
+    stops before the end (the client went away, so the server stops sending, or `timeout_s`
+    passed, which cuts the stream), `cancel` frees the request's place in the batch."""
     finished = False
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         if ask.response_format == "wav":
             yield wav_stream_header(rate, channels)
         while True:
-            item = await arrived.get()
+            try:
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                item = await asyncio.wait_for(arrived.get(), left)
+            except asyncio.TimeoutError:
+                log.error("request %s %s", ask.prepared.request.id, timed_out(timeout_s))
+                raise RuntimeError(timed_out(timeout_s)) from None
             if isinstance(item, bytes):
                 if item:
                     yield item

@@ -28,12 +28,13 @@ class Serving:
     engine: LiveEngine
     intake: Intake
     api_key: str | None = None  # required as `Authorization: Bearer <key>` on every route but /health
+    request_timeout_s: float | None = None  # a request still unfinished after this is cancelled
 
     @property
     def app(self):
         from .app import create_app
 
-        return create_app(self.engine, self.intake, self.api_key)
+        return create_app(self.engine, self.intake, self.api_key, self.request_timeout_s)
 
     def start(self) -> Serving:
         """Load the models and start the engine thread."""
@@ -58,6 +59,7 @@ def prepare(
     limits: Limits | None = None,
     api_key: str | None = None,
     max_queue: int | None = None,
+    request_timeout_s: float | None = None,
 ) -> Serving:
     """Check the options, deploy config and checkpoint configs, as `moss synth` does (MossError:
     exit 2); no weights load yet, so a bad option or a taken port fails fast."""
@@ -72,7 +74,9 @@ def prepare(
     )
     if api_key is not None and not api_key.strip():
         raise MossError("is empty; give a key, or leave the option out to serve without one", field="--api-key")
-    return Serving(synth, engine, intake, api_key)
+    if request_timeout_s is not None and not request_timeout_s > 0:
+        raise MossError(f"must be > 0 seconds, got {request_timeout_s}", field="--request-timeout")
+    return Serving(synth, engine, intake, api_key, request_timeout_s)
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -62,3 +63,35 @@ def test_the_client_waits_as_retry_after_says_and_sends_again(queued, tmp_path):
     assert result.exit_code == 0, result.output
     assert "retry:" in result.output and "--max-queue" in result.output
     assert len(list((tmp_path / "out").glob("r*.wav"))) == 4
+
+
+@pytest.fixture(scope="module")
+def timed(tmp_path_factory):
+    deploy = tmp_path_factory.mktemp("deploy") / "long.yaml"
+    deploy.write_text(
+        f"base_config: {RECIPES / 'moss_tts_local_tiny.yaml'}\n"
+        "stages:\n  - stage_id: 0\n    max_model_len: 4096\n    default_sampling_params: {max_tokens: 3800}\n"
+    )
+    with running(SynthOptions(device="cpu", max_batch=2, deploy=deploy), request_timeout_s=0.5) as (url, serving):
+        generation = serving.synth.generation
+        serving.synth.generation = lambda p: dataclasses.replace(generation(p), ignore_stop=True)
+        yield url, serving
+
+
+def test_a_request_past_its_time_is_cancelled_frees_its_place_and_gets_a_clear_error(timed):
+    url, serving = timed
+    long = {"input": "A long request.", "seed": 1, "max_new_tokens": 3000}
+    answer = httpx.post(url + SPEECH_PATH, json=long, timeout=60)
+    assert answer.status_code == 504
+    assert "--request-timeout" in answer.json()["error"]["message"]
+    with httpx.stream("POST", url + SPEECH_PATH, json={**long, "stream": True}, timeout=60) as streamed:
+        assert streamed.status_code == 200
+        with pytest.raises(httpx.HTTPError):  # the stream is cut, not finished
+            for _ in streamed.iter_raw():
+                pass
+    deadline = time.monotonic() + 20
+    while serving.engine.in_flight and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert serving.engine.in_flight == 0 and serving.engine.cancellations >= 2
+    short = httpx.post(url + SPEECH_PATH, json={**long, "max_new_tokens": 3}, timeout=60)
+    assert short.status_code == 200
