@@ -85,3 +85,22 @@ def serve_load():
     sys.modules.setdefault("serve_load", module)  # dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
+
+
+@contextmanager
+def running_long(folder: Path, *, max_batch: int, **start_options):
+    """A server whose requests run to their frame budget (a stop head that never fires), with room
+    for 3800 frames: long enough to outlast any wait a test sets, on a fast machine too (the tiny
+    recipe's 200 frames take well under a second there). Yields (base URL, Serving)."""
+    import dataclasses
+
+    recipe = Path(__file__).resolve().parent.parent / "recipes" / "moss_tts_local_tiny.yaml"
+    deploy = folder / "long.yaml"
+    deploy.write_text(
+        f"base_config: {recipe}\n"
+        "stages:\n  - stage_id: 0\n    max_model_len: 4096\n    default_sampling_params: {max_tokens: 3800}\n"
+    )
+    with running(SynthOptions(device="cpu", max_batch=max_batch, deploy=deploy), **start_options) as (url, serving):
+        generation = serving.synth.generation
+        serving.synth.generation = lambda p: dataclasses.replace(generation(p), ignore_stop=True)
+        yield url, serving

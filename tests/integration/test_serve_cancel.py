@@ -3,15 +3,13 @@ the server goes on serving: real uvicorn on 127.0.0.1, real tiny model."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import running
+from serve_helpers import running_long
 
-from moss_cli.pipeline import SynthOptions
 from moss_cli.speech_api import HEALTH_PATH, SPEECH_PATH
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -22,17 +20,7 @@ WAIT_S = 20.0
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    # A frame budget that outlasts any read timeout below, on a fast machine too (the tiny recipe's
-    # is 200 frames, well under a second there).
-    deploy = tmp_path_factory.mktemp("deploy") / "long.yaml"
-    deploy.write_text(
-        f"base_config: {RECIPES / 'moss_tts_local_tiny.yaml'}\n"
-        "stages:\n  - stage_id: 0\n    max_model_len: 4096\n    default_sampling_params: {max_tokens: 3800}\n"
-    )
-    with running(SynthOptions(device="cpu", max_batch=2, deploy=deploy)) as (url, serving):
-        generation = serving.synth.generation
-        # A stop head that never fires: every request runs to its frame budget.
-        serving.synth.generation = lambda p: dataclasses.replace(generation(p), ignore_stop=True)
+    with running_long(tmp_path_factory.mktemp("deploy"), max_batch=2) as (url, serving):
         yield url, serving.engine
 
 

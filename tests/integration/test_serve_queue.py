@@ -4,7 +4,6 @@ shown), up to --retries."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,11 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import running
+from serve_helpers import running_long
 from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
-from moss_cli.pipeline import SynthOptions
 from moss_cli.speech_api import SPEECH_PATH
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -25,14 +23,7 @@ FRAMES = 300  # long enough to hold the one place in the batch while the others 
 
 @pytest.fixture(scope="module")
 def queued(tmp_path_factory):
-    deploy = tmp_path_factory.mktemp("deploy") / "long.yaml"
-    deploy.write_text(
-        f"base_config: {RECIPES / 'moss_tts_local_tiny.yaml'}\n"
-        "stages:\n  - stage_id: 0\n    max_model_len: 4096\n    default_sampling_params: {max_tokens: 3800}\n"
-    )
-    with running(SynthOptions(device="cpu", max_batch=1, deploy=deploy), max_queue=1) as (url, serving):
-        generation = serving.synth.generation
-        serving.synth.generation = lambda p: dataclasses.replace(generation(p), ignore_stop=True)
+    with running_long(tmp_path_factory.mktemp("deploy"), max_batch=1, max_queue=1) as (url, _):
         yield url
 
 
@@ -67,15 +58,8 @@ def test_the_client_waits_as_retry_after_says_and_sends_again(queued, tmp_path):
 
 @pytest.fixture(scope="module")
 def timed(tmp_path_factory):
-    deploy = tmp_path_factory.mktemp("deploy") / "long.yaml"
-    deploy.write_text(
-        f"base_config: {RECIPES / 'moss_tts_local_tiny.yaml'}\n"
-        "stages:\n  - stage_id: 0\n    max_model_len: 4096\n    default_sampling_params: {max_tokens: 3800}\n"
-    )
-    with running(SynthOptions(device="cpu", max_batch=2, deploy=deploy), request_timeout_s=0.5) as (url, serving):
-        generation = serving.synth.generation
-        serving.synth.generation = lambda p: dataclasses.replace(generation(p), ignore_stop=True)
-        yield url, serving
+    with running_long(tmp_path_factory.mktemp("deploy"), max_batch=2, request_timeout_s=0.5) as served:
+        yield served
 
 
 def test_a_request_past_its_time_is_cancelled_frees_its_place_and_gets_a_clear_error(timed):
