@@ -140,16 +140,7 @@ def neighbour_requests(count: int, prefix: str, *, seed_base: int, frames: list[
 
 def voice_neighbour_requests(count: int, workdir: Path) -> list[Request]:
     """Neighbours cloning two different synthetic voices (one in continuation mode) and one without."""
-    import soundfile as sf
-
-    from ..io.reference_audio import synthetic_voice  # torch: not for --help, which reads SCENARIOS
-
-    clips = []
-    for i, pitch in enumerate((110.0, 220.0)):
-        path = workdir / f"voice-{i}.wav"
-        if not path.exists():
-            sf.write(str(path), synthetic_voice(1.6, 22_050, pitch), 22_050, subtype="PCM_16")
-        clips.append(path)
+    clips = [_voice_clip(workdir / f"voice-{i}.wav", 1.6, 22_050, pitch) for i, pitch in enumerate((110.0, 220.0))]
     requests = []
     for i in range(count):
         kind = i % 3
@@ -170,13 +161,17 @@ def voice_neighbour_requests(count: int, workdir: Path) -> list[Request]:
 def default_voice(workdir: Path) -> Path:
     """The reference clip the audit gives its own requests where a server requires one: 2 s, well
     inside vllm-omni's 1-30 s."""
+    return _voice_clip(workdir / "default-voice.wav", 2.0, 24_000, 165.0)
+
+
+def _voice_clip(path: Path, seconds: float, rate: int, pitch: float) -> Path:
+    """A synthetic voice written once to `path` (16-bit WAV)."""
     import soundfile as sf
 
-    from ..io.reference_audio import synthetic_voice
+    from ..io.reference_audio import synthetic_voice  # torch: not for --help, which reads SCENARIOS
 
-    path = workdir / "default-voice.wav"
     if not path.exists():
-        sf.write(str(path), synthetic_voice(2.0, 24_000, 165.0), 24_000, subtype="PCM_16")
+        sf.write(str(path), synthetic_voice(seconds, rate, pitch), rate, subtype="PCM_16")
     return path
 
 

@@ -10,6 +10,7 @@ together, the seed probes, any re-sends."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import platform
 import time
 from contextlib import contextmanager
@@ -75,7 +76,6 @@ class ServerExecutor:
         self.chunk_schedule: list[int] = []
         self.greedy: set[str] = set()
         self.stagger_s = options.stagger_s
-        self.reported: dict[str, tuple[int | None, str | None]] = {}  # request -> (seed, source) its headers gave
         self.runs: dict[str, dict] = {}  # "scenario/run" -> who was in flight together
         self.probes: dict[str, list[str]] = {}
         self._replies: dict[tuple[int, str], Reply] = {}
@@ -113,16 +113,14 @@ class ServerExecutor:
         adapter refuses a request without `ref_audio`), learnt from its answer to one short request
         without one. Where it does, the audit's own requests carry a clip it makes; requests of a
         file are sent as written, so one without a reference is an error here."""
-        probe = builtin_requests(for_server=True)[0]
-        body = self._body(Member(probe, seed=1)) | {"max_new_tokens": 2}
-        try:
-            await self.client.speak(probe.id, body, "reference-voice-check")
+        probe = Member(builtin_requests(for_server=True)[0], seed=1)
+        refused = await self._refusal(probe, self._body(probe) | {"max_new_tokens": 2}, "reference-voice-check")
+        if refused is None:
             self.voice_note = "not required: the server answers a request without ref_audio"
             return
-        except ServerError as e:
-            if e.status != 400 or "ref_audio" not in e.message:
-                raise
-            said = e.message.split(": HTTP 400 Bad Request: ")[-1]
+        if refused.status != 400 or "ref_audio" not in refused.message:
+            raise refused
+        said = refused.message.split(": HTTP 400 Bad Request: ")[-1]
         missing = [r for r in self._requests if r.ref_audio is None]
         if self.options.requests is not None and missing:
             lines = ", ".join(str(r.line) for r in missing)
@@ -135,7 +133,7 @@ class ServerExecutor:
             )
         voice = default_voice(self.workdir)
         self._requests = with_voice(self._requests, voice)
-        self.target = Target(server=True, concurrency=self.server.concurrency, voice=voice)
+        self.target = dataclasses.replace(self.target, voice=voice)
         self.voice_note = f"required ({said}); the audit's own requests carry a synthetic 2 s voice"
 
     def _body(self, member: Member, stream: bool = False) -> dict:
@@ -164,16 +162,21 @@ class ServerExecutor:
                 neighbour = neighbour_requests(1, "neighbour-stream", seed_base=4000, frames=[4], greedy=False)
                 check = Member(with_voice(neighbour, self.target.voice)[0], audited=False)
             what = "reference audio" if needs == "ref_audio" else "streaming"
-            try:
-                self._loop.run_until_complete(
-                    self.client.speak(check.key, self._body(check, needs == "stream"), f"{needs}/check")
-                )
-                self._checked[needs] = None
-            except ServerError as e:
-                if e.status is None or not 400 <= e.status < 500:
-                    raise
-                self._checked[needs] = f"the server refuses {what}: {e.message}"
+            body = self._body(check, needs == "stream")
+            refused = self._loop.run_until_complete(self._refusal(check, body, f"{needs}/check"))
+            self._checked[needs] = None if refused is None else f"the server refuses {what}: {refused.message}"
         return self._checked[needs]
+
+    async def _refusal(self, member: Member, body: dict, context: str) -> ServerError | None:
+        """The server's 4xx to one request sent to learn what it takes (None: it answers with audio);
+        any other failure is the audit's to report."""
+        try:
+            await self.client.speak(member.key, body, context)
+        except ServerError as e:
+            if e.status is None or not 400 <= e.status < 500:
+                raise
+            return e
+        return None
 
     async def _send(self, run: Run) -> dict[str, Outcome]:
         context, started = run.name, time.perf_counter()
@@ -186,7 +189,7 @@ class ServerExecutor:
         if run.alone:
             got = [await one(m, 0.0) for m in run.members]
         else:
-            stagger = self._stagger_s() if any(m.late for m in run.members) else 0.0
+            stagger = self.stagger_s or 0.0  # members that are not late go at once
             got = await all_or_nothing(one(m, m.late * stagger) for m in run.members)
         if run.scenario == "reference":
             self._learn(got, time.perf_counter() - started)
@@ -202,14 +205,10 @@ class ServerExecutor:
         honours greedy decoding, and (unless given) how far apart staggered sends go."""
         self.sample_rate = got[0][1].sample_rate
         self.reference_replies = [r for _, r in got]
-        self.reported = {m.key: (r.seed, r.seed_source) for m, r in got}
         honoured = all(r.seed_source is not None for _, r in got)  # moss serve says what it did
         self.greedy = {m.key for m, _ in got if greedy(m.request, honoured)}
         if self.stagger_s is None:  # sends must overlap for "staggered" to mean anything, on a fast server too
             self.stagger_s = min(max(elapsed / len(got) / 4, 0.005), 1.0)
-
-    def _stagger_s(self) -> float:
-        return self.stagger_s if self.stagger_s is not None else 0.0
 
     def _output(self, member: Member, reply: Reply) -> Outcome:
         """An answer as the audit keeps it: no codes, only what the server reported about them."""
@@ -232,7 +231,7 @@ class ServerExecutor:
         """From --deploy, else as the server reports it for each request."""
         if self.deploy_seed is not None:
             return {key: self.deploy_seed for key in reference}
-        return {key: seed if source == "deploy" else None for key, (seed, source) in self.reported.items()}
+        return {key: out.seed if out.seed_source == "deploy" else None for key, out in reference.items()}
 
     def evidence(self, run: Run, key: str) -> str:
         reply = self._replies.get((id(run), key))
@@ -266,7 +265,7 @@ class ServerExecutor:
             "model_sent": server.model,
             "response_format": server.response_format,
             "concurrency": server.concurrency,
-            "stagger_s": round(self._stagger_s(), 4),
+            "stagger_s": round(self.stagger_s or 0.0, 4),
             "stagger": "given" if self.options.stagger_s is not None else "auto: a quarter of a request's time alone",
             "timeout_s": server.timeout_s,
             "retries_allowed": server.retries,
