@@ -107,7 +107,10 @@ class LiveEngine:
                 raise Unavailable(
                     "the engine is shutting down" if self._arrivals.closed else "the engine is not running"
                 )
-            if self.max_queue is not None and len(self._arrivals) >= self.max_queue:
+            # Counted over everything submitted (running or waiting): the engine takes the next
+            # arrival out of `_arrivals` before it has a place for it, so counting the arrivals
+            # alone let max_queue + 1 requests wait.
+            if self.max_queue is not None and len(self._futures) >= self.max_batch + self.max_queue:
                 raise Unavailable(f"{self.max_queue} requests are already waiting (--max-queue)", retry_after_s=1)
             key = prepared.request.id
             self._futures[key] = future
