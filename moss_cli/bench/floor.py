@@ -8,7 +8,6 @@ engine with no other cost would report.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 
@@ -16,7 +15,7 @@ import torch
 
 from ..model.talker import MossTTSLocal
 from ..numerics import Numerics, kernels
-from ..numerics.layout import wide_unit
+from ..numerics.layout import EngineLayout
 
 
 def sync(device: torch.device) -> None:
@@ -93,7 +92,4 @@ def kv_read_step(model: MossTTSLocal, rows: int, length: int, repeats: int = 3) 
 
 def padded_rows(model: MossTTSLocal, numerics: Numerics, batch: int, compile: bool) -> int:
     """Rows a decode step of `batch` requests really computes (the floor is measured at that size)."""
-    if not numerics.engine_rows:
-        return batch
-    unit = wide_unit(model, numerics, batch, compile) or numerics.engine_block
-    return unit * math.ceil(batch / unit)
+    return EngineLayout.fix(model, numerics, batch, compile).rows(batch)

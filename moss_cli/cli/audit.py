@@ -34,6 +34,7 @@ def audit_determinism(
     strict_unseeded: Annotated[bool, typer.Option(help="Fail on differences of unseeded requests too.")] = False,
     legacy_global_rng: opt.LegacyGlobalRng = False,
     batch_invariant: opt.BatchInvariant = True,
+    layout: opt.LayoutOption = "auto",
     max_batch: opt.MaxBatchOption = None,
     threads: opt.ThreadsOption = None,
     compile: opt.CompileOption = False,

@@ -57,6 +57,15 @@ BatchInvariant = Annotated[
         "off: faster kernels whose rounding depends on the batch.",
     ),
 ]
+LayoutOption = Annotated[
+    str,
+    typer.Option(
+        "--layout",
+        help="How batch-invariant decode steps are laid out: auto (one padded block where this machine is "
+        "verified to allow it, else fixed blocks of --max-batch rows), blocks (those fixed blocks always) or "
+        "blocks:R (fixed blocks of R rows: the same bits at every --max-batch). Recorded in the run's environment.",
+    ),
+]
 CompileOption = Annotated[
     bool,
     typer.Option(
@@ -70,7 +79,6 @@ CompileOption = Annotated[
 def synth_options(params: dict, **overrides):
     """The pipeline's `SynthOptions` from a command's options above (`ctx.params`; `overrides` win)
     (imports torch: call it inside a command)."""
-    from ..numerics import Numerics
     from ..pipeline import SynthOptions
 
     given = {**params, **overrides}
@@ -82,11 +90,26 @@ def synth_options(params: dict, **overrides):
         dtype=given.get("dtype", DType.auto).value,
         max_batch=given.get("max_batch"),
         legacy_global_rng=given.get("legacy_global_rng", False),
-        numerics=Numerics(batch_invariant=given.get("batch_invariant", True)),
+        numerics=numerics(given.get("batch_invariant", True), given.get("layout", "auto")),
         threads=given.get("threads"),
         allow_foreign_deploy=given.get("allow_foreign_deploy", False),
         compile=given.get("compile", False),
     )
+
+
+def numerics(batch_invariant: bool, layout: str):
+    """The `Numerics` of --batch-invariant and --layout (a bad --layout is a MossError naming it)."""
+    from ..errors import MossError
+    from ..numerics import Numerics
+
+    if layout != "auto" and not batch_invariant:
+        raise MossError(
+            "--layout lays out batch-invariant steps; it means nothing with --no-batch-invariant", field="--layout"
+        )
+    try:
+        return Numerics(batch_invariant=batch_invariant, layout=layout)
+    except ValueError as e:
+        raise MossError(str(e), field="--layout") from None
 
 
 RAY_PANEL = "On a Ray cluster (docs/scale-out.md)"

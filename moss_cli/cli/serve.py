@@ -17,6 +17,7 @@ from .options import (
     DeployOption,
     DeviceOption,
     DTypeOption,
+    LayoutOption,
     LegacyGlobalRng,
     MaxBatchOption,
     ModelOption,
@@ -39,6 +40,7 @@ def serve(
     max_batch: MaxBatchOption = None,
     legacy_global_rng: LegacyGlobalRng = False,
     batch_invariant: BatchInvariant = True,
+    layout: LayoutOption = "auto",
     allowed_media_dir: Annotated[
         Optional[Path],
         typer.Option(help="Let ref_audio name files (paths or file:// URIs) inside this folder; others are refused."),
@@ -99,7 +101,9 @@ def serve(
         sock = listen(host, port)
         serving.start()
         bound = sock.getsockname()[1]
-        mode = "batch-invariant" if batch_invariant else "fast (batch-dependent rounding)"
+        mode = (
+            f"batch-invariant, {serving.synth.layout.steps}" if batch_invariant else "fast (batch-dependent rounding)"
+        )
         if legacy_global_rng:
             mode += ", legacy global RNG"
         if api_key:

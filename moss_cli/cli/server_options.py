@@ -131,6 +131,7 @@ LOCAL_ONLY = (
     "compile",
     "legacy_global_rng",
     "batch_invariant",
+    "layout",
     "stream",
     "ray",
     "ray_address",

@@ -38,6 +38,7 @@ def synth(
     audio_format: Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")] = "wav",
     legacy_global_rng: opt.LegacyGlobalRng = False,
     batch_invariant: opt.BatchInvariant = True,
+    layout: opt.LayoutOption = "auto",
     dry_run: Annotated[
         bool,
         typer.Option(

@@ -92,7 +92,7 @@ class Engine:
         model: MossTTSLocal,
         *,
         max_batch: int = 8,
-        numerics: Numerics = INVARIANT,
+        numerics: Numerics | None = None,  # None: the handed-in layout's, else batch-invariant
         logits_hook: LogitsHook | None = None,
         clock: Callable[[], float] = time.perf_counter,
         compile: bool = False,
@@ -103,7 +103,6 @@ class Engine:
         if compile and model.packed:
             raise ValueError("a model with packed weights cannot be compiled: load it with pack=False")
         self.model = model
-        self.block_rows = numerics.engine_rows  # None: unpadded steps (fast mode)
         self.max_batch = max_batch
         self.clock = clock  # one clock for admission and finish times (callers compare with it)
         param = next(model.parameters())
@@ -111,24 +110,25 @@ class Engine:
         self.steps = 0
         backbone = model.cfg.backbone
         self.pool = KVPool(backbone.num_layers, backbone.num_kv_heads, backbone.head_dim, self.device, self.dtype)
+        # The layout is fixed once, here, or handed in (fixed on the thread that runs this engine, for
+        # the same numerics; a synthesizer's engines share one whatever their batch, so a request's
+        # bits do not depend on the batch it runs in); a run's environment reads it. One padded block
+        # for the whole batch, where verified invariant, is probed up to `probed_rows` rows and
+        # extended when a larger batch forms (`_probe_up_to`).
+        if numerics is None:
+            numerics = INVARIANT if layout is None else layout.numerics
+        self.numerics, self.compile = numerics, compile
+        if layout is None:
+            layout = EngineLayout.fix(model, numerics, max_batch, compile)
+        elif (layout.numerics, layout.compile) != (numerics, compile):
+            raise ValueError("the layout was fixed for other numerics or compile setting")
+        self.layout = layout
+        self.block_rows = layout.block_rows  # None: unpadded steps (fast mode)
+        self.probed_rows, self.wide_unit = layout.probed_rows, layout.wide_unit
+        self.prefill_layout = layout.prefill  # prompts admitted together share forwards
         # torch.compile of the frame (local transformer, heads, sampler): one graph per block shape.
         compiled = CompiledFrame(sample_frame, fixed_shape=self.block_rows is not None) if compile else None
         self.frame_step = FrameStep(model, logits_hook, compiled)
-        # The layout is fixed once, here (or handed in: fixed for the same numerics and batch, on the
-        # thread that runs this engine); a run's environment reads it. One padded block for the whole
-        # batch, where verified invariant (a compiled frame keeps one shape): the probe covers the row
-        # counts up to `probed_rows` and is extended when a larger batch forms (`_probe_up_to`): probing
-        # every row count up to max_batch at once costs O(max_batch^2) rows of products however few
-        # requests come.
-        self.numerics, self.compile = numerics, compile
-        fixed_for = (numerics, compile, min(max_batch, numerics.engine_block))
-        if layout is None:
-            layout = EngineLayout.fix(model, numerics, max_batch, compile)
-        elif (layout.numerics, layout.compile, layout.probed_rows) != fixed_for:
-            raise ValueError("the layout was fixed for other numerics, compile setting or max_batch")
-        self.layout = layout
-        self.probed_rows, self.wide_unit = layout.probed_rows, layout.wide_unit
-        self.prefill_layout = layout.prefill  # prompts admitted together share forwards
 
     @property
     def wide(self) -> bool:
@@ -229,7 +229,7 @@ class Engine:
 
         Batch-invariant mode pads the step: to one block of a multiple of `wide_unit` rows for the
         whole batch where this platform's products are verified to give a row the same bits at every
-        such row count (`numerics.layout`), else to separate blocks of exactly `block_rows` rows (GEMM
+        such row count (`numerics.layout`), else to blocks of exactly `block_rows` rows (GEMM
         libraries may round a row differently for other row counts; cuBLAS picks other kernels). In
         both modes each row attends over its own keys only (BlockedDecode) and draws from its own
         random stream (`FrameStep`); the fast mode just does not pad.

@@ -3,22 +3,31 @@ prefill are padded) and by the codec at load (its row tiles). A run's environmen
 there, never probing again: a probe's verdict depends on the thread count of the thread that
 runs it, so only the layout the engine was built with says what it computes.
 
-Fixed blocks of `engine_block` rows give batch invariance anywhere, but a batch of 32 then streams
-every weight four times. Where the probes (`probes.py`) find that this platform gives a row the
-same bits at every padded row count, the whole batch is one block instead, padded to a multiple of
-a small unit; prompts admitted together share a prefill forward; and the codec runs taller tiles.
+A decode step runs in one of two layouts:
+- one block for the whole batch, padded to a multiple of a small unit, where the probes
+  (`probes.py`) find that this platform gives a row the same bits at every such row count up to
+  the run's --max-batch and at `engine_block` rows. Its bits are those of fixed `engine_block`-row
+  blocks, so they hold across --max-batch values too;
+- elsewhere (or when forced), fixed blocks of R rows: R = --max-batch (at most MAX_BLOCK_ROWS), so a
+  full batch is one product that reads each weight once, as the fast mode's is, and a row's bits do
+  not depend on its neighbours or its place in the block (probed; fixed row counts give that on
+  any platform we know). Its bits depend on R: across --max-batch values they hold only where the
+  run pins R (`--layout blocks:R`).
+Where verified, prompts admitted together also share a prefill forward and the codec runs taller tiles.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from . import Numerics, probes
+from . import MAX_BLOCK_ROWS, Numerics, probes
 from .tiles import RowTiles
 
 PREFILL_STEP = 32  # a shared prefill forward has a multiple of this many rows (few sizes to verify)
+# One block is verified up to this many rows as an engine is built (beyond, when a larger batch forms).
+WIDE_PROBE_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,7 @@ def wide_unit(model: torch.nn.Module, numerics: Numerics, max_batch: int, compil
     verified unit agrees with the fixed block's size, so runs that pick different units (another
     --max-batch) still give a row the same bits."""
     block = numerics.engine_rows
-    if not block or not numerics.wide_blocks or compile:
+    if not block or not numerics.wide_blocks or numerics.layout != "auto" or compile:
         return None
     unit = 1
     while unit <= numerics.wide_unit:
@@ -76,10 +85,10 @@ def wide_unit(model: torch.nn.Module, numerics: Numerics, max_batch: int, compil
 class EngineLayout:
     """How an engine computes, fixed when it is built. `wide_unit`: a decode step is one block
     padded to a multiple of this many rows, verified up to `probed_rows` rows (the engine verifies
-    a larger batch when one forms, falling back to fixed blocks, with the same bits, where that
-    fails), or None: blocks of `numerics.engine_block` rows (unpadded in fast mode). `prefill`: how
-    prompts admitted together are prefilled (None: one per forward). `packed`: the linear layers
-    run oneDNN's product on packed weights (`kernels`)."""
+    a larger batch when one forms, falling back to blocks of `block_rows` = `engine_block` rows,
+    with the same bits, where that fails), or None: fixed blocks of `block_rows` rows (None:
+    unpadded, the fast mode). `prefill`: how prompts admitted together are prefilled (None: one per
+    forward). `packed`: the linear layers run oneDNN's product on packed weights (`kernels`)."""
 
     numerics: Numerics
     compile: bool
@@ -87,24 +96,51 @@ class EngineLayout:
     wide_unit: int | None
     prefill: PrefillLayout | None
     packed: bool
+    block_rows: int | None
+    max_batch: int
 
     @classmethod
     def fix(cls, model: torch.nn.Module, numerics: Numerics, max_batch: int, compile: bool = False) -> EngineLayout:
         """Probe this platform for the talker `model` (on the calling thread, whose thread count
         the verdicts depend on: the thread that runs the engine)."""
-        probed = min(max_batch, numerics.engine_block)
         prefill = prefill_layout(model, numerics)
-        return cls(numerics, compile, probed, wide_unit(model, numerics, probed, compile), prefill, model.packed)
+        layout = cls(numerics, compile, 0, None, prefill, model.packed, None, max_batch)
+        if not numerics.batch_invariant:
+            return layout
+        if numerics.layout == "auto" and numerics.wide_blocks and not compile:
+            probed = min(max_batch, WIDE_PROBE_ROWS)
+            unit = wide_unit(model, numerics, probed, compile)
+            if unit is not None:
+                return replace(layout, probed_rows=probed, wide_unit=unit, block_rows=numerics.engine_block)
+        return replace(layout, block_rows=fixed_block_rows(model, numerics, max_batch))
+
+    def rows(self, batch: int) -> int:
+        """The rows a decode step of `batch` requests computes, padding included (as first laid out)."""
+        if not self.block_rows:
+            return batch
+        unit = self.wide_unit or self.block_rows
+        return unit * -(-batch // unit)
 
     @property
     def steps(self) -> str:
-        """How a decode step is shaped as the engine starts, in words."""
-        block = self.numerics.engine_rows
-        if not block:
+        """How a decode step is shaped, in words (a run's environment records it)."""
+        if not self.block_rows:
             return "unpadded"
         if self.wide_unit is None:
-            return f"blocks of {block}"
+            return f"blocks of {self.block_rows}"
         return "one block" if self.wide_unit == 1 else f"one block padded to a multiple of {self.wide_unit}"
+
+
+def fixed_block_rows(model: torch.nn.Module, numerics: Numerics, max_batch: int) -> int:
+    """The rows of each fixed decode block: the forced count, or --max-batch (at most
+    MAX_BLOCK_ROWS) where a probe finds a row's bits independent of its place and neighbours at that
+    count, else `engine_block` (wide_blocks off: always `engine_block`, the reference policy)."""
+    if numerics.block_rows is not None:
+        return numerics.block_rows
+    if numerics.layout == "auto" and not numerics.wide_blocks:
+        return numerics.engine_block
+    rows = min(max_batch, MAX_BLOCK_ROWS)
+    return rows if probes.fixed_blocks_are_invariant(model, rows) else numerics.engine_block
 
 
 def codec_tiles(codec: torch.nn.Module, numerics: Numerics | None) -> RowTiles | None:

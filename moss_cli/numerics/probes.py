@@ -26,7 +26,9 @@ _VERDICTS: dict[tuple, bool] = {}  # per product kind, shapes, sizes, device and
 
 def rows_agree(product: Callable, inputs: tuple[torch.Tensor, ...], sizes: Iterable[int], offset: int) -> bool:
     """Whether `product(*inputs)` gives rows start..start+n the same bits when given only those
-    rows, for every n in `sizes`, at start 0 and at `offset`."""
+    rows, for every n in `sizes`, at start 0 and at `offset` (where the rows fit). The inputs hold
+    as many rows as the largest size: only row counts a caller uses are compared (a library may
+    switch kernels at a row count nobody runs)."""
     full = product(*inputs)
     for rows in sizes:
         for start in (0, offset) if rows + offset <= full.shape[0] else (0,):
@@ -41,9 +43,9 @@ def linears_agree(
     shapes: Iterable[Shape], unit: int, sizes: Iterable[int], device: torch.device, packed: bool = False
 ) -> bool:
     """True when the linear product (on weights packed for oneDNN with `packed`), for every shape,
-    gives each row the same bits at every row count in `sizes` as in a product of max(sizes) + unit
-    rows (random inputs and weights: the kernel a library picks depends on shapes, strides and
-    dtype, not on values)."""
+    gives each row the same bits at every row count in `sizes` as in a product of max(sizes) rows,
+    at row offsets 0 and `unit` (random inputs and weights: the kernel a library picks depends on
+    shapes, strides and dtype, not on values)."""
     shapes, sizes = sorted(set(shapes), key=str), sorted(set(sizes))
     key = ("linear", tuple(shapes), unit, tuple(sizes), str(device), torch.get_num_threads(), packed)
     if key not in _VERDICTS:
@@ -56,7 +58,7 @@ def linears_agree(
 
             weight, shift = randn(out, inp), randn(out) if bias else None
             weight = kernels.pack(weight) if packed else weight
-            x = randn(sizes[-1] + unit, inp)
+            x = randn(sizes[-1], inp)
             if not rows_agree(lambda rows: kernels.linear(rows, weight, shift), (x,), sizes, unit):
                 verdict = False
                 break
@@ -98,8 +100,56 @@ def wide_blocks_are_invariant(model: torch.nn.Module, unit: int, block: int, max
         def randn(*shape):
             return torch.randn(*shape, generator=generator, device=param.device, dtype=exact)
 
-        rows = top + unit
-        query = randn(rows, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim)
-        keys = randn(rows, cfg.num_kv_heads, cfg.head_dim, 2 * KEY_BLOCK)
+        query, keys = _attention_inputs(cfg, top, randn)
         _VERDICTS[key] = rows_agree(torch.matmul, (query, keys), sizes, unit)
+    return _VERDICTS[key]
+
+
+def _attention_inputs(cfg, rows: int, randn: Callable) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decode step's query rows and one block of keys, as the batched attention product takes them."""
+    query = randn(rows, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim)
+    return query, randn(rows, cfg.num_kv_heads, cfg.head_dim, 2 * KEY_BLOCK)
+
+
+def position_free(product: Callable, inputs: tuple[torch.Tensor, ...], fresh: Callable) -> bool:
+    """Whether `product` gives each row the same bits wherever it sits among a fixed number of
+    rows and whatever the other rows hold: the rows rolled by one and by half, and the second half
+    replaced by `fresh(tensor)` (new values of the same shape)."""
+    full = product(*inputs)
+    rows = full.shape[0]
+    for shift in dict.fromkeys((1, rows // 2)):
+        if not torch.equal(product(*(x.roll(shift, 0) for x in inputs)), full.roll(shift, 0)):
+            return False
+    half = rows // 2
+    mixed = tuple(torch.cat([x[:half], fresh(x[half:])]) for x in inputs)
+    return torch.equal(product(*mixed)[:half], full[:half])
+
+
+@torch.inference_mode()
+def fixed_blocks_are_invariant(model: torch.nn.Module, rows: int) -> bool:
+    """True when, in products of exactly `rows` rows, every product of the talker `model`'s decode
+    step (as `wide_blocks_are_invariant` lists them) gives a row the same bits at any place in the
+    block and with any other rows beside it: what fixed blocks of `rows` rows rely on."""
+    param = next(model.parameters())
+    cfg = model.cfg.backbone
+    exact = torch.float64 if param.dtype == torch.float64 else torch.float32
+    shapes = sorted(linear_shapes(model), key=str)
+    key = ("fixed", tuple(shapes), rows, str(param.device), torch.get_num_threads(), model.packed)
+    if key not in _VERDICTS:
+        generator = torch.Generator(device=param.device).manual_seed(0)
+
+        def randn(*size, dtype=exact):
+            return torch.randn(*size, generator=generator, device=param.device, dtype=dtype)
+
+        def fresh(x):
+            return randn(*x.shape, dtype=x.dtype)
+
+        verdict = position_free(torch.matmul, _attention_inputs(cfg, rows, randn), fresh)
+        for out, inp, bias, dtype in shapes if verdict else ():
+            weight, shift = randn(out, inp, dtype=dtype), randn(out, dtype=dtype) if bias else None
+            weight = kernels.pack(weight) if model.packed else weight
+            if not position_free(lambda x: kernels.linear(x, weight, shift), (randn(rows, inp, dtype=dtype),), fresh):
+                verdict = False
+                break
+        _VERDICTS[key] = verdict
     return _VERDICTS[key]

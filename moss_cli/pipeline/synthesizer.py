@@ -246,7 +246,7 @@ class Synthesizer(Models):
         max_batch = max_batch or self.max_batch
         return Engine(
             self.talker,
-            layout=self.layout if max_batch == self.max_batch else None,  # another batch fixes its own
+            layout=self.layout,  # one layout for every batch, so a request's bits do not depend on it
             max_batch=max_batch,
             numerics=self.options.numerics,
             logits_hook=logits_hook,

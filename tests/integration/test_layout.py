@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
@@ -70,11 +71,15 @@ def test_a_local_run_records_the_layout_its_engine_was_built_with(monkeypatch):
     assert env["codec_tiles"] == str(synth.codec.tiles)
 
 
-def test_an_engine_refuses_a_layout_fixed_for_other_numerics_or_batch(talker32):
+def test_an_engine_takes_a_layout_for_any_batch_but_not_for_other_numerics(talker32):
+    """A synthesizer's engines share its layout whatever their batch (a request alone computes in
+    the blocks it shares with others); numerics or a compile setting it was not fixed for are refused."""
     layout = EngineLayout.fix(talker32.model, INVARIANT, 8)
-    assert Engine(talker32.model, max_batch=100, layout=layout).layout is layout  # past a block: the same start
+    assert Engine(talker32.model, max_batch=100, layout=layout).layout is layout
+    assert Engine(talker32.model, max_batch=1, layout=layout).layout is layout
     with pytest.raises(ValueError, match="layout"):
         Engine(talker32.model, max_batch=8, numerics=FAST, layout=layout)
+    compiled = replace(layout, compile=True)  # as fixed for a compiled frame
     with pytest.raises(ValueError, match="layout"):
-        Engine(talker32.model, max_batch=2, layout=layout)
+        Engine(talker32.model, max_batch=8, layout=compiled)
     assert EngineLayout.fix(talker32.model, FAST, 8).steps == "unpadded"

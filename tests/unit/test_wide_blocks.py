@@ -79,13 +79,13 @@ def test_a_lone_request_pays_for_one_padding_unit_not_a_whole_fixed_block(talker
 
 
 def test_an_unused_max_batch_is_neither_probed_nor_allocated(talker32, monkeypatch):
-    """One request with --max-batch 100000: the probe covers a block's rows and the KV pool one
-    request, as with --max-batch 8 (probing every row count up to the maximum took minutes)."""
+    """One request with --max-batch 100000: the probe covers at most WIDE_PROBE_ROWS rows and the
+    KV pool one request (probing every row count up to the maximum took minutes)."""
     probed = []
     probe = probes.wide_blocks_are_invariant
 
     def bounded_probe(model, unit, block, max_rows):
-        assert max_rows <= 64, f"probed up to {max_rows} rows for one request"
+        assert max_rows <= layout.WIDE_PROBE_ROWS, f"probed up to {max_rows} rows for one request"
         probed.append(max_rows)
         return probe(model, unit, block, max_rows)
 
@@ -96,11 +96,12 @@ def test_an_unused_max_batch_is_neither_probed_nor_allocated(talker32, monkeypat
     engine = Engine(talker32.model, max_batch=100_000, numerics=Numerics())
     request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=1)
     list(engine.run([request]))
-    assert engine.wide and max(probed) <= 8
+    assert engine.wide and max(probed) <= layout.WIDE_PROBE_ROWS
     assert engine.pool.keys.shape[1] == 2  # the scratch slot and the request's
 
 
 def test_a_growing_batch_extends_the_probe_to_its_size(talker32, monkeypatch):
+    monkeypatch.setattr(layout, "WIDE_PROBE_ROWS", 8)  # probed up to 8 rows as the engine is built
     probed = []
     probe = probes.wide_blocks_are_invariant
 
