@@ -13,7 +13,7 @@ class BenchOptions:
     random_weights: str | None = None  # "tiny" | "35m" | "v1.5"
     batches: tuple[int, ...] = (1, 8)
     frames: int = 32
-    modes: tuple[str, ...] = ("invariant", "fast")
+    modes: tuple[str, ...] = ("invariant", "blocks", "fast")  # blocks: the fixed-block fallback, forced
     device: str = "auto"
     dtype: str = "auto"  # float32 on CPU, bfloat16 on accelerators
     repeats: int = 3

@@ -1,6 +1,7 @@
 """`moss bench`: how fast the engine and the codec run here, per numerics mode and batch size.
 
-For each mode (batch-invariant, fast) and batch size it runs the talker for a fixed number of
+For each mode (batch-invariant with the layout it chooses here; batch-invariant with fixed blocks
+forced, `blocks` or `blocks:R`; fast) and batch size it runs the talker for a fixed number of
 frames (the stop head runs but never ends a request), decodes the codes with the codec, streams one
 request to time its first audio, and measures the floor: the same weight-shaped matrix products
 with nothing between them (no attention, no sampling, no Python loop). Efficiency is floor time /
@@ -24,12 +25,13 @@ from ..engine.scheduler import Engine, FrameEvent, GenerationRequest
 from ..errors import MossError
 from ..model.codec import AudioCodec
 from ..model.prompt import PromptBuilder
-from ..numerics import Numerics
+from ..numerics import FAST, INVARIANT, Numerics
+from ..numerics.layout import EngineLayout
 from ..pipeline.streaming import StreamingDecode
 from ..sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 from ..threads import apply_threads
 from .floor import floor_step, kv_read_step, padded_rows, sync
-from .models import MODES, PROMPT, load_models
+from .models import PROMPT, load_models
 from .options import BenchOptions
 
 
@@ -37,6 +39,7 @@ from .options import BenchOptions
 class BenchRow:
     mode: str
     batch: int
+    layout: str  # how the mode's decode steps were laid out at this batch (numerics.layout)
     frames: int
     decode_step_ms: float
     decode_step_ms_range: list[float]  # [min, max] over the repeats
@@ -58,18 +61,31 @@ class BenchRow:
 class BenchReport:
     setup: dict
     rows: list[BenchRow] = field(default_factory=list)
-    # per batch size: invariant / fast decode step time, the median (and [min, max]) of the
-    # repeats' pairs (the two modes alternate within each repeat)
-    ratios: dict[str, float] = field(default_factory=dict)
-    ratio_ranges: dict[str, list[float]] = field(default_factory=dict)
+    # per batch-invariant mode and batch size: its decode step time over the fast mode's, the
+    # median (and [min, max]) of the repeats' pairs (the modes alternate within each repeat)
+    ratios: dict[str, dict[str, float]] = field(default_factory=dict)
+    ratio_ranges: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {
             "setup": self.setup,
             "results": [asdict(r) for r in self.rows],
-            "invariant_over_fast": self.ratios,
-            "invariant_over_fast_range": self.ratio_ranges,
+            "over_fast": self.ratios,
+            "over_fast_range": self.ratio_ranges,
         }
+
+
+def mode_numerics(mode: str) -> Numerics:
+    """invariant (the layout this machine allows), blocks / blocks:R (fixed blocks forced), fast."""
+    if mode in ("invariant", "fast"):
+        return INVARIANT if mode == "invariant" else FAST
+    try:
+        return Numerics(layout=mode)
+    except ValueError:
+        raise MossError(
+            f"unknown mode {mode!r}; expected invariant, blocks, blocks:R (fixed blocks of R rows) or fast",
+            field="--modes",
+        ) from None
 
 
 def _requests(prompts: PromptBuilder, batch: int, frames: int):
@@ -119,13 +135,13 @@ def _timed_runs(model, prompts, batch: int, options: BenchOptions) -> tuple[dict
     for mode in options.modes:
         before = compile_seconds()
         if options.compile:  # compiling happens here, not inside the timed runs
-            _talker_run(model, MODES[mode], prompts, batch, 2, compile=True)
+            _talker_run(model, mode_numerics(mode), prompts, batch, 2, compile=True)
         compile_times[mode] = compile_seconds() - before
-    rows = {mode: padded_rows(model, MODES[mode], batch, options.compile) for mode in options.modes}
+    rows = {mode: padded_rows(model, mode_numerics(mode), batch, options.compile) for mode in options.modes}
     timed: dict[str, list] = {mode: [] for mode in options.modes}
     for _ in range(options.repeats):
         for mode in options.modes:
-            run = _talker_run(model, MODES[mode], prompts, batch, options.frames, options.compile)
+            run = _talker_run(model, mode_numerics(mode), prompts, batch, options.frames, options.compile)
             floor = statistics.median(floor_step(model, rows[mode]) for _ in range(3))
             length = run.prompt_tokens // batch + options.frames // 2  # the cache's mean length over the run
             kv = kv_read_step(model, rows[mode], length)
@@ -168,9 +184,8 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
     dtype = resolve_dtype(options.dtype, device)
     model, codec_for, prompts, what = load_models(options, device, dtype)
     apply_threads(options.threads, model.cfg)
-    unknown = [m for m in options.modes if m not in MODES]
-    if unknown:
-        raise MossError(f"unknown mode {unknown[0]!r}; expected invariant or fast", field="--modes")
+    for mode in options.modes:
+        mode_numerics(mode)  # an unknown mode is an error before anything runs
     cfg = model.cfg
     report = BenchReport(
         {
@@ -186,20 +201,20 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
             "linear_kernel": "onednn-packed" if model.packed else "plain",
         }
     )
-    codecs = {mode: codec_for(MODES[mode]) for mode in options.modes}
+    codecs = {mode: codec_for(mode_numerics(mode)) for mode in options.modes}
     frame_rate = codecs[options.modes[0]].cfg.frame_rate
     with torch.inference_mode():
-        _talker_run(model, MODES[options.modes[0]], prompts, 1, 2)  # warm-up
+        _talker_run(model, mode_numerics(options.modes[0]), prompts, 1, 2)  # warm-up
     for batch in options.batches:
         with torch.inference_mode():
             timed, compile_times = _timed_runs(model, prompts, batch, options)
         steps = {mode: [run.step_s for run in runs] for mode, runs in timed.items()}
-        if {"invariant", "fast"} <= set(steps):
-            pairs = [a / b for a, b in zip(steps["invariant"], steps["fast"])]
-            report.ratios[str(batch)] = round(statistics.median(pairs), 4)
-            report.ratio_ranges[str(batch)] = [round(min(pairs), 4), round(max(pairs), 4)]
+        for mode in [m for m in steps if m != "fast"] if "fast" in steps else ():
+            pairs = [a / b for a, b in zip(steps[mode], steps["fast"])]
+            report.ratios.setdefault(mode, {})[str(batch)] = round(statistics.median(pairs), 4)
+            report.ratio_ranges.setdefault(mode, {})[str(batch)] = [round(min(pairs), 4), round(max(pairs), 4)]
         for mode, runs in timed.items():
-            numerics, codec = MODES[mode], codecs[mode]
+            numerics, codec = mode_numerics(mode), codecs[mode]
             with torch.inference_mode():
                 codec_s = statistics.median(
                     _codec_seconds(codec, cfg.n_vq, batch, options.frames, device) for _ in range(options.repeats)
@@ -216,6 +231,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                 BenchRow(
                     mode=mode,
                     batch=batch,
+                    layout=EngineLayout.fix(model, numerics, batch, options.compile).steps,
                     frames=options.frames,
                     decode_step_ms=round(step * 1e3, 3),
                     decode_step_ms_range=[round(min(steps[mode]) * 1e3, 3), round(max(steps[mode]) * 1e3, 3)],

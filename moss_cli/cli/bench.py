@@ -16,6 +16,7 @@ from .options import CodecOption, CompileOption, DeviceOption, DTypeOption, Mode
 COLUMNS = (  # the terminal's short headers; the JSON has every figure with its full name
     ("mode", "mode"),
     ("batch", "batch"),
+    ("layout", "layout"),
     ("frames/s", "talker_frames_per_s"),
     ("eff.", "efficiency"),
     ("tok/s", "prefill_tokens_per_s"),
@@ -48,7 +49,13 @@ def bench(
     ] = None,
     batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "1,8",
     frames: Annotated[int, typer.Option(min=2, help="Frames per request.")] = 32,
-    modes: Annotated[str, typer.Option(help="Numerics modes: invariant,fast.")] = "invariant,fast",
+    modes: Annotated[
+        str,
+        typer.Option(
+            help="Numerics modes: invariant (the layout this machine allows), blocks (fixed blocks of the batch's "
+            "rows, forced: the fallback's cost here), blocks:R (fixed blocks of R rows), fast."
+        ),
+    ] = "invariant,blocks,fast",
     repeats: Annotated[int, typer.Option(min=1, help="Runs per figure (the median is reported).")] = 3,
     device: DeviceOption = Device.auto,
     dtype: DTypeOption = DType.auto,
@@ -100,13 +107,14 @@ def bench(
         table.add_row(*(str(getattr(row, key)) for _, key in COLUMNS))
     stdout.print(table)
     stdout.print(LEGEND, style="dim", highlight=False)
-    for size, ratio in report.ratios.items():
-        low, high = report.ratio_ranges[size]
-        stdout.print(
-            f"batch {size}: invariant / fast step time {ratio} [{low}-{high}] (the modes alternate)",
-            highlight=False,
-            markup=False,
-        )
+    for mode, ratios in report.ratios.items():
+        for size, ratio in ratios.items():
+            low, high = report.ratio_ranges[mode][size]
+            stdout.print(
+                f"batch {size}: {mode} / fast step time {ratio} [{low}-{high}] (the modes alternate)",
+                highlight=False,
+                markup=False,
+            )
     bounds = {}  # the bound hardly depends on the mode: one line per batch, its first mode's
     for row in report.rows:
         bounds.setdefault(row.batch, row)

@@ -20,10 +20,14 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     rows = report["results"]
-    assert {(r["mode"], r["batch"]) for r in rows} == {(m, b) for m in ("invariant", "fast") for b in (1, 2)}
+    assert {(r["mode"], r["batch"]) for r in rows} == {(m, b) for m in ("invariant", "blocks", "fast") for b in (1, 2)}
+    layouts = {(r["mode"], r["batch"]): r["layout"] for r in rows}
+    assert layouts[("blocks", 2)] == "blocks of 2" and layouts[("fast", 2)] == "unpadded"  # the fallback, forced
+    assert layouts[("invariant", 2)] in ("blocks of 2", "one block", "one block padded to a multiple of 2")
     assert FIELDS == {
         "mode",
         "batch",
+        "layout",
         "frames",
         "decode_step_ms",
         "decode_step_ms_range",
@@ -49,17 +53,26 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
         for key in ("decode_step_ms", "efficiency"):  # the median of two repeats lies within their range
             low, high = row[f"{key}_range"]
             assert low <= row[key] <= high
-    assert set(report["invariant_over_fast"]) == set(report["invariant_over_fast_range"]) == {"1", "2"}
-    for size, (low, high) in report["invariant_over_fast_range"].items():
-        assert low <= report["invariant_over_fast"][size] <= high
-    assert "invariant / fast step time" in result.output and "(the modes alternate)" in result.output
+    assert set(report["over_fast"]) == set(report["over_fast_range"]) == {"invariant", "blocks"}
+    for mode, ranges in report["over_fast_range"].items():
+        assert set(ranges) == set(report["over_fast"][mode]) == {"1", "2"}
+        for size, (low, high) in ranges.items():
+            assert low <= report["over_fast"][mode][size] <= high
+    assert "invariant / fast step time" in result.output and "blocks / fast step time" in result.output
+    assert "(the modes alternate)" in result.output
     assert "so no engine could reach an efficiency above" in " ".join(result.output.split())
     assert report["setup"]["model"] == "random tiny (173 k talker parameters)" and report["setup"]["threads"] == 1
 
 
 def test_bench_rejects_bad_options_with_exit_2():
     runner = CliRunner()
-    for args in (["--batch", "0"], ["--batch", "x"], ["--random-weights", "huge"], ["--modes", "turbo"]):
+    for args in (
+        ["--batch", "0"],
+        ["--batch", "x"],
+        ["--random-weights", "huge"],
+        ["--modes", "turbo"],
+        ["--modes", "blocks:0"],
+    ):
         result = runner.invoke(app, ["bench", "--frames", "2", "--repeats", "1", *args])
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output
