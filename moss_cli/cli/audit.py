@@ -135,7 +135,7 @@ def audit_determinism(
             options = AuditOptions(
                 **audit,
                 max_batch=max_batch,
-                synth=opt.synth_options(ctx.params, max_batch=None),
+                synth=opt.synth_options(ctx.params),  # its layout is fixed at the audited --max-batch
             )
             cluster = opt.ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker)
             if cluster is not None:  # the same audit, its runs on Ray workers

@@ -168,3 +168,15 @@ def test_markdown_goes_to_the_github_step_summary_when_set(tmp_path, monkeypatch
 def test_bad_audit_options_exit_2(args, message):
     result = _audit(*args)
     assert result.exit_code == 2 and message in result.output
+
+
+@pytest.mark.slow
+def test_the_audit_passes_bitwise_with_fixed_blocks_forced(tmp_path):
+    """Every scenario (alone, batched, other batch sizes, neighbours, arrivals, streaming, shards)
+    gives each request the bits it gets alone under the fixed-block fallback too."""
+    out = tmp_path / "a.json"
+    result = _audit("--layout", "blocks", "--level", "bitwise", "--max-batch", 5, "--json", out)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["summary"]["passed"] and set(report["summary"]["scenarios"]) == set(SCENARIOS)
+    assert report["environment"]["engine_steps"] == "blocks of 5"  # one block of --max-batch rows
