@@ -1,7 +1,8 @@
 """The OpenAI-compatible speech API that vllm-omni serves (`POST /v1/audio/speech`), as moss
 speaks it: which request-file field travels in which JSON field, and the response headers by
-which `moss serve` tells an auditor what it did. `moss serve` reads bodies with `record_from_body`;
-the HTTP clients (`audit-determinism --server`, `synth --server`) write them with `body_from_request`.
+which `moss serve` tells an auditor what it did. The HTTP clients (`audit-determinism --server`,
+`synth --server`) write bodies with `body_from_request`; `moss serve` reads them with
+`serve.protocol` (vllm-omni's request model and moss's decision for each of its fields).
 
 The field names follow vllm-omni's protocol (`vllm_omni/entrypoints/openai/protocol/audio.py`,
 `docs/serving/speech_api.md`): `max_new_tokens` counts codec frames for MOSS-TTS, `seed` is the
@@ -22,7 +23,7 @@ SPEECH_PATH = "/v1/audio/speech"
 MODELS_PATH = "/v1/models"
 HEALTH_PATH = "/health"
 ENVIRONMENT_PATH = "/moss/environment"  # moss serve only: what its engine computes with
-RESPONSE_FORMATS = ("wav", "pcm", "flac")  # what moss serve answers; vllm-omni also has mp3/aac/opus
+RESPONSE_FORMATS = ("wav", "pcm", "flac")  # what moss serve answers; vllm-omni also has mp3 and opus
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac"}
 
 # Request-file field -> body field, where they differ only by name.
@@ -109,38 +110,3 @@ def body_from_request(
     if request.ref_text is not None:
         body["ref_text"] = request.ref_text
     return body
-
-
-# Body fields a server accepts and moss has no use for (OpenAI / vllm-omni options).
-IGNORED = ("voice", "speed", "task_type", "stream_format", "sample_rate", "x_vector_only_mode", "non_streaming_mode")
-SERVER_FIELDS = ("model", "response_format", "stream", "ref_audio", "extra_params", *IGNORED)
-
-
-def record_from_body(body: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """A request body as a requests-file record (for `validate_record`), plus problems with the
-    body's own field names. `ref_audio`, `model`, `response_format` and `stream` are left to the
-    server; unknown fields are problems (a typo must not pass silently)."""
-    problems: list[tuple[str, str]] = []
-    record: dict[str, Any] = {}
-    renamed_back = {v: k for k, v in RENAMED.items()}
-    for key, value in body.items():
-        if key in renamed_back:
-            record[renamed_back[key]] = value
-        elif key in TOP_LEVEL:
-            record[key] = value
-        elif key == "extra_params":
-            if not isinstance(value, dict):
-                problems.append((key, f"'extra_params' must be an object, got {type(value).__name__}"))
-                continue
-            for name, extra in value.items():
-                if name in EXTRA_PARAMS:
-                    record[name] = extra
-                else:
-                    problems.append(
-                        (f"extra_params.{name}", f"unknown field; expected one of {', '.join(EXTRA_PARAMS)}")
-                    )
-        elif key not in SERVER_FIELDS:
-            problems.append((key, "unknown field"))
-    if "input" not in body:
-        problems.append(("input", "missing 'input'"))
-    return record, problems

@@ -3,6 +3,7 @@ free port, stopped by the fixture), response bodies as PCM, and `moss synth` res
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import threading
@@ -59,6 +60,32 @@ def pcm_of(content: bytes, response_format: str, *, streamed: bool = False, chan
         return np.frombuffer(content[len(header) :], dtype="<i2").reshape(-1, channels)
     samples, _ = sf.read(io.BytesIO(content), dtype="int16", always_2d=True)
     return samples
+
+
+def sse_events(content: bytes) -> list[tuple[str, dict]]:
+    """A server-sent event stream as (event name, its JSON data), in order; every event must be
+    the two lines `event:` and `data:`, as vllm-omni writes them."""
+    text = content.decode("utf-8")
+    assert text.endswith("\n\n"), text[-200:]
+    events = []
+    for block in text[:-2].split("\n\n"):
+        name, data = block.split("\n")
+        assert name.startswith("event: ") and data.startswith("data: "), block[:200]
+        events.append((name[len("event: ") :], json.loads(data[len("data: ") :])))
+    return events
+
+
+def sse_audio(content: bytes) -> tuple[list[bytes], dict]:
+    """The audio pieces of an SSE stream, in order, and its `speech.audio.done` event; the
+    stream must be deltas, then done (vllm-omni's order and keys)."""
+    events = sse_events(content)
+    names = [name for name, _ in events]
+    assert names == ["speech.audio.delta"] * (len(events) - 1) + ["speech.audio.done"], names
+    for name, data in events:
+        assert data["type"] == name
+    assert all(list(data) == ["type", "audio", "response_format"] for _, data in events[:-1])
+    assert list(events[-1][1]) == ["type", "usage"]
+    return [base64.b64decode(data["audio"]) for _, data in events[:-1]], events[-1][1]
 
 
 def pcm_hash(content: bytes, response_format: str, **kwargs) -> str:

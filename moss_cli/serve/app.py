@@ -1,73 +1,52 @@
-"""The HTTP routes (FastAPI): `POST /v1/audio/speech`, `GET /v1/models`, `GET /health`, with
-OpenAI-style errors for everything a client can get wrong."""
+"""The HTTP routes (FastAPI): `POST /v1/audio/speech` (and the batch route, batch.py),
+`GET /v1/models`, `GET /health`, with vllm-omni's error shape for everything a client can get
+wrong. What a route does with a request is in requests.py (the body) and exchange.py (the answer)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from .. import __version__
-from ..io.audio import codes_sha256, to_pcm16
-from ..pipeline import SynthResult
+from ..io.audio import to_pcm16
 from ..pipeline.live import LiveEngine, Unavailable
 from ..speech_api import (
     ENVIRONMENT_PATH,
     HEADER_CHANNELS,
-    HEADER_CODES_SHA256,
-    HEADER_FRAMES,
-    HEADER_MAX_IN_FLIGHT,
     HEADER_REQUEST_ID,
     HEADER_SAMPLE_RATE,
     HEADER_SEED,
     HEADER_SEED_SOURCE,
-    HEADER_STOP_REASON,
     HEALTH_PATH,
     MEDIA_TYPES,
     MODELS_PATH,
     SPEECH_PATH,
 )
-from .audio import encode, wav_stream_header
-from .errors import ApiError, invalid
+from .audio import encode
+from .errors import ApiError, schema_error
+from .exchange import (
+    CLIENT_CLOSED,
+    GONE,
+    TIMED_OUT,
+    engine_outputs,
+    hand_over,
+    json_body,
+    result_headers,
+    sse_events,
+    stream_pieces,
+    timed_out,
+    until_disconnected,
+    usage,
+    usage_headers,
+)
 from .limits import ApiKey, BodyLimit
-from .requests import Ask, Intake
-
-log = logging.getLogger("moss.serve")
-
-
-class SpeechBody(BaseModel):
-    """The JSON types of vllm-omni's speech request (strict: "5" is not a seed); values are checked
-    afterwards by the request-file rules, and fields moss does not know are named there (400)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    input: str
-    model: str | None = None
-    voice: str | None = None
-    instructions: str | None = None
-    language: str | None = None
-    response_format: str | None = None
-    stream: bool | None = None
-    stream_format: str | None = None
-    ref_audio: str | None = None
-    ref_text: str | None = None
-    max_new_tokens: int | None = None
-    seed: int | None = None
-    audio_temperature: float | None = None  # audio_*: moss's overrides of the audio sampler (vllm-omni has none)
-    audio_top_p: float | None = None
-    audio_top_k: int | None = None
-    audio_repetition_penalty: float | None = None
-    extra_params: dict[str, Any] | None = None
-    speed: float | None = None
-    task_type: str | None = None
+from .requests import Intake
 
 
 def create_app(
@@ -87,7 +66,7 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request, error: RequestValidationError) -> JSONResponse:
-        return await api_error(request, from_validation(error.errors()))
+        return await api_error(request, schema_error(error.errors()))
 
     @app.exception_handler(HTTPException)
     async def http_error(request, error: HTTPException) -> JSONResponse:  # unknown routes, wrong methods
@@ -120,8 +99,9 @@ def create_app(
         return {"object": "list", "data": [entry]}
 
     @app.post(SPEECH_PATH)
-    async def speech(body: SpeechBody, connection: Request) -> Response:
-        ask = await run_in_threadpool(intake.prepare, body.model_dump(exclude_unset=True))
+    async def speech(connection: Request) -> Response:
+        body = await json_body(connection)
+        ask = await run_in_threadpool(intake.prepare, body)
         loop = asyncio.get_running_loop()
         arrived: asyncio.Queue = asyncio.Queue()  # chunks (bytes), then the result or the error
 
@@ -145,11 +125,15 @@ def create_app(
             HEADER_SAMPLE_RATE: str(rate),
             HEADER_CHANNELS: str(channels),
         }
-        media_type = MEDIA_TYPES[ask.response_format]
         key = ask.prepared.request.id
         if ask.stream:
-            body_chunks = streamed(ask, arrived, rate, channels, lambda: engine.cancel(key), request_timeout_s)
-            return StreamingResponse(body_chunks, media_type=media_type, headers=headers)
+            outputs = engine_outputs(ask, arrived, lambda: engine.cancel(key), request_timeout_s)
+            pieces = stream_pieces(outputs, ask.response_format, rate, channels)
+            if ask.stream == "sse":
+                events = sse_events(pieces, ask.response_format, lambda result: usage(ask, result))
+                return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+            chunks = (piece async for piece in pieces if isinstance(piece, bytes))
+            return StreamingResponse(chunks, media_type=MEDIA_TYPES[ask.response_format], headers=headers)
         # No chunks come for a request that does not stream: the first item is its outcome.
         outcome = await until_disconnected(connection, arrived.get(), request_timeout_s)
         if outcome is GONE:
@@ -161,107 +145,11 @@ def create_app(
         if isinstance(outcome, BaseException):
             raise ApiError(500, f"synthesis failed: {type(outcome).__name__}: {outcome}")
         headers.update(result_headers(outcome))
+        headers.update(usage_headers(usage(ask, outcome)))
         content = await run_in_threadpool(encode, outcome.pcm, rate, ask.response_format)
-        return Response(content, media_type=media_type, headers=headers)
+        return Response(content, media_type=MEDIA_TYPES[ask.response_format], headers=headers)
 
+    from .batch import add_batch_route  # here: batch.py builds on this module's helpers
+
+    add_batch_route(app, engine, intake, request_timeout_s)
     return app
-
-
-GONE = object()  # the client closed its connection before the answer
-TIMED_OUT = object()  # --request-timeout passed before the answer
-CLIENT_CLOSED = 499  # nobody reads it; the status access logs use for a client that went away
-
-
-async def until_disconnected(connection: Request, answer, timeout_s: float | None = None):
-    """The answer awaited, or GONE if the client disconnects first (its body is already read, so
-    the next message it can send is the disconnect), or TIMED_OUT after `timeout_s`."""
-    answered = asyncio.ensure_future(answer)
-    gone = asyncio.ensure_future(_disconnect(connection))
-    await asyncio.wait((answered, gone), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    if answered.done():
-        gone.cancel()
-        return answered.result()
-    answered.cancel()
-    if gone.done():
-        return GONE
-    gone.cancel()
-    return TIMED_OUT
-
-
-def timed_out(timeout_s: float | None) -> str:
-    return f"not finished within {timeout_s:g} s (--request-timeout): cancelled, its place in the batch freed"
-
-
-async def _disconnect(connection: Request) -> None:
-    while (await connection.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def streamed(
-    ask: Ask,
-    arrived: asyncio.Queue,
-    rate: int,
-    channels: int,
-    cancel: Callable[[], None],
-    timeout_s: float | None = None,
-):
-    """The body of a streaming response: each chunk's PCM as the engine decodes it. If the body
-    stops before the end (the client went away, so the server stops sending, or `timeout_s`
-    passed, which cuts the stream), `cancel` frees the request's place in the batch."""
-    finished = False
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    try:
-        if ask.response_format == "wav":
-            yield wav_stream_header(rate, channels)
-        while True:
-            try:
-                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-                item = await asyncio.wait_for(arrived.get(), left)
-            except asyncio.TimeoutError:
-                log.error("request %s %s", ask.prepared.request.id, timed_out(timeout_s))
-                raise RuntimeError(timed_out(timeout_s)) from None
-            if isinstance(item, bytes):
-                if item:
-                    yield item
-            elif isinstance(item, BaseException):  # too late for a status: the stream ends unfinished
-                finished = True
-                log.error("request %s failed while streaming: %s", ask.prepared.request.id, item)
-                raise RuntimeError(f"synthesis failed: {item}")
-            else:
-                finished = True
-                return
-    finally:
-        if not finished:
-            cancel()
-
-
-def result_headers(result: SynthResult) -> dict[str, str]:
-    """What the engine did for the request (known once it is finished; not sent when streaming)."""
-    return {
-        HEADER_FRAMES: str(result.frames),
-        HEADER_CODES_SHA256: codes_sha256(result.codes),
-        HEADER_MAX_IN_FLIGHT: str(result.batch_size_seen),
-        HEADER_STOP_REASON: result.stop_reason,
-    }
-
-
-def hand_over(loop: asyncio.AbstractEventLoop, put: Callable[[Any], None], item: Any) -> None:
-    """From the engine thread to the request's event loop (gone if the server is stopping hard)."""
-    try:
-        loop.call_soon_threadsafe(put, item)
-    except RuntimeError:
-        pass
-
-
-def from_validation(errors: list[dict]) -> ApiError:
-    """FastAPI's validation errors as one OpenAI error naming the first field."""
-    if errors and errors[0].get("type") == "json_invalid":
-        reason = errors[0].get("ctx", {}).get("error", "malformed")
-        return ApiError(400, f"the body is not valid JSON ({reason})", None, "invalid_json")
-    if errors and tuple(errors[0].get("loc", ())) == ("body",):  # not an object at all
-        return ApiError(422, "the body must be a JSON object, sent as Content-Type: application/json")
-    problems = []
-    for error in errors:
-        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
-        problems.append((where or None, error.get("msg", "invalid")))
-    return invalid(problems or [(None, "invalid body")], 422)

@@ -1,8 +1,11 @@
-"""Response bodies: a whole file (wav, flac) or raw PCM, and the WAV header a stream starts with."""
+"""Response bodies: a whole file (wav, flac) or raw PCM, the WAV header a stream starts with, and
+the server-sent events of an SSE stream."""
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import struct
 
 import numpy as np
@@ -34,4 +37,17 @@ def wav_stream_header(sample_rate: int, channels: int) -> bytes:
         + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, 16)
         + b"data"
         + struct.pack("<I", UNKNOWN_SIZE)
+    )
+
+
+def sse_event(kind: str, **fields) -> str:
+    """One server-sent event as vllm-omni writes it (serving_speech.py:1817-1890): the event name,
+    then its JSON with `type` first, without spaces."""
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields}, separators=(',', ':'))}\n\n"
+
+
+def audio_delta(piece: bytes, response_format: str) -> str:
+    """`speech.audio.delta`: one piece of the stream's bytes, base64."""
+    return sse_event(
+        "speech.audio.delta", audio=base64.b64encode(piece).decode("ascii"), response_format=response_format
     )

@@ -1,13 +1,17 @@
-"""Errors as the OpenAI API shapes them: `{"error": {"message", "type", "param", "code"}}`."""
+"""Errors in the shape vllm-omni answers them: `{"error": {"message", "type", "param", "code"}}`,
+`code` the HTTP status, `type` vLLM's name for it (vllm_omni/entrypoints/openai/serving_speech.py:
+2700-2733; vLLM 0.30's entrypoints/serve/exception_handling/error_response.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from http import HTTPStatus
 
 from ..speech_api import EXTRA_PARAMS, RENAMED
 
-TYPES = {404: "not_found_error", 503: "service_unavailable"}  # others: invalid_request_error / server_error
-CODES = {400: "invalid_value", 413: "request_too_large", 422: "invalid_type"}
+# vLLM's error types where vllm-omni's speech route has one; other statuses carry their HTTP phrase,
+# as vLLM writes the errors it raises with a status of their own.
+TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
 
 
 @dataclass
@@ -17,17 +21,14 @@ class ApiError(Exception):
     status: int
     message: str
     param: str | None = None
-    code: str | int | None = None  # None: CODES' word for the status, else the status itself
-    retry_after_s: int | None = None  # 503: when to try again (the Retry-After header)
+    retry_after_s: int | None = field(default=None, kw_only=True)  # 503: when to try again (Retry-After)
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
 
     def body(self) -> dict:
-        server = self.status >= 500
-        kind = TYPES.get(self.status, "server_error" if server else "invalid_request_error")
-        code = self.code or CODES.get(self.status, "server_error" if server else self.status)
-        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": code}}
+        kind = TYPES.get(self.status) or HTTPStatus(self.status).phrase
+        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.status}}
 
 
 def body_field(record_field: str | None) -> str | None:
@@ -47,6 +48,23 @@ def body_words(message: str) -> str:
 
 
 def invalid(problems: list[tuple[str | None, str]], status: int = 400) -> ApiError:
-    """One error for all problems of a body (OpenAI's shape has one `param`: the first problem's)."""
+    """One error for all problems of a body (the shape has one `param`: the first problem's)."""
     message = "; ".join(body_words(f"{field}: {text}" if field else text) for field, text in problems)
     return ApiError(status, message, problems[0][0] if problems else None)
+
+
+def schema_error(errors: list[dict]) -> ApiError:
+    """pydantic's errors (wrong JSON types, values out of range) as one 400 naming the first field,
+    where vllm-omni answers the same 400 (vLLM's handlers/validation.py; FastAPI's default is 422)."""
+    if errors and errors[0].get("type") == "json_invalid":
+        return ApiError(400, f"the body is not valid JSON ({errors[0].get('ctx', {}).get('error', 'malformed')})")
+    problems: dict[str | None, str] = {}
+    for error in errors:
+        # The field is the location's first name; a union's alternatives add their types after it.
+        where = [str(part) for part in error.get("loc", ()) if part != "body"]
+        field = where[0] if where else None
+        if field not in problems:  # one problem per field: a union's first alternative says enough
+            problems[field] = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    if None in problems and len(problems) == 1 and "dictionary" in problems[None]:
+        return ApiError(400, "the body must be a JSON object")
+    return invalid(list(problems.items()) or [(None, "invalid body")])

@@ -61,7 +61,7 @@ class ApiKey:
         given = dict(scope.get("headers", ())).get(b"authorization", b"")
         if hmac.compare_digest(given, self.expected):
             return await self.app(scope, receive, send)
-        error = ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", code=401)
+        error = ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'")
         body = json.dumps(error.body()).encode()
         headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
         await send({"type": "http.response.start", "status": 401, "headers": headers})

@@ -1,7 +1,7 @@
-"""A JSON body -> a request the engine can run: the same field checks as a request file
-(`speech_api.record_from_body` + `validate_record`), the same preparation as `moss synth`
-(`Synthesizer.prepare`: seed precedence, frame budget, prompt length), plus the limits a server
-needs. Every problem is an ApiError naming the body's field."""
+"""A JSON body -> a request the engine can run: vllm-omni's field types and moss's decision for
+each field (`protocol`), the same field checks as a request file (`validate_record`), the same
+preparation as `moss synth` (`Synthesizer.prepare`: seed precedence, frame budget, prompt
+length), plus the limits a server needs. Every problem is an ApiError naming the body's field."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config.request_fields import Problem, validate_record
+from ..config.request_fields import Problem, Request, validate_record
 from ..config.requests import DEFAULT_MAX_LINE_BYTES, RequestFileError
 from ..pipeline import Prepared, Synthesizer
-from ..speech_api import RESPONSE_FORMATS, record_from_body
-from .audio import STREAM_FORMATS
 from .errors import ApiError, body_field, invalid
 from .media import reference_media
+from .protocol import read_speech, record_of, refusals
 
 # A reference longer than the prompt can hold is refused by the prompt-length check; this bounds
 # the bytes read before that (a minute of 48 kHz stereo 16-bit WAV is 11 MB).
@@ -48,7 +47,8 @@ class Ask:
 
     prepared: Prepared
     response_format: str
-    stream: bool
+    stream: str | None  # "audio" (raw chunks), "sse" (server-sent events) or None (one body)
+    text_tokens: int  # of its text and instruction: the usage vllm-omni reports as input tokens
     reference_file: Path | None = None  # the private copy of its ref_audio (removed by `Intake.release`)
 
 
@@ -66,16 +66,18 @@ class Intake:
     def close(self) -> None:
         self._folder.cleanup()
 
-    def prepare(self, body: dict[str, Any]) -> Ask:
+    def prepare(self, body: Any) -> Ask:
         """Check a body and prepare its request (it may read and tokenize: call it off the event loop)."""
-        response_format, stream = self._response(body)
-        record, problems = record_from_body(body)
+        speech = read_speech(body)
+        self._check_model(speech.model)
+        record, problems = record_of(speech)
+        problems = refusals(speech, set(body), self.synth.codec_config.sampling_rate) + problems
         self._check_text_size(record)
         rid = f"req-{uuid.uuid4().hex}"  # the server's own id: never a name a body chose
         media = None
-        if body.get("ref_audio") is not None:
+        if isinstance(speech.ref_audio, str):
             media = reference_media(
-                body["ref_audio"], allowed_dir=self.allowed_media_dir, limit=self.limits.ref_audio_bytes
+                speech.ref_audio, allowed_dir=self.allowed_media_dir, limit=self.limits.ref_audio_bytes
             )
             record["ref_audio"] = str(self.folder / f"{rid}{media.suffix}")
         found: list[Problem] = []  # every problem at once, as for a request file
@@ -97,7 +99,7 @@ class Intake:
             raise invalid(
                 [(body_field(p.field), p.message.replace(hide, "ref_audio") if hide else p.message) for p in e.problems]
             ) from None
-        return Ask(prepared, response_format, stream, reference_file)
+        return Ask(prepared, speech.response_format, speech.stream_mode, self._text_tokens(request), reference_file)
 
     def release(self, ask: Ask) -> None:
         """Forget the request's reference voice once its audio is done (a server's voices come and go)."""
@@ -106,25 +108,14 @@ class Intake:
         if ask.prepared.reference is not None:
             self.synth.voices.forget(ask.prepared.reference)
 
-    def _response(self, body: dict[str, Any]) -> tuple[str, bool]:
-        model = body.get("model")
-        if model is not None and model != self.model_name:
-            message = f"the model {model!r} does not exist; this server serves {self.model_name!r}"
-            raise ApiError(404, message, "model", "model_not_found")
-        response_format = body.get("response_format") or "wav"
-        if response_format not in RESPONSE_FORMATS:
-            raise ApiError(
-                400,
-                f"unsupported response_format {response_format!r}; expected {', '.join(RESPONSE_FORMATS)}",
-                "response_format",
-            )
-        stream = bool(body.get("stream"))
-        if stream and response_format not in STREAM_FORMATS:
-            formats = " or ".join(STREAM_FORMATS)
-            raise ApiError(400, f"streaming sends {formats}, not {response_format}", "response_format")
-        if body.get("stream_format") not in (None, "audio"):
-            raise ApiError(400, "only stream_format 'audio' (raw chunks) is served", "stream_format")
-        return response_format, stream
+    def _check_model(self, model: str | None) -> None:
+        if model and model != self.model_name:  # none or "" is the served model, as in vllm-omni
+            raise ApiError(404, f"the model {model!r} does not exist; this server serves {self.model_name!r}", "model")
+
+    def _text_tokens(self, request: Request) -> int:
+        """Tokens of the text and the instruction, as vllm-omni counts input usage (speech_usage.py:90-146)."""
+        texts = (request.text, request.prompt_fields.get("instruction") or "")
+        return sum(len(self.synth.prompts.encode(text)) for text in texts if text.strip())
 
     def _check_text_size(self, record: dict[str, Any]) -> None:
         sizes = {}

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import local_synth, pcm_hash, running
+from serve_helpers import local_synth, pcm_hash, running, sse_audio
 
 from moss_cli.config.requests import read_requests
 from moss_cli.pipeline import SynthOptions
+from moss_cli.serve.audio import wav_stream_header
 from moss_cli.speech_api import (
     ENVIRONMENT_PATH,
     HEADER_CODES_SHA256,
@@ -92,17 +93,42 @@ def test_a_response_holds_exactly_the_audio_and_codes_of_moss_synth(server, loca
         assert int(response.headers[HEADER_SAMPLE_RATE]) == row["sample_rate"]
 
 
+STREAMS = {  # how vllm-omni reads stream and stream_format (protocol/audio.py:327-334)
+    "sse": {"stream": True},
+    "sse-by-format": {"stream_format": "sse"},
+    "raw": {"stream": True, "stream_format": "audio"},
+    "raw-without-stream": {"stream_format": "audio"},
+}
+
+
 @pytest.mark.parametrize("response_format", ["wav", "pcm"])
-def test_a_streamed_response_arrives_in_chunks_and_equals_moss_synth(server, local, speech_bodies, response_format):
-    body = {**speech_bodies["long"], "response_format": response_format, "stream": True}
+@pytest.mark.parametrize("stream", list(STREAMS))
+def test_a_streamed_response_arrives_in_chunks_and_equals_moss_synth(
+    server, local, speech_bodies, stream, response_format
+):
+    body = {**speech_bodies["long"], "response_format": response_format, **STREAMS[stream]}
     with httpx.stream("POST", server + SPEECH_PATH, json=body, timeout=60) as response:
         assert response.status_code == 200
         assert response.headers.get("transfer-encoding") == "chunked"
         assert response.headers[HEADER_SEED] == "5" and response.headers[HEADER_SEED_SOURCE] == "request"
         assert HEADER_FRAMES not in response.headers  # only known once it has finished
         parts = list(response.iter_raw())
-    assert len(parts) > 1  # the deploy's schedule: 1 frame first, then chunks of 15
-    assert pcm_hash(b"".join(parts), response_format, streamed=True) == local["long"]["pcm_sha256"]
+        kind = response.headers["content-type"]
+    if stream.startswith("raw"):
+        assert kind == MEDIA_TYPES[response_format]
+        assert len(parts) > 1  # the deploy's schedule: 1 frame first, then chunks of 15
+        content = b"".join(parts)
+    else:
+        assert kind == "text/event-stream; charset=utf-8"
+        pieces, done = sse_audio(b"".join(parts))
+        header = wav_stream_header(48_000, 2)
+        assert (pieces[0] == header) == (response_format == "wav")  # the header alone, first
+        assert len(pieces) > 1 + (response_format == "wav")  # audio in chunks
+        frames = local["long"]["frames"]
+        assert done["usage"]["output_tokens"] == frames + (local["long"]["stop_reason"] == "stop")
+        assert done["usage"]["input_token_details"] == {"text_tokens": done["usage"]["input_tokens"], "audio_tokens": 0}
+        content = b"".join(pieces)
+    assert pcm_hash(content, response_format, streamed=True) == local["long"]["pcm_sha256"]
 
 
 def test_concurrent_requests_share_the_batch_and_each_gets_its_audio_alone(server, local, speech_bodies):

@@ -38,11 +38,10 @@ def _in_flight(url: str) -> int:
 def test_a_streaming_client_that_disconnects_frees_its_place_at_once(server):
     url, service = server
     before = service.cancellations
-    with httpx.stream("POST", url + SPEECH_PATH, json={**LONG, "stream": True}, timeout=60) as response:
+    with httpx.stream("POST", url + SPEECH_PATH, json={**LONG, "stream_format": "audio"}, timeout=60) as response:
         assert response.status_code == 200
         chunks = response.iter_raw()  # kept: a dropped iterator closes the connection
-        next(chunks)  # the WAV header; the request is in the engine
-        next(chunks)  # its first audio
+        next(chunks)  # the WAV header and the first audio: the request is in the engine
         assert _in_flight(url) == 1
     _until(lambda: _in_flight(url) == 0)
     assert service.cancellations == before + 1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import running_long
+from serve_helpers import running_long, sse_events
 from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
@@ -41,7 +41,7 @@ def test_past_the_queue_the_answer_is_503_with_retry_after_and_the_queue_stays_b
     refused = next(a for a in answers if a.status_code == 503)
     assert refused.headers["retry-after"] == "1"
     error = refused.json()["error"]
-    assert error["type"] == "service_unavailable"
+    assert (error["type"], error["code"]) == ("Service Unavailable", 503)
     assert "--max-queue" in error["message"]
 
 
@@ -68,11 +68,15 @@ def test_a_request_past_its_time_is_cancelled_frees_its_place_and_gets_a_clear_e
     answer = httpx.post(url + SPEECH_PATH, json=long, timeout=60)
     assert answer.status_code == 504
     assert "--request-timeout" in answer.json()["error"]["message"]
-    with httpx.stream("POST", url + SPEECH_PATH, json={**long, "stream": True}, timeout=60) as streamed:
+    with httpx.stream("POST", url + SPEECH_PATH, json={**long, "stream_format": "audio"}, timeout=60) as streamed:
         assert streamed.status_code == 200
-        with pytest.raises(httpx.HTTPError):  # the stream is cut, not finished
+        with pytest.raises(httpx.HTTPError):  # a raw stream is cut, not finished
             for _ in streamed.iter_raw():
                 pass
+    events = sse_events(httpx.post(url + SPEECH_PATH, json={**long, "stream": True}, timeout=60).content)
+    name, error = events[-1]  # an event stream says so in its last event
+    assert name == "speech.audio.error" and "--request-timeout" in error["error"]["message"]
+    assert error["error"]["code"] == 504
     deadline = time.monotonic() + 20
     while serving.engine.in_flight and time.monotonic() < deadline:
         time.sleep(0.05)
