@@ -79,6 +79,7 @@ _HASHES = {
     "codec_checkpoint": "codec checkpoint",
     "deploy_sha256": "deploy file content",
 }
+_LABELS = {"engine_steps": "decode-step layout", "codec_tiles": "codec tiles", "linear_kernel": "linear kernel"}
 
 
 def describe_change(key: str, before, now) -> str:
@@ -86,4 +87,4 @@ def describe_change(key: str, before, now) -> str:
     for people: a content hash shows only its first 12 characters."""
     if key in _HASHES:
         return f"{_HASHES[key]} changed ({str(before)[:12]} -> {str(now)[:12]})"
-    return f"{key} {before} -> {now}"
+    return f"{_LABELS.get(key, key)} {before} -> {now}"

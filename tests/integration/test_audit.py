@@ -15,6 +15,7 @@ from moss_cli.audit.runner import AuditOptions, run_audit
 from moss_cli.audit.scenarios import SCENARIOS
 from moss_cli.cli.app import app
 from moss_cli.pipeline import SynthOptions
+from moss_cli.report.metrics import describe_change
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 runner = CliRunner()
@@ -113,6 +114,11 @@ def test_golden_baseline_passes_on_the_same_machine_and_reports_drift_for_a_chan
     assert data["environment"]["prefill"] == "prompts share forwards of up to 256 rows, padded to 32"
     same = _audit("--scenarios", "repeat", "--golden", golden)
     assert same.exit_code == 0, same.output
+    pinned = _audit("--scenarios", "repeat", "--golden", golden, "--layout", "blocks:3", "--json", tmp_path / "p.json")
+    layout_change = json.loads((tmp_path / "p.json").read_text())["golden"]["environment_changes"]["engine_steps"]
+    assert layout_change == {"golden": data["environment"]["engine_steps"], "now": "blocks of 3"}
+    assert pinned.exit_code in (0, 1)  # drift or not: this CPU may give 3-row blocks the same bits
+    assert describe_change("engine_steps", "one block", "blocks of 3") == "decode-step layout one block -> blocks of 3"
 
     talker = Path(shutil.copytree(TINY_TALKER, tmp_path / "talker"))
     tensors = load_file(str(talker / "model.safetensors"))
