@@ -29,6 +29,7 @@ from ..speech_api import (
     SPEECH_PATH,
 )
 from .audio import encode
+from .batch import add_batch_route
 from .errors import ApiError, schema_error
 from .exchange import (
     CLIENT_CLOSED,
@@ -148,8 +149,6 @@ def create_app(
         headers.update(usage_headers(usage(ask, outcome)))
         content = await run_in_threadpool(encode, outcome.pcm, rate, ask.response_format)
         return Response(content, media_type=MEDIA_TYPES[ask.response_format], headers=headers)
-
-    from .batch import add_batch_route  # here: batch.py builds on this module's helpers
 
     add_batch_route(app, engine, intake, request_timeout_s)
     return app

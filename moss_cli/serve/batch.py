@@ -24,9 +24,9 @@ from ..pipeline import SynthResult
 from ..pipeline.live import LiveEngine, Unavailable
 from ..speech_api import MEDIA_TYPES
 from ..validation import INT64_MAX
-from .app import CLIENT_CLOSED, GONE, hand_over, json_body, timed_out, until_disconnected, usage
 from .audio import encode
 from .errors import ApiError, schema_error
+from .exchange import CLIENT_CLOSED, GONE, hand_over, json_body, timed_out, until_disconnected, usage
 from .requests import Ask, Intake
 
 log = logging.getLogger("moss.serve")
