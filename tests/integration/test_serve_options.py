@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import pcm_hash, running
+from serve_helpers import pcm_hash, running, sse_events
 
 from moss_cli.numerics import Numerics
 from moss_cli.pipeline import SynthOptions
@@ -80,6 +80,16 @@ def test_an_engine_failure_fails_its_requests_with_a_500_and_the_server_goes_on(
     assert response.status_code == 500
     assert response.json()["error"]["type"] == "InternalServerError"
     assert serving.engine.failures == 1
+    streamed = httpx.post(url + SPEECH_PATH, json={"input": "explode", "stream": True}, timeout=60)
+    assert streamed.status_code == 200  # the failure comes after the answer started: said in the stream
+    [(name, event)] = sse_events(streamed.content)
+    assert name == "speech.audio.error" and "injected fault" in event["error"]["message"]
+    assert {k: v for k, v in event["error"].items() if k != "message"} == {
+        "type": "server_error",
+        "param": None,
+        "code": 500,
+    }  # nothing was sent, so nothing to discard
+    assert serving.engine.failures == 2
     assert httpx.get(url + "/health", timeout=5).status_code == 200
     assert pcm_hash(_post(url, body).content, "wav") == before
 
