@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The accelerator checks as one prepared run (a lent GPU machine gives a session about
-# 15 minutes in all, start included): `moss bench` at the v1.5 shapes with and without --compile,
-# and the audit at --level bitwise, plain and compiled, on the device. Every step has its own time
-# limit, so one slow step cannot eat the others; figures, reports and exit codes go to $OUT.
+# 15 minutes in all, start included): `moss bench` at the v1.5 shapes, plain and with --compile
+# (on CUDA a fixed-shape frame replays as a CUDA graph), each measuring the layout the GPU's probes
+# choose (invariant), the fixed blocks of the batch's rows forced (blocks) and the fast mode at
+# B = 1, 8 and 64; and the audit at --level bitwise, plain and compiled with the fixed blocks
+# forced, on the device. Every step has its own time limit, so one slow step cannot eat the others;
+# figures, reports and exit codes go to $OUT.
 #
 #   On the GPU machine (its python3 holds a CUDA torch; the few packages it lacks travel as wheels
 #   in .whl/, made here by scripts/device_wheels.sh):   bash benchmarks/device_check.sh cuda
@@ -18,7 +21,7 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 frames=32
-batches=1,8,32
+batches=1,8,64
 if [ "$preset" = tiny ]; then frames=8; batches=1,4; fi
 summary="$out/summary.txt"
 : > "$summary"
@@ -43,10 +46,10 @@ command -v nvidia-smi > /dev/null && nvidia-smi >> "$out/platform.txt" 2>&1
 cat "$out/platform.txt"
 
 bench=("$py" -m moss_cli bench --random-weights "$preset" --device "$device" --dtype bfloat16
-    --batch "$batches" --frames "$frames" --repeats 3)
-step bench 120 "${bench[@]}" --json "$out/bench.json"
-step bench-compile 180 "${bench[@]}" --compile --json "$out/bench-compile.json"
+    --batch "$batches" --frames "$frames" --repeats 3 --modes invariant,blocks,fast)
+step bench 100 "${bench[@]}" --json "$out/bench.json"
+step bench-compile 240 "${bench[@]}" --compile --json "$out/bench-compile.json"
 audit=("$py" -m moss_cli audit-determinism --device "$device" --level bitwise)
-step audit 90 "${audit[@]}" --json "$out/audit.json" --markdown "$out/audit.md"
-step audit-compile 150 "${audit[@]}" --compile --json "$out/audit-compile.json"
+step audit 80 "${audit[@]}" --json "$out/audit.json" --markdown "$out/audit.md"
+step audit-compile 150 "${audit[@]}" --compile --layout blocks --json "$out/audit-compile.json"
 cat "$summary"

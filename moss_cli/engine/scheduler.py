@@ -127,7 +127,8 @@ class Engine:
         self.probed_rows, self.wide_unit = layout.probed_rows, layout.wide_unit
         self.prefill_layout = layout.prefill  # prompts admitted together share forwards
         # torch.compile of the frame (local transformer, heads, sampler): one graph per block shape.
-        compiled = CompiledFrame(sample_frame, fixed_shape=self.block_rows is not None) if compile else None
+        fixed = self.block_rows is not None
+        compiled = CompiledFrame(sample_frame, fixed_shape=fixed, device_type=self.device.type) if compile else None
         self.frame_step = FrameStep(model, logits_hook, compiled)
 
     @property

@@ -123,3 +123,11 @@ def test_a_bad_layout_option_is_exit_2_naming_it(tmp_path, args, message):
     assert result.exit_code == 2, result.output
     assert "--layout" in result.output and message in " ".join(result.output.split())
     assert not (tmp_path / "out").exists()
+
+
+def test_a_compiled_fixed_block_replays_as_a_cuda_graph_on_cuda_only():
+    from moss_cli.engine.compiled import uses_cuda_graphs
+
+    assert uses_cuda_graphs(True, "cuda")  # one shape: captured once, replayed every frame
+    assert not uses_cuda_graphs(False, "cuda")  # the fast mode's shapes follow the batch
+    assert not uses_cuda_graphs(True, "cpu")
