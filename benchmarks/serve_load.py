@@ -40,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -391,11 +392,13 @@ def run_burst(client: httpx.Client, url: str, burst: Burst) -> tuple[list[tuple[
     for thread in threads[len(burst.fillers) :]:
         thread.start()
     before, _ = settle(url, len(burst.fillers) + len(burst.waiters))
-    refused = [(r, send(client, r)) for r in burst.refused]  # one at a time: each is refused at once
+    with ThreadPoolExecutor(max(1, len(burst.refused))) as pool:  # all at once, while the queue is full
+        refused = list(zip(burst.refused, pool.map(lambda r: send(client, r), burst.refused)))
     report = BurstReport(before, in_flight(url))
     for thread in threads:
         thread.join()
-    last_refused = max(o.ended for _, o in refused) if refused else 0.0
+    # The queue was full throughout if no long request ended before the last refusal came back.
+    last_refused = max((o.ended for _, o in refused if o.status == 503), default=0.0)
     fillers = {id(f) for f in burst.fillers}
     report.filler_ended_early = any(o.ended < last_refused for r, o in done if id(r) in fillers)
     return done + refused, report
@@ -577,9 +580,12 @@ def print_report(report: LoadReport) -> None:
         print(
             f"  streamed good, time to first audio: p50 {first['p50']:.3f} s, p99 {first['p99']:.3f} s (n={r.streamed})"
         )
-    bursts = "; ".join(f"{b.in_flight_before} -> {b.in_flight_after}" for b in r.bursts) or "none"
-    print(f"  bursts, in flight before -> after the refused ones: {bursts}")
-    print(f"  in flight (/health) after each segment: {r.in_flight_after_segments}")
+    bursts = ", ".join(
+        f"{n} x {b} -> {a}" for (b, a), n in Counter((b.in_flight_before, b.in_flight_after) for b in r.bursts).items()
+    )
+    print(f"  bursts, in flight (/health) before -> after the refused ones: {bursts or 'none'}")
+    after = ", ".join(f"{n} x {count}" for count, n in Counter(r.in_flight_after_segments).items())
+    print(f"  in flight (/health) after each segment's load: {after}")
     m = r.rss_mb
     if m:
         print(
