@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# The dtype of the checkpoint a random preset stands in for, used when --dtype is auto: the v1.5
+# checkpoint is bfloat16, and in float32 its weights alone would take 16.5 GB instead of 8.3 GB.
+PRESET_DTYPES = {"v1.5": "bfloat16"}
+
 
 @dataclass
 class BenchOptions:
@@ -15,7 +19,12 @@ class BenchOptions:
     frames: int = 32
     modes: tuple[str, ...] = ("invariant", "blocks", "fast")  # blocks: the fixed-block fallback, forced
     device: str = "auto"
-    dtype: str = "auto"  # float32 on CPU, bfloat16 on accelerators
+    dtype: str = "auto"  # the preset's checkpoint dtype (PRESET_DTYPES), else float32 on CPU, bfloat16 elsewhere
     repeats: int = 3
     threads: int | None = None  # None: chosen from the model's size (moss_cli.threads)
     compile: bool = False  # torch.compile the engine's frame step
+    pack: bool = True  # lay CPU weights out for oneDNN (False: the plain kernel; never with compile)
+
+    def __post_init__(self) -> None:
+        if self.dtype == "auto" and self.random_weights in PRESET_DTYPES:
+            self.dtype = PRESET_DTYPES[self.random_weights]

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import MossError
 from .common import Device, DType, stderr, stdout, user_errors
-from .options import CodecOption, CompileOption, DeviceOption, DTypeOption, ModelOption, ThreadsOption
+from .options import CodecOption, CompileOption, DeviceOption, ModelOption, ThreadsOption
 
 COLUMNS = (  # the terminal's short headers; the JSON has every figure with its full name
     ("mode", "mode"),
@@ -58,9 +58,18 @@ def bench(
     ] = "invariant,blocks,fast",
     repeats: Annotated[int, typer.Option(min=1, help="Runs per figure (the median is reported).")] = 3,
     device: DeviceOption = Device.auto,
-    dtype: DTypeOption = DType.auto,
+    dtype: Annotated[
+        DType,
+        typer.Option(
+            help="Model dtype (auto: bfloat16 for --random-weights v1.5, as its checkpoint; else float32 on CPU, "
+            "bfloat16 elsewhere)."
+        ),
+    ] = DType.auto,
     threads: ThreadsOption = None,
     compile: CompileOption = False,
+    no_pack: Annotated[
+        bool, typer.Option("--no-pack", help="Keep CPU weights plain (the plain kernel) instead of packed for oneDNN.")
+    ] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the figures as JSON.")] = None,
 ) -> None:
     """Talker frames/s, prefill tokens/s, codec real-time factor, time to first audio, peak memory and
@@ -84,6 +93,7 @@ def bench(
             repeats=repeats,
             threads=threads,
             compile=compile,
+            pack=not no_pack,
         )
         report = run_bench(
             options,
