@@ -34,7 +34,13 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits_0(tmp_path):
         bodies: dict[int, bytes | BaseException] = {}
 
         def stream(i: int) -> None:
-            body = {"input": RECORDS[i]["text"], "seed": RECORDS[i]["seed"], "max_new_tokens": 60, "stream": True}
+            body = {
+                "input": RECORDS[i]["text"],
+                "seed": RECORDS[i]["seed"],
+                "max_new_tokens": 60,
+                "stream": True,
+                "stream_format": "audio",
+            }
             try:
                 with httpx.stream("POST", url + SPEECH_PATH, json={**body, "response_format": "pcm"}, timeout=60) as r:
                     parts = r.iter_raw()
