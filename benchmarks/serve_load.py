@@ -6,7 +6,7 @@
 
 Each request is of one class, and must get:
 - good: 200 and exactly the PCM it got alone (the reference: each good body sent alone, one at a
-  time, before the load); some stream raw chunks, some ask for pcm or flac;
+  time, before the load); some stream (raw chunks or SSE events), some ask for pcm or flac;
 - malformed (--bad): a 4xx with an error in the API's JSON shape;
 - hang-up (--hangups): a long streaming request whose client closes the connection after its
   first audio; the server must drop it and free its place;
@@ -26,6 +26,7 @@ SIGTERM must then stop the server with exit 0. Exit code 1 if anything was wrong
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import io
 import itertools
@@ -55,6 +56,7 @@ START_S, STOP_S = 120.0, 60.0  # bounded waits for the server to come up and to 
 SETTLE_S = 30.0  # bounded wait for the server's in-flight count to reach 0 after a segment
 WORDS = "the quick brown fox jumps over a lazy dog while rain falls softly on the quiet town".split()
 WAV_HEADER = 44  # a streaming WAV starts with its header; the audio comes after
+DELTA = b"event: speech.audio.delta"  # an SSE event with a piece of the stream's bytes
 RSS_GROWTH = 0.05  # the most the RSS may grow from the first to the last quarter of the load
 QUEUE_MARGIN = 4  # default --max-queue: room for hung-up requests the server has not dropped yet
 BURST_REFUSED = 10  # queue-full requests per burst, at most
@@ -172,14 +174,13 @@ def good_body(i: int, rng: random.Random) -> dict:
         body["language"] = rng.choice(["en", "English", "fr"])
     body["response_format"] = ("wav", "pcm", "flac")[i % 3]
     if i % 5 == 0 and body["response_format"] != "flac":
-        stream(body)
+        stream(body, "sse" if i % 10 == 0 else "audio")
     return body
 
 
-def stream(body: dict) -> dict:
-    """Raw audio chunks (`stream_format: audio`), whether the server's plain `stream` sends raw
-    chunks or SSE events."""
-    body.update(stream=True, stream_format="audio")
+def stream(body: dict, stream_format: str = "audio") -> dict:
+    """A streaming request: raw audio chunks (`audio`) or vllm-omni's server-sent events (`sse`)."""
+    body.update(stream=True, stream_format=stream_format)
     return body
 
 
@@ -232,13 +233,14 @@ def send(client: httpx.Client, request: Item, on_audio=None) -> Outcome:
     the PCM hash of its audio, decoded from wav / flac / pcm, streamed or not."""
     streamed = bool(request.body and request.body.get("stream"))
     header = WAV_HEADER if streamed and request.body.get("response_format", "wav") == "wav" else 0
+    sse = streamed and request.body.get("stream_format") == "sse"
     start = time.perf_counter()
     data, first_audio = bytearray(), None
     try:
         with client.stream("POST", SPEECH, content=request.content, headers={"content-type": "application/json"}) as r:
             for part in r.iter_raw():
                 data += part
-                if first_audio is None and r.status_code == 200 and len(data) > header:
+                if first_audio is None and r.status_code == 200 and audio_arrived(data, header, sse):
                     first_audio = time.perf_counter() - start
                     if on_audio is not None:
                         on_audio()
@@ -253,9 +255,38 @@ def send(client: httpx.Client, request: Item, on_audio=None) -> Outcome:
     if r.status_code != 200:
         outcome.error_shaped = error_shaped(bytes(data))
     elif request.kind == "good":
-        outcome.pcm_sha256 = pcm_sha256(bytes(data), request.body, header, int(r.headers["x-moss-channels"]))
+        audio = bytes(data)
+        if sse:
+            audio, outcome.error = sse_audio(audio)
+            if outcome.error:
+                outcome.status = 0
+                return outcome
+        outcome.pcm_sha256 = pcm_sha256(audio, request.body, header, int(r.headers["x-moss-channels"]))
         outcome.batch_seen = int(r.headers.get("x-moss-max-in-flight", 0))
     return outcome
+
+
+def audio_arrived(data: bytearray, header: int, sse: bool) -> bool:
+    """Some audio is here: past a streaming WAV's header (in SSE, the header is the first delta)."""
+    return data.count(DELTA) > (header > 0) if sse else len(data) > header
+
+
+def sse_audio(data: bytes) -> tuple[bytes, str | None]:
+    """The bytes of an SSE stream's `speech.audio.delta` events, and what is wrong if it did not end
+    with `speech.audio.done`."""
+    audio, done = bytearray(), False
+    for event in data.decode().split("\n\n"):
+        payload = next((line[len("data: ") :] for line in event.splitlines() if line.startswith("data: ")), None)
+        if payload is None:
+            continue
+        fields = json.loads(payload)
+        if fields["type"] == "speech.audio.delta":
+            audio += base64.b64decode(fields["audio"])
+        elif fields["type"] == "speech.audio.done":
+            done = True
+        else:
+            return bytes(audio), f"SSE event {fields['type']}: {fields.get('error')}"
+    return bytes(audio), None if done else "the SSE stream ended without speech.audio.done"
 
 
 def pcm_sha256(data: bytes, body: dict, header: int, channels: int) -> str:
