@@ -37,6 +37,9 @@ class PaddedBatchCache:
 
 
 SCRATCH = 0  # the pool slot idle rows write to
+# Slots the pool keeps past the last one allocated: a lone request's step of two rows (its own and an
+# idle one) then reads both as one view of the pool (BlockedDecode), instead of gathering copies.
+SPARE_SLOTS = 1
 
 
 class KVPool:
@@ -63,7 +66,7 @@ class KVPool:
         slot = heapq.heappop(self.free) if self.free else len(self.lengths)  # lowest first: rows stay together
         if slot == len(self.lengths):
             self.lengths.append(0)
-        self._grow(len(self.lengths), -(-capacity // KEY_BLOCK) * KEY_BLOCK)
+        self._grow(len(self.lengths) + SPARE_SLOTS, -(-capacity // KEY_BLOCK) * KEY_BLOCK)
         self.lengths[slot] = 0
         return slot
 
@@ -135,54 +138,74 @@ class BlockedDecode:
     Each row attends over its own keys only, in fixed blocks of KEY_BLOCK keys combined with an
     online softmax. A block a row has no keys in (a longer neighbour's) leaves the row's running
     max, sum and output exactly as they were, so a row's numbers are the same whatever the lengths
-    of the rows it shares the step with; within a block every product has one shape."""
+    of the rows it shares the step with; within a block every product has one shape. Idle rows
+    (on the scratch slot) compute anything at all: their outputs are ignored."""
 
     def __init__(self, pool: KVPool, slots: list[int]) -> None:
         self.pool = pool
         self.slots = slots
         device = pool.device
-        self.index = torch.tensor(slots, device=device)
-        first = slots[0]
-        # Consecutive slots (a batch admitted together) are read as a view; others are gathered.
-        self.range = slice(first, first + len(slots)) if slots == list(range(first, first + len(slots))) else None
         lengths = [pool.lengths[s] for s in slots]  # where each row's new key goes
         self.positions = torch.tensor(lengths, device=device)
+        _, heads, _ = pool.shape
+        capacity = pool.keys.shape[3]
+        # Where each (row, KV head)'s new key goes in a layer's pool seen as rows of `dim`.
+        self.stored = torch.tensor(
+            [(slot * heads + h) * capacity + length for slot, length in zip(slots, lengths) for h in range(heads)],
+            device=device,
+        )
+        self.rows = self._read_rows(slots, pool.keys.shape[1])
         self.blocks = -(-(max(lengths) + 1) // KEY_BLOCK)
         width = self.blocks * KEY_BLOCK
         # What every layer of the step shares: keys past a row's own are -inf before the softmax,
-        # and from block `shared` on some row has no keys (its sums are then skipped per row).
-        self.shared = min(lengths) // KEY_BLOCK + 1
+        # and from block `shared` on some real row has no keys (its sums are then skipped per row).
+        self.shared = min(n for s, n in zip(slots, lengths) if s != SCRATCH) // KEY_BLOCK + 1
         valid = torch.arange(width, device=device)[None] <= self.positions[:, None]  # [n, width]
-        self.key_bias = torch.zeros(valid.shape, device=device).masked_fill(~valid, -torch.inf)[:, None, None]
-        touched = valid.unflatten(-1, (self.blocks, KEY_BLOCK)).any(dim=-1)[:, None, None]  # [n, 1, 1, blocks]
-        self.touched = touched.unbind(-1)
+        # One product per (row, KV head): masks repeated over a row's KV heads.
+        valid = valid.repeat_interleave(heads, dim=0)[:, None]  # [n * heads, 1, width]
+        self.key_bias = torch.zeros(valid.shape, device=device).masked_fill(~valid, -torch.inf)
+        self.touched = valid.unflatten(-1, (self.blocks, KEY_BLOCK)).any(dim=-1).unbind(-1)  # per block [n * heads, 1]
+
+    def _read_rows(self, slots: list[int], have: int) -> slice | torch.Tensor:
+        """Which pool slots the step reads, row by row: a range (a view, nothing copied) where the
+        real rows' slots are consecutive and any idle rows come after them (those then read the
+        slots that follow, which the pool keeps room for), else the slots to gather."""
+        first = slots[0]
+        real = next((i for i, s in enumerate(slots) if s == SCRATCH), len(slots))
+        consecutive = slots[:real] == list(range(first, first + real))
+        if first != SCRATCH and consecutive and all(s == SCRATCH for s in slots[real:]) and first + len(slots) <= have:
+            return slice(first, first + len(slots))
+        return torch.tensor(slots, device=self.pool.device)
 
     def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
-        keys, values = self.pool.keys[layer], self.pool.values[layer]
-        keys[self.index, :, self.positions] = k[:, 0]
-        values[self.index, :, self.positions] = v[:, 0]
         n, _, heads, dim = q.shape
         kv_heads = k.shape[2]
+        batch = n * kv_heads  # one product per (row, KV head): its query group against its own keys
+        keys, values = self.pool.keys[layer], self.pool.values[layer]
+        keys.view(-1, dim).index_copy_(0, self.stored, k.reshape(batch, dim))
+        values.view(-1, dim).index_copy_(0, self.stored, v.reshape(batch, dim))
         exact = torch.float64 if q.dtype == torch.float64 else torch.float32  # softmax never below fp32
         # head h reads KV head h // groups
-        query = as_dtype(q[:, 0].reshape(n, kv_heads, heads // kv_heads, dim), exact)
+        query = as_dtype(q.reshape(batch, heads // kv_heads, dim), exact)
         width = self.blocks * KEY_BLOCK
-        row_keys, row_values = (as_dtype(self._rows(pool.narrow(2, 0, width)), exact) for pool in (keys, values))
+        row_keys, row_values = (
+            as_dtype(self._rows(pool.narrow(2, 0, width)), exact).reshape(batch, width, dim) for pool in (keys, values)
+        )
         # Each score is one dot product over D: its bits do not depend on how many keys there are.
-        scores = torch.matmul(query, row_keys.transpose(-1, -2)) * scale + self.key_bias  # [n, Hkv, g, width]
+        scores = torch.bmm(query, row_keys.transpose(1, 2)) * scale + self.key_bias  # [batch, groups, width]
         best = scores.amax(dim=-1, keepdim=True)  # exact whatever the width
         weights = torch.exp(scores - best)
         # Sums run over fixed KEY_BLOCK-wide blocks, then across blocks in order: a block a row has no
         # keys in adds nothing (skipped), so a longer neighbour changes no bit of this row. Each
         # block's product reads its values in place (one product over all blocks copied them).
-        sums = weights.unflatten(-1, (self.blocks, KEY_BLOCK)).sum(dim=-1).unbind(-1)  # per block [n, Hkv, g]
+        sums = weights.unflatten(-1, (self.blocks, KEY_BLOCK)).sum(dim=-1).unbind(-1)  # per block [batch, groups]
         total, out = sums[0], None
         for j in range(self.blocks):
             start = j * KEY_BLOCK
-            part = torch.matmul(weights.narrow(-1, start, KEY_BLOCK), row_values.narrow(2, start, KEY_BLOCK))
-            if j == 0:  # part: [n, Hkv, g, D]
+            part = torch.bmm(weights.narrow(-1, start, KEY_BLOCK), row_values.narrow(1, start, KEY_BLOCK))
+            if j == 0:  # part: [batch, groups, D]
                 out = part
-            elif j < self.shared:  # every row has keys here
+            elif j < self.shared:  # every real row has keys here
                 total, out = total + sums[j], out + part
             else:
                 used = self.touched[j]
@@ -192,7 +215,7 @@ class BlockedDecode:
 
     def _rows(self, pool: torch.Tensor) -> torch.Tensor:
         """The rows' part of one layer's pool: [n, Hkv, width, D]."""
-        return pool[self.range] if self.range is not None else pool.index_select(0, self.index)
+        return pool[self.rows] if isinstance(self.rows, slice) else pool.index_select(0, self.rows)
 
     def advance(self, steps: int) -> None:
         for slot in self.slots:
