@@ -9,7 +9,6 @@ from typing import Sequence
 import torch
 
 from ..model.talker import MossTTSLocal
-from ..sampling_params import STOP_HEAD_DEFAULTS
 from .compiled import CompiledFrame
 from .frame import FrameDraws, choose_codes, choose_stop, start_frame
 from .sampling import RowParams, draw_uniforms
@@ -98,9 +97,11 @@ class FrameStep:
         if key not in self._params:
             if len(self._params) >= 64:  # the layouts of requests long gone
                 self._params.clear()
-            idle = [STOP_HEAD_DEFAULTS] * (size - len(rows))
-            greedy = [not r.request.do_sample for r in rows] + [True] * len(idle)
-            stop = RowParams.of([r.request.stop for r in rows] + idle, greedy, self.device)
-            audio = RowParams.of([r.request.audio for r in rows] + idle, greedy, self.device)
+            # Idle rows draw as the first row does (their tokens are ignored), so they ask the
+            # sampler for no work of their own (an argmax, a wider short list).
+            requests = [r.request for r in rows] + [rows[0].request] * (size - len(rows))
+            greedy = [not r.do_sample for r in requests]
+            stop = RowParams.of([r.stop for r in requests], greedy, self.device)
+            audio = RowParams.of([r.audio for r in requests], greedy, self.device)
             self._params[key] = (held, stop, audio)
         return self._params[key][1:]

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..model.layers import as_dtype
 from ..sampling_params import HeadSampling
@@ -126,6 +125,7 @@ class RowParams:
     all_greedy: bool = field(init=False)
     any_greedy: bool = field(init=False)
     any_nucleus: bool = field(init=False)
+    all_nucleus: bool = field(init=False)
 
     def __post_init__(self) -> None:
         def derive(name, value):
@@ -145,7 +145,9 @@ class RowParams:
         greedy = self.greedy.tolist()
         derive("all_greedy", all(greedy))
         derive("any_greedy", any(greedy))
-        derive("any_nucleus", bool(self.nucleus.any()))
+        nucleus = self.nucleus.flatten().tolist()
+        derive("any_nucleus", any(nucleus))
+        derive("all_nucleus", all(nucleus))
 
     @classmethod
     def of(cls, heads: Sequence[HeadSampling], greedy: Sequence[bool], device: torch.device) -> RowParams:
@@ -199,14 +201,17 @@ def sample_rows(
         kth = ordered.gather(-1, (cut.clamp(1, ordered.shape[-1]) - 1)[:, None])
         kth = torch.where(limited, kth, -torch.inf)
     ordered = ordered.masked_fill(ordered < kth, -torch.inf)
-    # top-p over what top-k kept: drop tokens after the one that crosses top_p
+    # top-p over what top-k kept: drop tokens after the one that crosses top_p (`ordered` is this
+    # function's own tensor here, so it is masked in place; the first token always stays)
     if compiling or params.any_nucleus:
         cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
-        crossed = F.pad(cumulative[:, :-1] > params.mass, (1, 0))  # the crossing token stays
-        ordered = ordered.masked_fill(crossed & params.nucleus, -torch.inf)
+        crossed = cumulative[:, :-1] > params.mass
+        if compiling or not params.all_nucleus:
+            crossed = crossed & params.nucleus
+        ordered[:, 1:].masked_fill_(crossed, -torch.inf)
     probs = torch.softmax(ordered, dim=-1)
     cdf = probs.cumsum(dim=-1)
-    target = (uniforms if uniforms.dim() == 2 else uniforms[:, None]).to(cdf.dtype) * cdf[:, -1:]
+    target = as_dtype(uniforms if uniforms.dim() == 2 else uniforms[:, None], cdf.dtype) * cdf[:, -1:]
     pick = torch.searchsorted(cdf, target, right=True)  # [B, 1]
     last = (probs > 0).sum(dim=-1, keepdim=True) - 1  # sorted descending: the kept tokens come first
     drawn = order.gather(-1, torch.minimum(pick, last)).squeeze(-1)
