@@ -30,9 +30,14 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # One fused op for h * rsqrt(mean(h^2) + eps) (the same bits as those three ops here).
-        h = F.rms_norm(as_dtype(x, torch.float32), (x.shape[-1],), eps=self.eps)
-        return self.weight * as_dtype(h, x.dtype)
+        return self.weight * rms_normalized(x, self.eps)
+
+
+def rms_normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm before its scale: each row of the last dim over its root mean square, in float32, cast
+    back to x's dtype."""
+    # One fused op for h * rsqrt(mean(h^2) + eps) (the same bits as those three ops here).
+    return as_dtype(F.rms_norm(as_dtype(x, torch.float32), (x.shape[-1],), eps=eps), x.dtype)
 
 
 class Linear(nn.Linear):
