@@ -199,13 +199,10 @@ class BlockedDecode:
         # keys in adds nothing (skipped), so a longer neighbour changes no bit of this row. Each
         # block's product reads its values in place (one product over all blocks copied them).
         sums = weights.unflatten(-1, (self.blocks, KEY_BLOCK)).sum(dim=-1).unbind(-1)  # per block [batch, groups]
-        total, out = sums[0], None
-        for j in range(self.blocks):
-            start = j * KEY_BLOCK
-            part = torch.bmm(weights.narrow(-1, start, KEY_BLOCK), row_values.narrow(1, start, KEY_BLOCK))
-            if j == 0:  # part: [batch, groups, D]
-                out = part
-            elif j < self.shared:  # every real row has keys here
+        parts = map(torch.bmm, weights.split(KEY_BLOCK, dim=-1), row_values.split(KEY_BLOCK, dim=1))
+        total, out = sums[0], next(parts)  # out: [batch, groups, D]
+        for j, part in enumerate(parts, start=1):
+            if j < self.shared:  # every real row has keys here
                 total, out = total + sums[j], out + part
             else:
                 used = self.touched[j]

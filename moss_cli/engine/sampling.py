@@ -170,6 +170,13 @@ class RowParams:
         low, high = self.cut_range
         return None if low <= 0 or high >= vocab else min(vocab, high + 8)
 
+    def may_cut(self, vocab: int) -> bool:
+        """Whether some row's top-k may keep fewer than `vocab` tokens (False: top-k keeps everything)."""
+        if torch.compiler.is_compiling():  # a graph has no Python facts
+            return True
+        low, high = self.cut_range
+        return not (high <= 0 or low >= vocab)
+
 
 def sample_rows(
     logits: torch.Tensor, params: RowParams, uniforms: torch.Tensor, seen: torch.Tensor | None = None
@@ -194,15 +201,15 @@ def sample_rows(
     ordered, order = _candidates(scores, width, params.kth)
     # top-k: keep scores >= the k-th largest (ties kept, as torch.topk + `<` does in `sample`)
     if width is not None:  # every row has a top-k within the short list
-        kth = ordered.gather(-1, params.kth)
-    else:
+        ordered = ordered.masked_fill(ordered < ordered.gather(-1, params.kth), -torch.inf)
+    elif params.may_cut(vocab):
         cut = params.cut.clamp(min=0)
         limited = ((cut > 0) & (cut < vocab))[:, None]
         kth = ordered.gather(-1, (cut.clamp(1, ordered.shape[-1]) - 1)[:, None])
         kth = torch.where(limited, kth, -torch.inf)
-    ordered = ordered.masked_fill(ordered < kth, -torch.inf)
+        ordered = ordered.masked_fill(ordered < kth, -torch.inf)
     # top-p over what top-k kept: drop tokens after the one that crosses top_p (`ordered` is this
-    # function's own tensor here, so it is masked in place; the first token always stays)
+    # function's own tensor, so it is masked in place; the first token always stays)
     if compiling or params.any_nucleus:
         cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
         crossed = cumulative[:, :-1] > params.mass
