@@ -32,6 +32,14 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.weight * rms_normalized(x, self.eps)
 
+    __call__ = forward  # no hooks: a decode step calls dozens of these (see Linear)
+
+
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm called without the hook machinery (see Linear)."""
+
+    __call__ = nn.LayerNorm.forward
+
 
 def rms_normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm before its scale: each row of the last dim over its root mean square, in float32, cast
@@ -45,6 +53,10 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return kernels.linear(x, self.weight, self.bias)
+
+    # Called without nn.Module's hook machinery: a decode step makes over a hundred of these calls,
+    # and a lone request's step is mostly such fixed costs.
+    __call__ = forward
 
 
 def inverse_frequencies(head_dim: int, base: float, device: torch.device) -> torch.Tensor:

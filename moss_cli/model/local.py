@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from .attention import attend, causal_mask
 from .config import LocalConfig
-from .layers import Linear, activation, apply_interleaved, interleaved_angles
+from .layers import LayerNorm, Linear, activation, apply_interleaved, interleaved_angles
 
 LocalPast = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -59,9 +59,9 @@ class LocalMLP(nn.Module):
 class LocalBlock(nn.Module):
     def __init__(self, cfg: LocalConfig, layer: int) -> None:
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.ln_1 = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.attn = LocalAttention(cfg, layer)
-        self.ln_2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.ln_2 = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.mlp = LocalMLP(cfg)
 
     def forward(self, x, cos, sin, past):
@@ -77,7 +77,7 @@ class LocalTransformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.h = nn.ModuleList(LocalBlock(cfg, i) for i in range(cfg.num_layers))
-        self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.ln_f = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         if cfg.position_embedding == "absolute":
             self.wpe = nn.Embedding(cfg.max_positions, cfg.hidden_size)
         self._rope_tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # see _angles

@@ -67,7 +67,7 @@ class MossTTSLocal(nn.Module):
         valid = codes.ne(self.cfg.audio_pad_code)
         safe, keep = codes.masked_fill(~valid, 0), valid.unsqueeze(-1).to(x.dtype)  # keep: 1 or 0 per code
         for k, table in enumerate(self.audio_embeddings):
-            x = x + table(safe[..., k]) * keep[..., k, :]
+            x = x + F.embedding(safe[..., k], table.weight) * keep[..., k, :]
         return x
 
     def backbone(
@@ -95,4 +95,4 @@ class MossTTSLocal(nn.Module):
 
     def code_embedding(self, codebook: int, codes: torch.Tensor) -> torch.Tensor:
         """Local input after sampling `codes` [B] of `codebook`: [B, 1, H]."""
-        return self.audio_embeddings[codebook](codes).unsqueeze(1)
+        return F.embedding(codes, self.audio_embeddings[codebook].weight).unsqueeze(1)
