@@ -57,7 +57,7 @@ PRESETS = {
 }
 PROMPT = "A benchmark sentence of ordinary length, read at an even pace."
 # What a run allocates beyond its tensors (oneDNN and ATen caches, the allocator's slack, the
-# tokenizer): about 0.1 GiB measured on the tiny and 35m presets, with room to spare.
+# tokenizer): 0.02-0.18 GiB measured on the tiny and 35m presets (the most with oneDNN's packing).
 RUNTIME_BYTES = 256 * 2**20
 # A codec decode holds a few waveform-sized activations at once: about 5x its output measured
 # on the presets' codec (B=8, 256 frames).
