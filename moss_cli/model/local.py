@@ -14,7 +14,39 @@ from .attention import attend, causal_mask
 from .config import LocalConfig
 from .layers import LayerNorm, Linear, activation, apply_interleaved, interleaved_angles
 
-LocalPast = list[tuple[torch.Tensor, torch.Tensor]]
+
+class LocalKV:
+    """One local layer's keys and values [B, T, heads, D] of the frame so far. Eagerly, each new
+    position is copied into buffers with room for a whole frame, where concatenating would copy
+    everything so far at every position; a compiled graph concatenates (it keeps no buffers)."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room  # positions the buffers are made for
+        self.keys: torch.Tensor | None = None  # positions [0, length) hold the frame's keys so far
+        self.values: torch.Tensor | None = None
+        self.length = 0
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append k, v [B, t, heads, D]; return every key and value so far."""
+        start, end = self.length, self.length + k.shape[1]
+        self.length = end
+        if torch.compiler.is_compiling():
+            if self.keys is not None:
+                k, v = torch.cat([self.keys, k], dim=1), torch.cat([self.values, v], dim=1)
+            self.keys, self.values = k, v
+            return k, v
+        if self.keys is None or end > self.keys.shape[1]:
+            b, _, heads, dim = k.shape
+            room = max(self.room, end)
+            keys, values = k.new_empty(b, room, heads, dim), v.new_empty(b, room, heads, dim)
+            if self.keys is not None:
+                keys[:, :start], values[:, :start] = self.keys[:, :start], self.values[:, :start]
+            self.keys, self.values = keys, values
+        self.keys[:, start:end], self.values[:, start:end] = k, v
+        return self.keys[:, :end], self.values[:, :end]
+
+
+LocalPast = list[LocalKV]
 
 
 class LocalAttention(nn.Module):
@@ -31,18 +63,17 @@ class LocalAttention(nn.Module):
             scale /= float(layer + 1)
         self.scale = scale
 
-    def forward(self, x, cos, sin, past: tuple[torch.Tensor, torch.Tensor] | None):
+    def forward(self, x, cos, sin, past: LocalKV):
         b, t, hidden = x.shape
         qkv = self.c_attn(x).view(b, t, 3, self.num_heads, self.head_dim)
         qk, v = qkv[:, :, :2], qkv[:, :, 2]
         if cos is not None:  # q and k rotated together
             qk = apply_interleaved(qk, cos, sin)
         q, k = qk.unbind(2)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
+        k, v = past.extend(k, v)
         # A single query is the last position: it sees every key, so it needs no mask.
         out = attend(q, k, v, self.scale, causal_mask(t, k.shape[1], x.device) if t > 1 else None)
-        return self.c_proj(out.reshape(b, t, hidden)), (k, v)
+        return self.c_proj(out.reshape(b, t, hidden))
 
 
 class LocalMLP(nn.Module):
@@ -64,10 +95,9 @@ class LocalBlock(nn.Module):
         self.ln_2 = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.mlp = LocalMLP(cfg)
 
-    def forward(self, x, cos, sin, past):
-        attn_out, present = self.attn(self.ln_1(x), cos, sin, past)
-        x = x + attn_out
-        return x + self.mlp(self.ln_2(x)), present
+    def forward(self, x, cos, sin, past: LocalKV):
+        x = x + self.attn(self.ln_1(x), cos, sin, past)
+        return x + self.mlp(self.ln_2(x))
 
 
 class LocalTransformer(nn.Module):
@@ -83,18 +113,19 @@ class LocalTransformer(nn.Module):
         self._rope_tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # see _angles
 
     def forward(self, x: torch.Tensor, start: int, past: LocalPast | None = None) -> tuple[torch.Tensor, LocalPast]:
-        """x [B, T, H] at local positions start..start+T-1 -> (ln_f output [B, T, H], new past)."""
+        """x [B, T, H] at local positions start..start+T-1 -> (ln_f output [B, T, H], the past
+        extended by these positions: `past` itself, or a new one)."""
         t = x.shape[1]
         cos = sin = None
         if self.cfg.position_embedding == "rope":
             cos, sin = self._angles(start, t, x.device, x.dtype)
         else:
             x = x + self.wpe(torch.arange(start, start + t, device=x.device))
-        present: LocalPast = []
-        for i, block in enumerate(self.h):
-            x, kv = block(x, cos, sin, None if past is None else past[i])
-            present.append(kv)
-        return self.ln_f(x), present
+        if past is None:  # a new frame
+            past = [LocalKV(self.cfg.max_positions) for _ in self.h]
+        for block, kv in zip(self.h, past):
+            x = block(x, cos, sin, kv)
+        return self.ln_f(x), past
 
     def _angles(self, start: int, t: int, device: torch.device, dtype: torch.dtype):
         """cos / signed sin [T, 1, 1, head_dim] (for q and k [B, T, 2, heads, D]) of positions
