@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
+from moss_cli.engine.kv_cache import SPARE_SLOTS
 from moss_cli.engine.scheduler import Engine, GenerationRequest
 from moss_cli.numerics import Numerics, kernels, layout, probes
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
@@ -97,7 +98,7 @@ def test_an_unused_max_batch_is_neither_probed_nor_allocated(talker32, monkeypat
     request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=1)
     list(engine.run([request]))
     assert engine.wide and max(probed) <= layout.WIDE_PROBE_ROWS
-    assert engine.pool.keys.shape[1] == 2  # the scratch slot and the request's
+    assert engine.pool.keys.shape[1] == 2 + SPARE_SLOTS  # the scratch slot, the request's and the spare ones
 
 
 def test_a_growing_batch_extends_the_probe_to_its_size(talker32, monkeypatch):
