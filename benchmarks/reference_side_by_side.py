@@ -6,7 +6,10 @@
 
 Run it with an interpreter that has `transformers` and the reference code (OpenMOSS/MOSS-TTS,
 folder moss_tts_local_v1.5, importable from `--reference-path` as `--reference-module`); the
-reference is never part of this repository. moss is imported from this checkout. A random
+reference is never part of this repository. moss is imported from this checkout. The reference
+package's `__init__` also imports its processor, which needs torchaudio; where there is none (no
+build for the installed torch), a folder of links to the reference's modules with an `__init__`
+that imports only `MossTTSLocalConfig` and `MossTTSLocalModel` serves as the module. A random
 checkpoint of the preset's shapes is written to a temporary folder with a stop head that never
 fires, loaded by both, and every variant decodes the same prompts for the same number of frames
 at the published sampling defaults (1.7 / 0.8 / 25). Variants alternate within each repeat;
