@@ -126,8 +126,9 @@ def prepare_item(intake: Intake, shared: dict[str, Any], item: dict[str, Any]) -
     try:
         return intake.prepare({**shared, **item})
     except ApiError as e:
-        named = e.param is None or e.message.startswith(f"{e.param}:")
-        return e.message if named else f"{e.param}: {e.message}"
+        field = e.param.removeprefix("body.") if e.param else None  # an item's field, not the body's
+        named = field is None or e.message.startswith(f"{field}:")
+        return e.message if named else f"{field}: {e.message}"
     except Exception as e:  # a bug: the item's error (and logged); the other items still run
         log.exception("preparing a batch item failed")
         return f"internal error: {type(e).__name__}"

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 
 from ..speech_api import EXTRA_PARAMS, RENAMED
@@ -12,6 +12,7 @@ from ..speech_api import EXTRA_PARAMS, RENAMED
 # vLLM's error types where vllm-omni's speech route has one; other statuses carry their HTTP phrase,
 # as vLLM writes the errors it raises with a status of their own.
 TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
+SCHEMA = "Bad Request"  # vLLM's type for a body its request model refuses (the HTTP phrase)
 
 
 @dataclass
@@ -22,12 +23,13 @@ class ApiError(Exception):
     message: str
     param: str | None = None
     retry_after_s: int | None = field(default=None, kw_only=True)  # 503: when to try again (Retry-After)
+    kind: str | None = field(default=None, kw_only=True)  # the error's `type`, where not the status's (TYPES)
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
 
     def body(self) -> dict:
-        kind = TYPES.get(self.status) or HTTPStatus(self.status).phrase
+        kind = self.kind or TYPES.get(self.status) or HTTPStatus(self.status).phrase
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.status}}
 
 
@@ -55,7 +57,8 @@ def invalid(problems: list[tuple[str | None, str]], status: int = 400) -> ApiErr
 
 def schema_error(errors: list[dict]) -> ApiError:
     """pydantic's errors (wrong JSON types, values out of range) as one 400 naming the first field,
-    where vllm-omni answers the same 400 (vLLM's handlers/validation.py; FastAPI's default is 422)."""
+    where vllm-omni answers the same 400 (vLLM's handlers/validation.py; FastAPI's default is 422),
+    with its `type` ("Bad Request") and its `param` ("body.<field>")."""
     if errors and errors[0].get("type") == "json_invalid":
         return ApiError(400, f"the body is not valid JSON ({errors[0].get('ctx', {}).get('error', 'malformed')})")
     problems: dict[str | None, str] = {}
@@ -66,5 +69,6 @@ def schema_error(errors: list[dict]) -> ApiError:
         if field not in problems:  # one problem per field: a union's first alternative says enough
             problems[field] = str(error.get("msg", "invalid")).removeprefix("Value error, ")
     if None in problems and len(problems) == 1 and "dictionary" in problems[None]:
-        return ApiError(400, "the body must be a JSON object")
-    return invalid(list(problems.items()) or [(None, "invalid body")])
+        return ApiError(400, "the body must be a JSON object", kind=SCHEMA)
+    error = invalid(list(problems.items()) or [(None, "invalid body")])
+    return replace(error, param=error.param and f"body.{error.param}", kind=SCHEMA)

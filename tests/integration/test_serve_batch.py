@@ -65,7 +65,8 @@ def _pcm_hash(result: dict) -> str:
 def _error(response: httpx.Response, status: int, param: str | None) -> str:
     assert response.status_code == status, response.text
     error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"} and error["param"] == param
+    expected = f"body.{param}" if error["type"] == "Bad Request" and param else param  # a schema error's
+    assert set(error) == {"message", "type", "param", "code"} and error["param"] == expected
     return error["message"]
 
 
