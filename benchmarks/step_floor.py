@@ -29,9 +29,10 @@ from rich.console import Console
 from rich.table import Table
 
 from moss_cli.bench import BenchOptions
-from moss_cli.bench.floor import floor_weights, kv_read_step, padded_rows, time_products
+from moss_cli.bench.floor import floor_weights, kv_read_step, time_products
 from moss_cli.bench.models import MODES, load_models
 from moss_cli.bench.run import _talker_run
+from moss_cli.numerics.layout import EngineLayout
 
 VARIANTS = ("grouped", "floor", "KV reads", "engine")
 
@@ -62,15 +63,16 @@ def main() -> None:
     table = Table("B", *VARIANTS, "floor/engine", "floor/(floor+KV)")
     with torch.inference_mode():
         for batch in (int(b) for b in args.batch.split(",")):
-            rows = padded_rows(model, numerics, batch, compile=False)
-            run = _talker_run(model, numerics, prompts, batch, 2)  # warm-up (and the prompt's length)
+            layout = EngineLayout.fix(model, numerics, batch)
+            rows = layout.rows(batch)  # what a step really computes
+            run = _talker_run(model, layout, prompts, batch, 2)  # warm-up (and the prompt's length)
             length = run.prompt_tokens // batch + args.frames // 2
             times = {v: [] for v in VARIANTS}
             for _ in range(args.repeats):
                 times["grouped"].append(time_products(grouped_weights(model), rows))
                 times["floor"].append(time_products(floor_weights(model), rows))
                 times["KV reads"].append(kv_read_step(model, rows, length))
-                times["engine"].append(_talker_run(model, numerics, prompts, batch, args.frames).step_s)
+                times["engine"].append(_talker_run(model, layout, prompts, batch, args.frames).step_s)
             ratio = [f / e for f, e in zip(times["floor"], times["engine"])]
             bound = [f / (f + kv) for f, kv in zip(times["floor"], times["KV reads"])]
             table.add_row(

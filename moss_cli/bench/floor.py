@@ -14,8 +14,7 @@ import time
 import torch
 
 from ..model.talker import MossTTSLocal
-from ..numerics import Numerics, kernels
-from ..numerics.layout import EngineLayout
+from ..numerics import kernels
 
 
 def sync(device: torch.device) -> None:
@@ -88,8 +87,3 @@ def kv_read_step(model: MossTTSLocal, rows: int, length: int, repeats: int = 3) 
         sync(param.device)
         seconds.append(time.perf_counter() - start)
     return statistics.median(seconds)
-
-
-def padded_rows(model: MossTTSLocal, numerics: Numerics, batch: int, compile: bool) -> int:
-    """Rows a decode step of `batch` requests really computes (the floor is measured at that size)."""
-    return EngineLayout.fix(model, numerics, batch, compile).rows(batch)

@@ -30,7 +30,7 @@ from ..numerics.layout import EngineLayout
 from ..pipeline.streaming import StreamingDecode
 from ..sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 from ..threads import apply_threads
-from .floor import floor_step, kv_read_step, padded_rows, sync
+from .floor import floor_step, kv_read_step, sync
 from .models import PROMPT, load_models
 from .options import BenchOptions
 
@@ -112,10 +112,10 @@ class TalkerRun(NamedTuple):
     kv_s: float = 0.0  # and the least reading of its KV cache (kv_read_step)
 
 
-def _talker_run(model, numerics: Numerics, prompts, batch: int, frames: int, compile: bool = False) -> TalkerRun:
+def _talker_run(model, layout: EngineLayout, prompts, batch: int, frames: int) -> TalkerRun:
     """Decode step seconds, prefill seconds and prompt tokens of one run of `batch` requests."""
     requests = _requests(prompts, batch, frames)
-    engine = Engine(model, max_batch=batch, numerics=numerics, compile=compile)
+    engine = Engine(model, max_batch=batch, layout=layout, compile=layout.compile)
     start = time.perf_counter()
     marks = []
     for event in engine.events(requests):
@@ -126,8 +126,10 @@ def _talker_run(model, numerics: Numerics, prompts, batch: int, frames: int, com
     return TalkerRun(step, prefill, sum(int(r.prompt.shape[0]) for r in requests))
 
 
-def _timed_runs(model, prompts, batch: int, options: BenchOptions) -> tuple[dict[str, list], dict[str, float]]:
-    """Per mode, `options.repeats` talker runs with their floors, and the seconds each mode's
+def _timed_runs(
+    model, prompts, batch: int, options: BenchOptions, layouts: dict[str, EngineLayout]
+) -> tuple[dict[str, list], dict[str, float]]:
+    """Per mode (run in `layouts[mode]`), `options.repeats` talker runs with their floors, and the seconds each mode's
     first (untimed) run spent compiling. The modes alternate within each repeat and each run is
     followed by its floor: a shared machine's speed drifts, and figures taken at the same moment
     drift together, so their ratios hold still."""
@@ -135,13 +137,13 @@ def _timed_runs(model, prompts, batch: int, options: BenchOptions) -> tuple[dict
     for mode in options.modes:
         before = compile_seconds()
         if options.compile:  # compiling happens here, not inside the timed runs
-            _talker_run(model, mode_numerics(mode), prompts, batch, 2, compile=True)
+            _talker_run(model, layouts[mode], prompts, batch, 2)
         compile_times[mode] = compile_seconds() - before
-    rows = {mode: padded_rows(model, mode_numerics(mode), batch, options.compile) for mode in options.modes}
+    rows = {mode: layout.rows(batch) for mode, layout in layouts.items()}  # what a step really computes
     timed: dict[str, list] = {mode: [] for mode in options.modes}
     for _ in range(options.repeats):
         for mode in options.modes:
-            run = _talker_run(model, mode_numerics(mode), prompts, batch, options.frames, options.compile)
+            run = _talker_run(model, layouts[mode], prompts, batch, options.frames)
             floor = statistics.median(floor_step(model, rows[mode]) for _ in range(3))
             length = run.prompt_tokens // batch + options.frames // 2  # the cache's mean length over the run
             kv = kv_read_step(model, rows[mode], length)
@@ -149,11 +151,9 @@ def _timed_runs(model, prompts, batch: int, options: BenchOptions) -> tuple[dict
     return timed, compile_times
 
 
-def _ttfa(
-    model, codec: AudioCodec, numerics: Numerics, prompts, batch: int, frames: int, compile: bool = False
-) -> float:
+def _ttfa(model, codec: AudioCodec, layout: EngineLayout, prompts, batch: int, frames: int) -> float:
     """Seconds from the start of a streamed batch to the first request's first audio chunk."""
-    engine = Engine(model, max_batch=batch, numerics=numerics, compile=compile)
+    engine = Engine(model, max_batch=batch, layout=layout, compile=layout.compile)
     start = time.perf_counter()
     first = StreamingDecode(codec, [1, 15])
     for event in engine.events(_requests(prompts, batch, min(frames, 16))):
@@ -204,22 +204,24 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
     codecs = {mode: codec_for(mode_numerics(mode)) for mode in options.modes}
     frame_rate = codecs[options.modes[0]].cfg.frame_rate
     with torch.inference_mode():
-        _talker_run(model, mode_numerics(options.modes[0]), prompts, 1, 2)  # warm-up
+        _talker_run(model, EngineLayout.fix(model, mode_numerics(options.modes[0]), 1), prompts, 1, 2)  # warm-up
     for batch in options.batches:
+        # Each mode's layout, fixed once per batch: its runs, its floor's row count and its row.
+        layouts = {m: EngineLayout.fix(model, mode_numerics(m), batch, options.compile) for m in options.modes}
         with torch.inference_mode():
-            timed, compile_times = _timed_runs(model, prompts, batch, options)
+            timed, compile_times = _timed_runs(model, prompts, batch, options, layouts)
         steps = {mode: [run.step_s for run in runs] for mode, runs in timed.items()}
         for mode in [m for m in steps if m != "fast"] if "fast" in steps else ():
             pairs = [a / b for a, b in zip(steps[mode], steps["fast"])]
             report.ratios.setdefault(mode, {})[str(batch)] = round(statistics.median(pairs), 4)
             report.ratio_ranges.setdefault(mode, {})[str(batch)] = [round(min(pairs), 4), round(max(pairs), 4)]
         for mode, runs in timed.items():
-            numerics, codec = mode_numerics(mode), codecs[mode]
+            codec = codecs[mode]
             with torch.inference_mode():
                 codec_s = statistics.median(
                     _codec_seconds(codec, cfg.n_vq, batch, options.frames, device) for _ in range(options.repeats)
                 )
-                ttfa = _ttfa(model, codec, numerics, prompts, batch, options.frames, options.compile)
+                ttfa = _ttfa(model, codec, layouts[mode], prompts, batch, options.frames)
             step = statistics.median(steps[mode])
             prefill = statistics.median(run.prefill_s for run in runs)
             tokens = runs[0].prompt_tokens
@@ -231,7 +233,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                 BenchRow(
                     mode=mode,
                     batch=batch,
-                    layout=EngineLayout.fix(model, numerics, batch, options.compile).steps,
+                    layout=layouts[mode].steps,
                     frames=options.frames,
                     decode_step_ms=round(step * 1e3, 3),
                     decode_step_ms_range=[round(min(steps[mode]) * 1e3, 3), round(max(steps[mode]) * 1e3, 3)],

@@ -97,14 +97,13 @@ class EngineLayout:
     prefill: PrefillLayout | None
     packed: bool
     block_rows: int | None
-    max_batch: int
 
     @classmethod
     def fix(cls, model: torch.nn.Module, numerics: Numerics, max_batch: int, compile: bool = False) -> EngineLayout:
         """Probe this platform for the talker `model` (on the calling thread, whose thread count
         the verdicts depend on: the thread that runs the engine)."""
         prefill = prefill_layout(model, numerics)
-        layout = cls(numerics, compile, 0, None, prefill, model.packed, None, max_batch)
+        layout = cls(numerics, compile, 0, None, prefill, model.packed, None)
         if not numerics.batch_invariant:
             return layout
         if numerics.layout == "auto" and numerics.wide_blocks and not compile:

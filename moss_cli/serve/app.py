@@ -19,10 +19,7 @@ from ..pipeline.live import LiveEngine, Unavailable
 from ..speech_api import (
     ENVIRONMENT_PATH,
     HEADER_CHANNELS,
-    HEADER_REQUEST_ID,
     HEADER_SAMPLE_RATE,
-    HEADER_SEED,
-    HEADER_SEED_SOURCE,
     HEALTH_PATH,
     MEDIA_TYPES,
     MODELS_PATH,
@@ -35,10 +32,12 @@ from .exchange import (
     CLIENT_CLOSED,
     GONE,
     TIMED_OUT,
+    as_headers,
     engine_outputs,
     hand_over,
     json_body,
-    result_headers,
+    request_facts,
+    result_facts,
     sse_events,
     stream_pieces,
     timed_out,
@@ -119,13 +118,7 @@ def create_app(
             intake.release(ask)
             raise ApiError(503, str(e), retry_after_s=e.retry_after_s) from None
         future.add_done_callback(done)
-        headers = {
-            HEADER_REQUEST_ID: ask.prepared.request.id,
-            HEADER_SEED: "none" if ask.prepared.effective.seed is None else str(ask.prepared.effective.seed),
-            HEADER_SEED_SOURCE: ask.prepared.effective.seed_source,
-            HEADER_SAMPLE_RATE: str(rate),
-            HEADER_CHANNELS: str(channels),
-        }
+        headers = {**as_headers(request_facts(ask)), HEADER_SAMPLE_RATE: str(rate), HEADER_CHANNELS: str(channels)}
         key = ask.prepared.request.id
         if ask.stream:
             outputs = engine_outputs(ask, arrived, lambda: engine.cancel(key), request_timeout_s)
@@ -145,7 +138,7 @@ def create_app(
             raise ApiError(504, timed_out(request_timeout_s))
         if isinstance(outcome, BaseException):
             raise ApiError(500, f"synthesis failed: {type(outcome).__name__}: {outcome}")
-        headers.update(result_headers(outcome))
+        headers.update(as_headers(result_facts(outcome)))
         headers.update(usage_headers(usage(ask, outcome)))
         content = await run_in_threadpool(encode, outcome.pcm, rate, ask.response_format)
         return Response(content, media_type=MEDIA_TYPES[ask.response_format], headers=headers)

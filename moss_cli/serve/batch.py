@@ -19,14 +19,23 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from ..io.audio import codes_sha256
 from ..pipeline import SynthResult
 from ..pipeline.live import LiveEngine, Unavailable
 from ..speech_api import MEDIA_TYPES
 from ..validation import INT64_MAX
 from .audio import encode
 from .errors import ApiError, schema_error
-from .exchange import CLIENT_CLOSED, GONE, hand_over, json_body, timed_out, until_disconnected, usage
+from .exchange import (
+    CLIENT_CLOSED,
+    GONE,
+    hand_over,
+    json_body,
+    request_facts,
+    result_facts,
+    timed_out,
+    until_disconnected,
+    usage,
+)
 from .requests import Ask, Intake
 
 log = logging.getLogger("moss.serve")
@@ -195,9 +204,7 @@ def item_results(
         if not isinstance(ask, Ask):
             results.append({"index": index, "status": "error", "error": ask})
             continue
-        effective = ask.prepared.effective
-        moss = {"moss_request_id": ask.prepared.request.id, "moss_seed": effective.seed}
-        moss["moss_seed_source"] = effective.seed_source
+        moss = {f"moss_{name}": value for name, value in request_facts(ask).items()}
         outcome = outcomes[index]
         if isinstance(outcome, str):  # timed out
             results.append({"index": index, "status": "error", "error": outcome, **moss})
@@ -214,10 +221,7 @@ def item_results(
                     "media_type": MEDIA_TYPES[ask.response_format],
                     "usage": usage(ask, outcome),
                     **moss,
-                    "moss_frames": outcome.frames,
-                    "moss_codes_sha256": codes_sha256(outcome.codes),
-                    "moss_stop_reason": outcome.stop_reason,
-                    "moss_max_in_flight": outcome.batch_size_seen,
+                    **{f"moss_{name}": value for name, value in result_facts(outcome).items()},
                     "moss_sample_rate": rate,
                     "moss_channels": channels,
                 }

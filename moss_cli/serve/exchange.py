@@ -15,7 +15,15 @@ from fastapi import Request
 
 from ..io.audio import codes_sha256
 from ..pipeline import SynthResult
-from ..speech_api import HEADER_CODES_SHA256, HEADER_FRAMES, HEADER_MAX_IN_FLIGHT, HEADER_STOP_REASON
+from ..speech_api import (
+    HEADER_CODES_SHA256,
+    HEADER_FRAMES,
+    HEADER_MAX_IN_FLIGHT,
+    HEADER_REQUEST_ID,
+    HEADER_SEED,
+    HEADER_SEED_SOURCE,
+    HEADER_STOP_REASON,
+)
 from .audio import audio_delta, sse_event, wav_stream_header
 from .errors import ApiError
 from .requests import Ask
@@ -162,14 +170,37 @@ def usage_headers(used: dict) -> dict[str, str]:
     }
 
 
-def result_headers(result: SynthResult) -> dict[str, str]:
+def request_facts(ask: Ask) -> dict[str, Any]:
+    """What moss decided for a request as it took it (vllm-omni says none of this): its id and its
+    effective seed. A single answer sends them as x-moss-* headers, a batch item as moss_* keys."""
+    effective = ask.prepared.effective
+    return {"request_id": ask.prepared.request.id, "seed": effective.seed, "seed_source": effective.seed_source}
+
+
+def result_facts(result: SynthResult) -> dict[str, Any]:
     """What the engine did for the request (known once it is finished; not sent when streaming)."""
     return {
-        HEADER_FRAMES: str(result.frames),
-        HEADER_CODES_SHA256: codes_sha256(result.codes),
-        HEADER_MAX_IN_FLIGHT: str(result.batch_size_seen),
-        HEADER_STOP_REASON: result.stop_reason,
+        "frames": result.frames,
+        "codes_sha256": codes_sha256(result.codes),
+        "stop_reason": result.stop_reason,
+        "max_in_flight": result.batch_size_seen,
     }
+
+
+FACT_HEADERS = {
+    "request_id": HEADER_REQUEST_ID,
+    "seed": HEADER_SEED,
+    "seed_source": HEADER_SEED_SOURCE,
+    "frames": HEADER_FRAMES,
+    "codes_sha256": HEADER_CODES_SHA256,
+    "stop_reason": HEADER_STOP_REASON,
+    "max_in_flight": HEADER_MAX_IN_FLIGHT,
+}
+
+
+def as_headers(facts: dict[str, Any]) -> dict[str, str]:
+    """Facts as their response headers (no seed: "none")."""
+    return {FACT_HEADERS[name]: "none" if value is None else str(value) for name, value in facts.items()}
 
 
 def hand_over(loop: asyncio.AbstractEventLoop, put: Callable[[Any], None], item: Any) -> None:
