@@ -46,13 +46,14 @@ def _run(talker, layout, requests, max_batch):
 
 def test_forced_fixed_blocks_give_every_request_the_bits_it_gets_alone(talker32):
     layout = EngineLayout.fix(talker32.model, Numerics(layout="blocks"), 6)
-    assert layout.steps == "blocks of 6" and layout.wide_unit is None
+    rows = 6 if probes.fixed_blocks_are_invariant(talker32.model, 6) else 8  # 8 where this CPU's 6-row products are not
+    assert layout.steps == f"blocks of {rows}" and layout.wide_unit is None
     requests = _requests(talker32, 9)
     together, together_logits, sizes = _run(talker32, layout, requests, 6)
-    assert sizes == {6}  # 9 requests: blocks of 6, the second padded
+    assert sizes == {rows}  # 9 requests: two blocks, the second padded
     for request in requests:
         alone, alone_logits, alone_sizes = _run(talker32, layout, [request], 1)
-        assert alone_sizes == {6}  # alone, the row still computes in a block of 6
+        assert alone_sizes == {rows}  # alone, the row still computes in a whole block
         assert torch.equal(alone[request.key], together[request.key])
         mine = {k: v for k, v in together_logits.items() if k[0] == request.key}
         assert mine.keys() == alone_logits.keys()
