@@ -1,7 +1,8 @@
 """The Python API: `load_talker` and `load_codec`, mirroring the reference's shapes.
 
 A public face only: nothing inside moss_cli imports it. Loading lives in `moss_cli.model.loading`,
-generation in `moss_cli.engine.generate`; `Talker` joins them for a caller."""
+generation in `moss_cli.engine.generate` (the reference's loop in `moss_cli.engine.reference`);
+`Talker` joins them for a caller."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Sequence
 import torch
 
 from .device import resolve_device, resolve_dtype
-from .engine.generate import generate_invariant, generate_padded
-from .engine.sampling import Generators
+from .engine.generate import generate_invariant
+from .engine.reference import Generators, generate_padded
 from .errors import CheckpointError, MossError
 from .model.checkpoint import checkpoint_dir, load_tokenizer
 from .model.config import TalkerConfig

@@ -15,8 +15,6 @@ import torch
 from ..model.layers import as_dtype
 from ..sampling_params import HeadSampling
 
-Generators = torch.Generator | Sequence[torch.Generator | None] | None
-
 
 def random_stream(rng: int | torch.Generator | None, device: torch.device) -> torch.Generator | None:
     """The one place a request's random stream is made: its own generator seeded with `rng` (the
@@ -27,75 +25,9 @@ def random_stream(rng: int | torch.Generator | None, device: torch.device) -> to
     return torch.Generator(device=device).manual_seed(rng)
 
 
-def apply_repetition_penalty(scores: torch.Tensor, history: torch.Tensor | None, penalty: float) -> torch.Tensor:
-    """scores [V]; tokens seen in `history` are divided by `penalty` (multiplied when negative)."""
-    if history is None or penalty == 1.0 or history.numel() == 0:
-        return scores
-    seen = torch.unique(history)
-    seen = seen[(seen >= 0) & (seen < scores.shape[-1])]
-    if seen.numel() == 0:
-        return scores
-    picked = scores.index_select(0, seen)
-    picked = torch.where(picked < 0, picked * penalty, picked / penalty)
-    return scores.clone().scatter_(0, seen, picked)
-
-
-def filter_top_k_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """scores [..., V] with everything outside top-k, then outside the top-p nucleus, set to -inf."""
-    if 0 < top_k < scores.shape[-1]:
-        kth = torch.topk(scores, top_k, dim=-1).values[..., -1, None]
-        scores = scores.masked_fill(scores < kth, -torch.inf)
-    if 0.0 < top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=True, dim=-1)
-        cumulative = torch.softmax(sorted_scores, dim=-1).cumsum(dim=-1)
-        drop_sorted = cumulative > top_p
-        drop_sorted[..., 1:] = drop_sorted[..., :-1].clone()  # keep the token that crosses top_p
-        drop_sorted[..., 0] = False
-        drop = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, order, drop_sorted)
-        scores = scores.masked_fill(drop, -torch.inf)
-    return scores
-
-
-def sample(
-    logits: torch.Tensor,
-    params: Sequence[HeadSampling],
-    *,
-    do_sample: bool,
-    histories: Sequence[torch.Tensor | None] | None = None,
-    generators: Generators = None,
-) -> torch.Tensor:
-    """One token per row of logits [B, V]. `params[i]` and `histories[i]` belong to row i."""
-    scores = logits.float()
-    if histories is not None and any(p.repetition_penalty != 1.0 for p in params):
-        scores = torch.stack(
-            [
-                apply_repetition_penalty(scores[i], histories[i], params[i].repetition_penalty)
-                for i in range(scores.shape[0])
-            ]
-        )
-    if not do_sample:
-        return torch.argmax(scores, dim=-1)
-    for p in params:
-        if p.temperature <= 0:
-            raise ValueError("temperature must be positive when sampling")
-    per_row = isinstance(generators, (list, tuple))
-    uniform = all(p == params[0] for p in params)
-    if not per_row and uniform:
-        # One shared stream, one draw for the whole batch: the reference behaviour.
-        p = params[0]
-        probs = torch.softmax(filter_top_k_top_p(scores / p.temperature, p.top_k, p.top_p), dim=-1)
-        return torch.multinomial(probs, 1, generator=generators).squeeze(-1)
-    out = torch.empty(scores.shape[0], dtype=torch.long, device=scores.device)
-    for i, p in enumerate(params):
-        gen = generators[i] if per_row else generators
-        row = filter_top_k_top_p(scores[i : i + 1] / p.temperature, p.top_k, p.top_p)
-        out[i] = torch.multinomial(torch.softmax(row, dim=-1), 1, generator=gen)[0, 0]
-    return out
-
-
 # --- The engine's sampler: a whole block of rows at once, each row from its own random stream. ---
 #
-# `sample` above mirrors the reference (torch.multinomial per call). The engine instead draws, at
+# `reference.sample` mirrors the reference (torch.multinomial per call). The engine instead draws, at
 # the start of every frame, all the uniforms a row needs (one per head) from that row's own
 # generator, and turns each head's filtered distribution into a token by inverse CDF. Filtering
 # and the draw then run on the block's fixed [rows, V] shape with per-row parameters, and a row's

@@ -8,14 +8,8 @@ import pytest
 import torch
 
 from moss_cli.engine import sampling
-from moss_cli.engine.sampling import (
-    RowParams,
-    apply_repetition_penalty,
-    draw_uniforms,
-    filter_top_k_top_p,
-    sample,
-    sample_rows,
-)
+from moss_cli.engine.reference import apply_repetition_penalty, filter_top_k_top_p, sample
+from moss_cli.engine.sampling import RowParams, draw_uniforms, sample_rows
 from moss_cli.sampling_params import HeadSampling
 
 

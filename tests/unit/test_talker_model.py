@@ -53,7 +53,7 @@ def test_local_loop_feeds_position_k_output_to_head_k_and_code_k_to_position_k_p
 
 
 def test_backbone_with_padded_cache_matches_a_full_uncached_pass(talker64):
-    from moss_cli.engine.kv_cache import PaddedBatchCache
+    from moss_cli.engine.reference import PaddedBatchCache
 
     model = talker64.model
     rows = talker64.prompt("Cache me if you can.").unsqueeze(0)
