@@ -1,9 +1,29 @@
 #!/usr/bin/env bash
-# Set up .venv for moss: a CPU build of torch unless the venv already has a torch (GPU/NPU users
-# install their own build first), then moss itself with the test extras.
+# Set up .venv for moss, so the README's two commands work on a fresh clone:
+#   bash scripts/setup.sh          moss itself (a CPU build of torch unless the venv has a torch)
+#   bash scripts/setup.sh --tests  also the test extras (FastAPI, uvicorn, Ray, pytest, ruff), the
+#                                  vllm-omni 0.30.0 wheel the fixture test reads, and Debian's chromium
+# Idempotent: when .venv already holds what this script (and pyproject.toml) would install, it
+# installs nothing and takes about a second. GPU/NPU users create .venv with their own torch first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
+tests=0
+case "${1:-}" in
+  "") ;;
+  --tests) tests=1 ;;
+  *) echo "scripts/setup.sh: unknown option '$1' (expected nothing or --tests)" >&2; exit 2 ;;
+esac
+
+# What an up-to-date .venv was made from: this script, pyproject.toml and the mode (a stamp per mode; a
+# tests set-up also covers a plain one).
+digest=$(cat scripts/setup.sh pyproject.toml | sha256sum | cut -c1-16)
+made() { [ -f ".venv/.moss-setup-$1" ] && [ "$(cat ".venv/.moss-setup-$1")" = "$digest" ]; }
+if [ -x .venv/bin/moss ] && { made tests || { [ "$tests" = 0 ] && made plain; }; }; then
+  echo "setup: .venv is up to date" >&2
+  exit 0
+fi
+
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
@@ -11,10 +31,23 @@ fi
 # `moss-cli` was this project's old distribution name (taken on the index by an unrelated project
 # that may also install a `moss` command): drop it so only moss-tts-repro provides `moss`.
 .venv/bin/python -m pip uninstall --quiet --yes moss-cli 2>/dev/null || true
-.venv/bin/python -m pip install --quiet -e ".[test]"
-# The vllm-omni 0.30.0 wheel, read (never installed or imported) by tests/integration/test_vllm_omni_fixture.py
-# to check the fake server's request models against the real ones; the test skips without it.
-if [ ! -f .cache/vllm-omni/vllm_omni-0.30.0-py3-none-any.whl ]; then
-  .venv/bin/python -m pip download --no-deps --quiet vllm-omni==0.30.0 -d .cache/vllm-omni \
-    || echo "note: could not download the vllm-omni 0.30.0 wheel; its model check in tests/integration/test_vllm_omni_fixture.py will skip"
+if [ "$tests" = 1 ]; then
+  .venv/bin/python -m pip install --quiet -e ".[test]"
+  # The vllm-omni 0.30.0 wheel, read (never installed or imported) by tests/integration/test_vllm_omni_fixture.py
+  # to check the fake server's request models against the real ones; the test skips without it.
+  if [ ! -f .cache/vllm-omni/vllm_omni-0.30.0-py3-none-any.whl ]; then
+    .venv/bin/python -m pip download --no-deps --quiet vllm-omni==0.30.0 -d .cache/vllm-omni \
+      || echo "note: could not download the vllm-omni 0.30.0 wheel; its model check in tests/integration/test_vllm_omni_fixture.py will skip" >&2
+  fi
+  # The HTML report's browser test drives headless Chromium (Debian's `chromium`). Where it cannot be
+  # installed that test is skipped, with the reason, and nothing else fails.
+  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    as_root=""
+    [ "$(id -u)" = 0 ] || as_root="sudo -n"
+    { $as_root apt-get update -qq && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+      >/dev/null 2>&1 || echo "note: could not install chromium; the browser test of the report will be skipped" >&2
+  fi
+else
+  .venv/bin/python -m pip install --quiet -e .
 fi
+echo "$digest" >".venv/.moss-setup-$([ "$tests" = 1 ] && echo tests || echo plain)"

@@ -1,6 +1,6 @@
 """A real browser opens the report: headless Chromium loads index.html of a failing audit from the
 file system, runs its scripts, loads its images, and the DOM it renders is checked; a screenshot is
-saved into the report folder for a person to look at (`.ci/run` installs Debian's `chromium`)."""
+saved into the report folder for a person to look at (`scripts/setup.sh --tests` installs Debian's `chromium`)."""
 
 import json
 import os
@@ -19,7 +19,7 @@ CHROMIUM = next(
     "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None,
 )
 pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="headless Chromium not found (Debian package `chromium`; .ci/run installs it)"
+    CHROMIUM is None, reason="headless Chromium not found (Debian package `chromium`; scripts/setup.sh --tests installs it)"
 )
 TIMEOUT_S = 90  # a cold start on a busy 2-core machine takes a few seconds; a hung browser must not hang CI
 
