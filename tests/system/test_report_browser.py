@@ -19,7 +19,7 @@ CHROMIUM = next(
     "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None,
 )
 pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="headless Chromium not found (Debian package `chromium`; scripts/setup.sh --tests installs it)"
+    CHROMIUM is None, reason="headless Chromium not found (Debian package `chromium`; setup.sh --tests installs it)"
 )
 TIMEOUT_S = 90  # a cold start on a busy 2-core machine takes a few seconds; a hung browser must not hang CI
 
