@@ -25,6 +25,7 @@ from ..io.outcome import Outcome
 from ..remote.client import ServerError, SpeechClient, all_or_nothing
 from ..remote.reply import Reply
 from ..remote.request_file import read_for_server, reference_sha256
+from ..remote.voice import voice_refusal
 from ..speech_api import body_from_request
 from .builtin import builtin_requests
 from .scenarios import (
@@ -114,13 +115,10 @@ class ServerExecutor:
         without one. Where it does, the audit's own requests carry a clip it makes; requests of a
         file are sent as written, so one without a reference is an error here."""
         probe = Member(builtin_requests(for_server=True)[0], seed=1)
-        refused = await self._refusal(probe, self._body(probe) | {"max_new_tokens": 2}, "reference-voice-check")
-        if refused is None:
+        said = await voice_refusal(self.client, probe.key, self._body(probe))
+        if said is None:
             self.voice_note = "not required: the server answers a request without ref_audio"
             return
-        if refused.status != 400 or "ref_audio" not in refused.message:
-            raise refused
-        said = refused.message.split(": HTTP 400 Bad Request: ")[-1]
         missing = [r for r in self._requests if r.ref_audio is None]
         if self.options.requests is not None and missing:
             lines = ", ".join(str(r.line) for r in missing)

@@ -1,4 +1,4 @@
-"""What `moss bench` measures and how: the model, batch sizes, frames, numerics modes, repeats."""
+"""What `moss bench` measures and how: the model, batch sizes, frames, numerics modes, arms, repeats."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ class BenchOptions:
     batches: tuple[int, ...] = (1, 8)
     frames: int = 32
     modes: tuple[str, ...] = ("invariant", "blocks", "fast")  # blocks: the fixed-block fallback, forced
+    arms: tuple[str, ...] = ("seeded",)  # bench/arms.py: how each request's random stream is seeded
+    deploy: Path | None = None  # the deploy-seed arm's seed: its stage-0 seed
+    allow_foreign_deploy: bool = False
     device: str = "auto"
     dtype: str = "auto"  # the preset's checkpoint dtype (PRESET_DTYPES), else float32 on CPU, bfloat16 elsewhere
     repeats: int = 3

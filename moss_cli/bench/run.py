@@ -1,7 +1,8 @@
 """`moss bench`: how fast the engine and the codec run here, per numerics mode and batch size.
 
 For each mode (batch-invariant with the layout it chooses here; batch-invariant with fixed blocks
-forced, `blocks` or `blocks:R`; fast) and batch size it runs the talker for a fixed number of
+forced, `blocks` or `blocks:R`; fast), arm (bench/arms.py: every row seeded, none, or all with the
+deploy seed) and batch size it runs the talker for a fixed number of
 frames (the stop head runs but never ends a request), decodes the codes with the codec, streams one
 request to time its first audio, and measures the floor: the same weight-shaped matrix products
 with nothing between them (no attention, no sampling, no Python loop). Efficiency is floor time /
@@ -19,6 +20,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..config.deploy import load_deploy
 from ..device import resolve_device, resolve_dtype
 from ..engine.compiled import compile_seconds
 from ..engine.scheduler import Engine, FrameEvent, GenerationRequest
@@ -30,6 +32,7 @@ from ..numerics.layout import EngineLayout
 from ..pipeline.streaming import StreamingDecode
 from ..sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 from ..threads import apply_threads
+from .arms import arm_seed, check_deploy_seed
 from .floor import floor_step, kv_read_step, sync
 from .models import PROMPT, load_models
 from .options import BenchOptions
@@ -38,6 +41,7 @@ from .options import BenchOptions
 @dataclass
 class BenchRow:
     mode: str
+    arm: str  # how each row's random stream was seeded (bench/arms.py)
     batch: int
     layout: str  # how the mode's decode steps were laid out at this batch (numerics.layout)
     frames: int
@@ -61,10 +65,13 @@ class BenchRow:
 class BenchReport:
     setup: dict
     rows: list[BenchRow] = field(default_factory=list)
-    # per batch-invariant mode and batch size: its decode step time over the fast mode's, the
-    # median (and [min, max]) of the repeats' pairs (the modes alternate within each repeat)
+    # per batch-invariant mode and batch size: its decode step time over the fast mode's (in the
+    # first arm), the median (and [min, max]) of the repeats' pairs (the modes alternate within each repeat)
     ratios: dict[str, dict[str, float]] = field(default_factory=dict)
     ratio_ranges: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # per arm other than unseeded, mode and batch size: its decode step time over the unseeded arm's
+    arm_ratios: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    arm_ratio_ranges: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {
@@ -72,6 +79,8 @@ class BenchReport:
             "results": [asdict(r) for r in self.rows],
             "over_fast": self.ratios,
             "over_fast_range": self.ratio_ranges,
+            "over_unseeded": self.arm_ratios,
+            "over_unseeded_range": self.arm_ratio_ranges,
         }
 
 
@@ -88,7 +97,7 @@ def mode_numerics(mode: str) -> Numerics:
         ) from None
 
 
-def _requests(prompts: PromptBuilder, batch: int, frames: int):
+def _requests(prompts: PromptBuilder, batch: int, frames: int, arm: str = "seeded", deploy_seed: int | None = None):
     prompt = prompts.build(PROMPT)
     return [
         GenerationRequest(
@@ -97,7 +106,7 @@ def _requests(prompts: PromptBuilder, batch: int, frames: int):
             max_new_frames=frames,
             audio=AUDIO_DEFAULTS,
             stop=STOP_HEAD_DEFAULTS,
-            rng=i,
+            rng=arm_seed(arm, None, i, deploy_seed),  # None: the global RNG, shared by the batch
             ignore_stop=True,
         )
         for i in range(batch)
@@ -112,9 +121,11 @@ class TalkerRun(NamedTuple):
     kv_s: float = 0.0  # and the least reading of its KV cache (kv_read_step)
 
 
-def _talker_run(model, layout: EngineLayout, prompts, batch: int, frames: int) -> TalkerRun:
+def _talker_run(
+    model, layout: EngineLayout, prompts, batch: int, frames: int, arm: str = "seeded", deploy_seed: int | None = None
+) -> TalkerRun:
     """Decode step seconds, prefill seconds and prompt tokens of one run of `batch` requests."""
-    requests = _requests(prompts, batch, frames)
+    requests = _requests(prompts, batch, frames, arm, deploy_seed)
     engine = Engine(model, max_batch=batch, layout=layout, compile=layout.compile)
     start = time.perf_counter()
     marks = []
@@ -127,12 +138,12 @@ def _talker_run(model, layout: EngineLayout, prompts, batch: int, frames: int) -
 
 
 def _timed_runs(
-    model, prompts, batch: int, options: BenchOptions, layouts: dict[str, EngineLayout]
-) -> tuple[dict[str, list], dict[str, float]]:
-    """Per mode (run in `layouts[mode]`), `options.repeats` talker runs with their floors, and the seconds each mode's
-    first (untimed) run spent compiling. The modes alternate within each repeat and each run is
-    followed by its floor: a shared machine's speed drifts, and figures taken at the same moment
-    drift together, so their ratios hold still."""
+    model, prompts, batch: int, options: BenchOptions, layouts: dict[str, EngineLayout], deploy_seed: int | None
+) -> tuple[dict[tuple[str, str], list], dict[str, float]]:
+    """Per mode (run in `layouts[mode]`) and arm, `options.repeats` talker runs with their floors, and the seconds
+    each mode's first (untimed) run spent compiling. The modes and arms alternate within each repeat and
+    each run is followed by its floor: a shared machine's speed drifts, and figures taken at the same
+    moment drift together, so their ratios hold still."""
     compile_times = {}
     for mode in options.modes:
         before = compile_seconds()
@@ -140,23 +151,24 @@ def _timed_runs(
             _talker_run(model, layouts[mode], prompts, batch, 2)
         compile_times[mode] = compile_seconds() - before
     rows = {mode: layout.rows(batch) for mode, layout in layouts.items()}  # what a step really computes
-    timed: dict[str, list] = {mode: [] for mode in options.modes}
+    variants = [(mode, arm) for mode in options.modes for arm in options.arms]
+    timed: dict[tuple[str, str], list] = {variant: [] for variant in variants}
     for _ in range(options.repeats):
-        for mode in options.modes:
-            run = _talker_run(model, layouts[mode], prompts, batch, options.frames)
+        for mode, arm in variants:
+            run = _talker_run(model, layouts[mode], prompts, batch, options.frames, arm, deploy_seed)
             floor = statistics.median(floor_step(model, rows[mode]) for _ in range(3))
             length = run.prompt_tokens // batch + options.frames // 2  # the cache's mean length over the run
             kv = kv_read_step(model, rows[mode], length)
-            timed[mode].append(run._replace(floor_s=floor, kv_s=kv))
+            timed[(mode, arm)].append(run._replace(floor_s=floor, kv_s=kv))
     return timed, compile_times
 
 
-def _ttfa(model, codec: AudioCodec, layout: EngineLayout, prompts, batch: int, frames: int) -> float:
+def _ttfa(model, codec: AudioCodec, layout: EngineLayout, prompts, batch: int, frames: int, arm, deploy_seed) -> float:
     """Seconds from the start of a streamed batch to the first request's first audio chunk."""
     engine = Engine(model, max_batch=batch, layout=layout, compile=layout.compile)
     start = time.perf_counter()
     first = StreamingDecode(codec, [1, 15])
-    for event in engine.events(_requests(prompts, batch, min(frames, 16))):
+    for event in engine.events(_requests(prompts, batch, min(frames, 16), arm, deploy_seed)):
         if isinstance(event, FrameEvent) and event.key == "0":
             first.push(event.codes)
             if first.chunks:
@@ -179,13 +191,23 @@ def _peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def _pairs(steps: list[float], baseline: list[float]) -> tuple[float, float, float]:
+    """[min, median, max] of each repeat's step time over the baseline's of the same repeat."""
+    pairs = [a / b for a, b in zip(steps, baseline)]
+    return round(min(pairs), 4), round(statistics.median(pairs), 4), round(max(pairs), 4)
+
+
 def run_bench(options: BenchOptions, progress=None) -> BenchReport:
     device = resolve_device(options.device)
     dtype = resolve_dtype(options.dtype, device)
-    model, codec_for, prompts, what = load_models(options, device, dtype)
-    apply_threads(options.threads, model.cfg)
     for mode in options.modes:
         mode_numerics(mode)  # an unknown mode is an error before anything runs
+    deploy_seed = None
+    if options.deploy is not None:
+        deploy_seed = load_deploy(options.deploy, device.type, allow_foreign=options.allow_foreign_deploy).default_seed
+    check_deploy_seed(options.arms, deploy_seed, options.deploy is not None)
+    model, codec_for, prompts, what = load_models(options, device, dtype)
+    apply_threads(options.threads, model.cfg)
     cfg = model.cfg
     report = BenchReport(
         {
@@ -194,6 +216,8 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
             "dtype": str(dtype).removeprefix("torch."),
             "threads": torch.get_num_threads(),
             "frames": options.frames,
+            "arms": list(options.arms),
+            "deploy_seed": deploy_seed,
             "repeats": options.repeats,
             "torch": torch.__version__,
             "cpus": os.cpu_count(),
@@ -209,20 +233,26 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
         # Each mode's layout, fixed once per batch: its runs, its floor's row count and its row.
         layouts = {m: EngineLayout.fix(model, mode_numerics(m), batch, options.compile) for m in options.modes}
         with torch.inference_mode():
-            timed, compile_times = _timed_runs(model, prompts, batch, options, layouts)
-        steps = {mode: [run.step_s for run in runs] for mode, runs in timed.items()}
-        for mode in [m for m in steps if m != "fast"] if "fast" in steps else ():
-            pairs = [a / b for a, b in zip(steps[mode], steps["fast"])]
-            report.ratios.setdefault(mode, {})[str(batch)] = round(statistics.median(pairs), 4)
-            report.ratio_ranges.setdefault(mode, {})[str(batch)] = [round(min(pairs), 4), round(max(pairs), 4)]
-        for mode, runs in timed.items():
+            timed, compile_times = _timed_runs(model, prompts, batch, options, layouts, deploy_seed)
+        steps = {variant: [run.step_s for run in runs] for variant, runs in timed.items()}
+        first = options.arms[0]
+        for mode in [m for m in options.modes if m != "fast"] if "fast" in options.modes else ():
+            low, median, high = _pairs(steps[(mode, first)], steps[("fast", first)])
+            report.ratios.setdefault(mode, {})[str(batch)] = median
+            report.ratio_ranges.setdefault(mode, {})[str(batch)] = [low, high]
+        for arm in [a for a in options.arms if a != "unseeded"] if "unseeded" in options.arms else ():
+            for mode in options.modes:
+                low, median, high = _pairs(steps[(mode, arm)], steps[(mode, "unseeded")])
+                report.arm_ratios.setdefault(arm, {}).setdefault(mode, {})[str(batch)] = median
+                report.arm_ratio_ranges.setdefault(arm, {}).setdefault(mode, {})[str(batch)] = [low, high]
+        for (mode, arm), runs in timed.items():
             codec = codecs[mode]
             with torch.inference_mode():
                 codec_s = statistics.median(
                     _codec_seconds(codec, cfg.n_vq, batch, options.frames, device) for _ in range(options.repeats)
                 )
-                ttfa = _ttfa(model, codec, layouts[mode], prompts, batch, options.frames)
-            step = statistics.median(steps[mode])
+                ttfa = _ttfa(model, codec, layouts[mode], prompts, batch, options.frames, arm, deploy_seed)
+            step = statistics.median(steps[(mode, arm)])
             prefill = statistics.median(run.prefill_s for run in runs)
             tokens = runs[0].prompt_tokens
             efficiencies = [run.floor_s / run.step_s for run in runs]
@@ -232,11 +262,15 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
             report.rows.append(
                 BenchRow(
                     mode=mode,
+                    arm=arm,
                     batch=batch,
                     layout=layouts[mode].steps,
                     frames=options.frames,
                     decode_step_ms=round(step * 1e3, 3),
-                    decode_step_ms_range=[round(min(steps[mode]) * 1e3, 3), round(max(steps[mode]) * 1e3, 3)],
+                    decode_step_ms_range=[
+                        round(min(steps[(mode, arm)]) * 1e3, 3),
+                        round(max(steps[(mode, arm)]) * 1e3, 3),
+                    ],
                     talker_frames_per_s=round(batch / step, 2),
                     prefill_tokens_per_s=round(tokens / prefill, 1),
                     codec_rtf=round(codec_s / audio_s, 4),

@@ -23,6 +23,7 @@ from .settings import DEFAULT_PCM_CHANNELS, DEFAULT_PCM_RATE, ServerOptions
 
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # before re-send 1, 2, ...; the last repeats
 MAX_RETRY_AFTER_S = 60.0  # a server's Retry-After is honoured up to this
+_BODY_ENCODING = ("content-encoding", "content-length", "transfer-encoding")  # of a body read piece by piece
 
 
 class ServerError(MossError):
@@ -161,15 +162,19 @@ class SpeechClient:
             return f"no answer within {self.options.timeout_s:g} s (--timeout)"
         return f"{type(error).__name__}: {error}"
 
-    async def speak(self, request: str, body: dict[str, Any], context: str, started: float | None = None) -> Reply:
-        """Send one request (re-sending on transient failures) and decode its audio."""
+    async def speak(
+        self, request: str, body: dict[str, Any], context: str, started: float | None = None, *, timed: bool = False
+    ) -> Reply:
+        """Send one request (re-sending on transient failures) and decode its audio. `timed`: read the
+        body piece by piece as it arrives and keep when each came (`Reply.arrivals`), for a stream's
+        time to first audio and continuity."""
         async with self._slots:
             key = next(self._ids)
             self._active[key] = 0
             self._note_in_flight()
             begin = time.perf_counter()
             try:
-                reply = await self._attempts(request, body, context)
+                reply = await self._attempts(request, body, context, timed)
             finally:
                 in_flight = self._active.pop(key)
         reply.sent_s = begin - (started if started is not None else begin)
@@ -182,11 +187,11 @@ class SpeechClient:
         for key, most in self._active.items():
             self._active[key] = max(most, count)
 
-    async def _attempts(self, request: str, body: dict[str, Any], context: str) -> Reply:
+    async def _attempts(self, request: str, body: dict[str, Any], context: str, timed: bool = False) -> Reply:
         attempt = 1
         while True:
             try:
-                reply = await self._once(request, body, context)
+                reply = await self._once(request, body, context, timed)
                 reply.attempts = attempt
                 return reply
             except _Transient as e:
@@ -201,11 +206,12 @@ class SpeechClient:
                 backoff = BACKOFF_S[min(attempt - 2, len(BACKOFF_S) - 1)]
                 await asyncio.sleep(min(e.retry_after_s, MAX_RETRY_AFTER_S) if e.retry_after_s is not None else backoff)
 
-    async def _once(self, request: str, body: dict[str, Any], context: str) -> Reply:
+    async def _once(self, request: str, body: dict[str, Any], context: str, timed: bool = False) -> Reply:
         what = f"request {request!r} ({context}) to {self._where(speech_api.SPEECH_PATH)}"
         self.sent += 1
+        arrivals: list[tuple[float, int]] | None = [] if timed else None
         try:
-            response = await self._http.post(speech_api.SPEECH_PATH, json=body)
+            response = await self._post(body, arrivals)
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
             raise _Transient(self.options.redact(f"{what}: connection lost ({type(e).__name__}: {e})"), None) from None
         except httpx.HTTPError as e:
@@ -231,7 +237,22 @@ class SpeechClient:
         except NotAudio as e:
             fmt = body.get("response_format", self.options.response_format)
             raise self._fail(f"{what}: HTTP {status}, but the body is not {fmt} audio: {e}", request, status) from None
-        return Reply(request, context, pcm, rate, headers)
+        return Reply(request, context, pcm, rate, headers, arrivals=arrivals)
+
+    async def _post(self, body: dict[str, Any], arrivals: list[tuple[float, int]] | None) -> httpx.Response:
+        """POST a speech request; with `arrivals`, read the body as it comes and append (seconds
+        since sending, bytes received so far) for every piece."""
+        if arrivals is None:
+            return await self._http.post(speech_api.SPEECH_PATH, json=body)
+        sent, pieces = time.perf_counter(), []
+        async with self._http.stream("POST", speech_api.SPEECH_PATH, json=body) as response:
+            async for piece in response.aiter_bytes():
+                if piece:
+                    pieces.append(piece)
+                    arrivals.append((time.perf_counter() - sent, (arrivals[-1][1] if arrivals else 0) + len(piece)))
+        # The whole body, already decoded, as the plain post would have given it.
+        kept = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _BODY_ENCODING]
+        return httpx.Response(response.status_code, headers=kept, content=b"".join(pieces), request=response.request)
 
 
 def _positive(value: str | None) -> int | None:

@@ -40,6 +40,8 @@ class Reply:
     wall_s: float = 0.0  # from sending to the whole body received
     attempts: int = 1
     in_flight: int = 1  # the most of this client's requests in flight at once while it was
+    # read as it came (`SpeechClient.speak(timed=True)`): (seconds from sending, body bytes so far) per piece
+    arrivals: list[tuple[float, int]] | None = None
 
     @property
     def channels(self) -> int:

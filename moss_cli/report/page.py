@@ -35,6 +35,14 @@ class Table:
 
 
 @dataclass
+class Figure:
+    """An image in a section (drawn beside the page before it is written)."""
+
+    caption: str
+    href: str  # relative to the page
+
+
+@dataclass
 class PairView:
     """One diverging pair: what differs, its two clips, and (once drawn) its plots."""
 
@@ -57,7 +65,7 @@ class PageView:
     passed: bool
     headline: str
     facts: list[tuple[str, str]]
-    sections: list[tuple[str, list[Table | str]]]  # (heading, tables and paragraphs side by side)
+    sections: list[tuple[str, list[Table | Figure | str]]]  # (heading, tables, figures and paragraphs side by side)
     comparisons: Table
     pairs: list[PairView]
     notes: list[str] = field(default_factory=list)  # warnings
@@ -123,8 +131,13 @@ def render_table(table: Table) -> str:
     return f"<table{sortable}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _block(item: Table | str) -> str:
-    return f"<div>{render_table(item)}</div>" if isinstance(item, Table) else f"<p>{escape(item)}</p>"
+def _block(item: Table | Figure | str) -> str:
+    if isinstance(item, Table):
+        return f"<div>{render_table(item)}</div>"
+    if isinstance(item, Figure):
+        src, caption = escape(_href(item.href)), escape(item.caption)
+        return f'<figure><img src="{src}" alt="{caption}"><figcaption>{caption}</figcaption></figure>'
+    return f"<p>{escape(item)}</p>"
 
 
 def _pair(pair: PairView) -> str:

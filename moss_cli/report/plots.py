@@ -108,6 +108,29 @@ def spectrograms(folder: Path, signals, labels, rate: int, mark_s, mark_label: s
     return _save(figure, folder, relative)
 
 
+def against_concurrency(folder: Path, panels: list[tuple[str, dict]], title: str, relative: str) -> str:
+    """Line plots against concurrency (a log-2 axis), one panel per figure: `panels` is a list of
+    (y-axis label, {series label: (concurrency levels, values)}), series drawn in the same colour and
+    marker in every panel."""
+    figure = _figure(2.6 * len(panels) + 0.6)
+    axes = figure.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    labels = sorted({label for _, series in panels for label in series})
+    styles = {label: (f"C{n % 10}", "os^vD"[n % 5]) for n, label in enumerate(labels)}
+    for ax, (ylabel, series) in zip(axes, panels):
+        for label, (xs, ys) in series.items():
+            colour, marker = styles[label]
+            ax.plot(xs, ys, color=colour, marker=marker, linewidth=1.2, label=label)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+    levels = sorted({x for _, series in panels for xs, _ in series.values() for x in xs})
+    axes[-1].set_xticks(levels, [str(x) for x in levels])
+    axes[-1].set_xlabel("concurrency (requests in flight)")
+    axes[0].legend(loc="best", fontsize=8)
+    axes[0].set_title(title, fontsize=10)
+    return _save(figure, folder, relative)
+
+
 def draw_pair(folder: Path, pair, stem: str) -> list[tuple[str, str]]:
     """Both figures of a `PairView` whose two audio files are in `folder`; returns (caption, path)."""
     (label_a, path_a), (label_b, path_b) = pair.audio

@@ -1,6 +1,7 @@
 """`moss bench` runs on the tiny model and reports every figure it promises."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -26,6 +27,7 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
     assert layouts[("invariant", 2)] in ("blocks of 2", "one block", "one block padded to a multiple of 2")
     assert FIELDS == {
         "mode",
+        "arm",
         "batch",
         "layout",
         "frames",
@@ -62,6 +64,28 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
     assert "(the modes alternate)" in result.output
     assert "so no engine could reach an efficiency above" in " ".join(result.output.split())
     assert report["setup"]["model"] == "random tiny (173 k talker parameters)" and report["setup"]["threads"] == 1
+    assert {r["arm"] for r in rows} == {"seeded"} and report["over_unseeded"] == {}  # the default arm alone
+
+
+def test_bench_arms_on_the_local_engine_give_each_arms_cost_over_unseeded(tmp_path):
+    out = tmp_path / "bench.json"
+    deploy = Path(__file__).resolve().parents[2] / "recipes" / "moss_tts_local_tiny.yaml"
+    args = ["bench", "--random-weights", "tiny", "--batch", "2", "--frames", "3", "--repeats", "2", "--modes", "fast"]
+    args += ["--arms", "unseeded,seeded,deploy-seed", "--deploy", str(deploy), "--json", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert [(r["mode"], r["arm"]) for r in report["results"]] == [
+        ("fast", "unseeded"),
+        ("fast", "seeded"),
+        ("fast", "deploy-seed"),
+    ]
+    assert report["setup"]["deploy_seed"] == 42 and report["setup"]["arms"] == ["unseeded", "seeded", "deploy-seed"]
+    for arm in ("seeded", "deploy-seed"):
+        ratio = report["over_unseeded"][arm]["fast"]["2"]
+        low, high = report["over_unseeded_range"][arm]["fast"]["2"]
+        assert 0 < low <= ratio <= high
+    assert "fast seeded / unseeded step time" in result.output
 
 
 def test_bench_rejects_bad_options_with_exit_2():
@@ -72,6 +96,10 @@ def test_bench_rejects_bad_options_with_exit_2():
         ["--random-weights", "huge"],
         ["--modes", "turbo"],
         ["--modes", "blocks:0"],
+        ["--arms", "lucky"],
+        ["--arms", "deploy-seed"],  # no --deploy: no seed to send
+        ["--concurrency", "2"],  # a --server option
+        ["--report-dir", "out"],
     ):
         result = runner.invoke(app, ["bench", "--frames", "2", "--repeats", "1", *args])
         assert result.exit_code == 2, (args, result.output)

@@ -1,0 +1,404 @@
+"""`moss bench --server URL`: the cost of determinism on a live speech server, with every response
+checked under load.
+
+First it learns what the server needs (a reference voice: vllm-omni's MOSS-TTS-Local refuses a
+request without one) and sends every request of every arm alone, one at a time: the references.
+After a warm-up it sweeps the concurrency levels; at each level every round runs each arm in turn
+(the order rotating from round to round, so a drifting machine hits every arm alike) over the same
+sequence of requests, at that concurrency, closed loop or Poisson arrivals. Every response's PCM is
+compared with its request's reference (bitwise, or at `--level waveform` by SNR): one that differs
+is named with its concurrency, arm and the neighbours that were in flight with it. The figures
+(bench/figures.py) per arm and level, and each arm's over the unseeded arm's, make the cost table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import platform
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .. import __version__
+from ..audit.builtin import builtin_requests
+from ..audit.compare import compare
+from ..audit.scenarios import default_voice, with_voice
+from ..audit.verdicts import violates
+from ..config.deploy import load_deploy
+from ..config.requests import Request
+from ..errors import MossError
+from ..remote.client import Retry, ServerError, SpeechClient
+from ..remote.reply import Reply
+from ..remote.request_file import read_for_server
+from ..remote.settings import ServerOptions
+from ..remote.voice import voice_refusal
+from ..report.page import MAX_PLOTTED_PAIRS
+from ..speech_api import body_from_request
+from .arms import arm_seed, check_deploy_seed, must_hold
+from .figures import figures, ratios
+from .load import Load, Sent, drive, name_neighbours, timing
+
+STREAM_FORMATS = ("pcm", "wav")  # what vllm-omni streams (protocol/audio.py, _streaming_needs_pcm_or_wav)
+# A response's check: the first two pass; `varied` fails the run; `varied-unseeded` is reported.
+IDENTICAL, WITHIN_SNR, VARIED, VARIED_UNSEEDED, FAILED = (
+    "identical",
+    "within-snr",
+    "varied",
+    "varied-unseeded",
+    "failed",
+)
+
+
+@dataclass(frozen=True)
+class ServerBenchOptions:
+    server: ServerOptions
+    concurrency: tuple[int, ...] = (1, 8)
+    arms: tuple[str, ...] = ("unseeded", "seeded")
+    num_requests: int | None = None  # per arm, level and round; None: 2 x the level, at least the set
+    duration_s: float | None = None  # instead of a count: seconds of sending per arm, level and round
+    request_rate: float = math.inf  # Poisson arrivals per second; inf: closed loop
+    warmup: int = 2
+    repeats: int = 1  # rounds per level
+    deploy: Path | None = None  # the deploy file the server runs: its stage-0 seed
+    allow_foreign_deploy: bool = False
+    level: str = "bitwise"  # bitwise | waveform
+    min_snr_db: float = 60.0
+    stream: bool = True  # raw audio chunks (stream_format "audio"): time to first packet and continuity
+    frames: int | None = None  # every request's max_new_tokens (None: the requests' own)
+    requests: Path | None = None  # a request file (None: the audit's built-in set)
+    allow_dropped_fields: bool = False
+
+    def __post_init__(self) -> None:
+        if self.stream and self.server.response_format not in STREAM_FORMATS:
+            raise MossError(
+                f"a streamed answer is {' or '.join(STREAM_FORMATS)} (vllm-omni streams no other format), "
+                f"got {self.server.response_format}; or pass --no-stream",
+                field="--response-format",
+            )
+        if self.level not in ("bitwise", "waveform"):
+            raise MossError(f"expected bitwise or waveform, got {self.level!r}", field="--level")
+        if self.num_requests is not None and self.duration_s is not None:
+            raise MossError("give a count (--num-requests) or a duration (--duration), not both", field="--duration")
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise MossError(f"must be > 0, got {self.duration_s}", field="--duration")
+        if not self.request_rate > 0:
+            raise MossError(f"must be > 0 (inf: back to back), got {self.request_rate}", field="--request-rate")
+
+    def count(self, concurrency: int, requests: int) -> int | None:
+        if self.duration_s is not None:
+            return None
+        return self.num_requests if self.num_requests is not None else max(requests, 2 * concurrency)
+
+
+@dataclass
+class Checked:
+    """One response under load and its check against the same request alone."""
+
+    arm: str
+    concurrency: int
+    round: int
+    index: int
+    request: str
+    sent_s: float
+    done_s: float
+    check: str
+    latency_s: float | None = None
+    audio_ttfp_s: float | None = None
+    audio_duration_s: float | None = None
+    audio_frames: int | None = None
+    audio_rtf: float | None = None
+    audio_underrun_s: float | None = None
+    audio_continuity_ok: bool | None = None
+    in_flight_client: int | None = None
+    in_flight_server: int | None = None  # moss serve's x-moss-max-in-flight
+    attempts: int | None = None
+    server_request_id: str | None = None
+    error: str | None = None
+    comparison: dict | None = None
+    neighbours: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.request}#{self.index}"
+
+    @property
+    def where(self) -> str:
+        return f"concurrency {self.concurrency}, arm {self.arm}, round {self.round + 1}"
+
+    def as_dict(self) -> dict:
+        return {"label": self.label, **dataclasses.asdict(self)}
+
+
+@dataclass
+class ServerBenchReport:
+    setup: dict
+    results: list[dict]  # one per arm and concurrency: vllm-omni's figures, the rounds', the checks
+    over_unseeded: dict[str, dict[str, dict[str, list[float]]]]  # arm -> concurrency -> figure -> [median, min, max]
+    responses: list[Checked]
+    references: dict[tuple[str, str], Reply]  # (arm, request id) -> its answer alone
+    kept: dict[int, Reply]  # id(Checked) -> its answer, for the first responses that varied (the page's pairs)
+    retries: list[dict]
+
+    @property
+    def failures(self) -> list[Checked]:
+        return [c for c in self.responses if c.check in (VARIED, FAILED)]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def as_dict(self) -> dict:
+        varied = [c for c in self.responses if c.check in (VARIED, VARIED_UNSEEDED)]
+        return {
+            "setup": self.setup,
+            "results": self.results,
+            "over_unseeded": self.over_unseeded,
+            "summary": {
+                "passed": self.passed,
+                "exit_code": self.exit_code,
+                "responses": len(self.responses),
+                "failed": [f"{c.label} ({c.where}): {c.error}" for c in self.responses if c.check == FAILED],
+                "varied": [describe(c) for c in varied],
+            },
+            "retries": self.retries,
+            "responses": [c.as_dict() for c in self.responses],
+        }
+
+
+def describe(c: Checked) -> str:
+    """A response that differs from its request alone, for people."""
+    failing = "" if c.check == VARIED else " (unseeded, its deploy seed unknown: reported, not a failure)"
+    others = ", ".join(c.neighbours) if c.neighbours else "none"
+    return f"{c.label} differs from the same request alone at {c.where}{failing}; in flight with it: {others}"
+
+
+class ServerBench:
+    def __init__(self, options: ServerBenchOptions, on_retry: Callable[[Retry], None] | None = None) -> None:
+        self.options = options
+        self.on_retry = on_retry
+        self.deploy_seed = None
+        if options.deploy is not None:  # its platform sections for CUDA, where vllm-omni serves
+            self.deploy_seed = load_deploy(
+                options.deploy, "cuda", allow_foreign=options.allow_foreign_deploy
+            ).default_seed
+        check_deploy_seed(options.arms, self.deploy_seed, options.deploy is not None)
+        if options.requests is not None:
+            self.requests, self.dropped = read_for_server(options.requests, options.allow_dropped_fields)
+        else:
+            self.requests, self.dropped = builtin_requests(for_server=True), []
+        if options.frames is not None:
+            self.requests = [dataclasses.replace(r, max_new_frames=options.frames) for r in self.requests]
+
+    @property
+    def total(self) -> int | None:
+        """Requests the sweep sends (None: a duration per level)."""
+        o = self.options
+        counts = [o.count(c, len(self.requests)) for c in o.concurrency]
+        return None if None in counts else sum(counts) * o.repeats * len(o.arms)
+
+    def run(self, on_phase=None, on_sent=None) -> ServerBenchReport:
+        """The sweep; `on_phase(text)` as each part starts, `on_sent(label)` as each request of the sweep ends."""
+        return asyncio.run(self._run(on_phase or (lambda text: None), on_sent or (lambda label: None)))
+
+    async def _run(self, on_phase, on_sent) -> ServerBenchReport:
+        o = self.options
+        server = dataclasses.replace(o.server, concurrency=max(o.concurrency))  # the levels set the in-flight count
+        with tempfile.TemporaryDirectory(prefix="moss-bench-") as workdir:
+            async with SpeechClient(server, self.on_retry) as client:
+                self.client = client
+                models = await client.models()
+                served = await client.environment()
+                voice_note = await self._voice(client, Path(workdir))
+                bodies = {arm: [self._body(arm, r, i) for i, r in enumerate(self.requests)] for arm in o.arms}
+                on_phase(f"references: {len(self.requests)} request(s) x {len(o.arms)} arm(s), each alone")
+                references = {}
+                for arm in o.arms:
+                    for request, body in zip(self.requests, bodies[arm]):
+                        reply = await client.speak(request.id, body, f"{arm}/alone", timed=o.stream)
+                        references[(arm, request.id)] = reply
+                reported = (
+                    [references[("unseeded", r.id)].seed_source for r in self.requests] if "unseeded" in o.arms else []
+                )
+                deploy_known = self.deploy_seed is not None or (bool(reported) and all(s == "deploy" for s in reported))
+                if o.warmup:
+                    on_phase(f"warm-up: {o.warmup} request(s)")
+                    arm = o.arms[0]
+                    warm = Load(max(o.concurrency), o.warmup)
+                    await drive(
+                        warm,
+                        lambda i: client.speak("warm-up", bodies[arm][i % len(self.requests)], "warm-up"),
+                        ServerError,
+                    )
+                responses, kept, per_round = [], {}, {}
+                for level in o.concurrency:
+                    load = Load(level, o.count(level, len(self.requests)), o.duration_s, o.request_rate)
+                    for round_ in range(o.repeats):
+                        order = o.arms[round_ % len(o.arms) :] + o.arms[: round_ % len(o.arms)]
+                        for arm in order:
+                            on_phase(f"concurrency {level}, round {round_ + 1}/{o.repeats}: {arm}")
+                            checked, wall = await self._level(
+                                client, load, arm, round_, bodies[arm], references, deploy_known, kept, on_sent
+                            )
+                            responses += checked
+                            per_round.setdefault((arm, level), []).append((checked, wall))
+        results, over = self._figures(per_round)
+        setup = {
+            "server": server.public_url,
+            "models": models,
+            "model_sent": server.model,
+            "served": served,
+            "response_format": server.response_format,
+            "stream": "raw audio chunks (stream_format audio)" if o.stream else "whole bodies",
+            "arms": list(o.arms),
+            "concurrency": list(o.concurrency),
+            "num_requests": {str(c): o.count(c, len(self.requests)) for c in o.concurrency},
+            "duration_s": o.duration_s,
+            "request_rate": "inf" if math.isinf(o.request_rate) else o.request_rate,
+            "arrivals": "closed loop" if math.isinf(o.request_rate) else f"Poisson, {o.request_rate:g} requests/s",
+            "rounds": o.repeats,
+            "warmup": o.warmup,
+            "requests": [r.id for r in self.requests],
+            "request_file": str(o.requests) if o.requests is not None else None,
+            "dropped_fields": self.dropped,
+            "level": o.level,
+            "min_snr_db": o.min_snr_db if o.level == "waveform" else None,
+            "deploy": str(o.deploy) if o.deploy is not None else None,
+            "deploy_seed": self.deploy_seed,
+            "unseeded_must_hold": deploy_known,
+            "reference_voice": voice_note,
+            "timeout_s": server.timeout_s,
+            "retries_allowed": server.retries,
+            "http_requests": client.sent,
+            "client_moss_version": __version__,
+            "client_python_version": platform.python_version(),
+        }
+        retries = [r.as_dict() for r in client.retries]
+        return ServerBenchReport(setup, results, over, responses, references, kept, retries)
+
+    def _body(self, arm: str, request: Request, index: int) -> dict:
+        seed = arm_seed(arm, request.seed, index, self.deploy_seed)
+        o = self.options
+        body = body_from_request(
+            request,
+            model=o.server.model,
+            response_format=o.server.response_format,
+            seed=seed,
+            with_seed=seed is not None,
+        )
+        if o.stream:
+            body |= {"stream": True, "stream_format": "audio"}  # raw chunks, as vllm-omni's bench asks
+        return body
+
+    async def _voice(self, client: SpeechClient, workdir: Path) -> str:
+        """Where the server requires a reference voice, the built-in requests carry a synthetic 2 s
+        one (a request file's are sent as written: one without a voice is then an error)."""
+        probe = builtin_requests(for_server=True)[0]
+        said = await voice_refusal(client, probe.id, body_from_request(probe, model=self.options.server.model, seed=1))
+        if said is None:
+            return "not required: the server answers a request without ref_audio"
+        missing = [r for r in self.requests if r.ref_audio is None]
+        if self.options.requests is not None and missing:
+            raise MossError(
+                f"the server requires a reference voice (it answers a request without one: {said!r}), and the "
+                f"request(s) on line(s) {', '.join(str(r.line) for r in missing)} have no ref_audio",
+                file=self.options.requests,
+                line=missing[0].line,
+                field="ref_audio",
+            )
+        self.requests = with_voice(self.requests, default_voice(workdir))
+        return f"required ({said}); the built-in requests carry a synthetic 2 s voice"
+
+    async def _level(self, client, load, arm, round_, bodies, references, deploy_known, kept, on_sent):
+        """One arm's run at one concurrency; every response checked against its request alone."""
+        n, o = len(self.requests), self.options
+        context = f"{arm}/concurrency-{load.concurrency}/round-{round_ + 1}"
+
+        async def send(index: int) -> Reply:
+            label = f"{self.requests[index % n].id}#{index}"
+            try:
+                return await client.speak(label, bodies[index % n], context, timed=o.stream)
+            finally:
+                on_sent(label)
+
+        sent, wall = await drive(load, send, ServerError)
+        name_neighbours(sent, lambda s: f"{self.requests[s.index % n].id}#{s.index}")
+        return [self._check(s, arm, load.concurrency, round_, references, deploy_known, kept) for s in sent], wall
+
+    def _check(self, s: Sent, arm, concurrency, round_, references, deploy_known, kept) -> Checked:
+        request = self.requests[s.index % len(self.requests)]
+        c = Checked(arm, concurrency, round_, s.index, request.id, round(s.start_s, 4), round(s.end_s, 4), FAILED)
+        c.neighbours = s.neighbours
+        if s.reply is None:
+            c.error = s.error
+            return c
+        reply, reference = s.reply, references[(arm, request.id)]
+        t = timing(reply, self.options.stream)
+        c.latency_s, c.audio_duration_s, c.audio_frames, c.audio_rtf = t.latency_s, t.audio_s, t.samples, t.rtf
+        c.audio_ttfp_s, c.audio_underrun_s, c.audio_continuity_ok = t.ttfp_s, t.underrun_s, t.continuity_ok
+        c.in_flight_client, c.in_flight_server, c.attempts = reply.in_flight, reply.server_in_flight, reply.attempts
+        c.server_request_id = reply.server_id
+        if reply.pcm_sha256 == reference.pcm_sha256:
+            c.check = IDENTICAL
+            return c
+        seed = arm_seed(arm, request.seed, s.index % len(self.requests), self.deploy_seed)
+        cmp = compare(reference.outcome(request, seed), reply.outcome(request, seed), reference.sample_rate)
+        c.comparison = cmp.as_dict()
+        if not violates(cmp, self.options.level, self.options.min_snr_db):
+            c.check = WITHIN_SNR
+        else:
+            c.check = VARIED if must_hold(arm, deploy_known) else VARIED_UNSEEDED
+            if len(kept) < MAX_PLOTTED_PAIRS:
+                kept[id(c)] = reply
+        return c
+
+    def _figures(self, per_round: dict) -> tuple[list[dict], dict]:
+        """vllm-omni's figures per arm and level (every round's responses together, and each round's),
+        and each arm's cost figures over the unseeded arm's, round by round."""
+        results, by_round = [], {}
+        for (arm, level), rounds in per_round.items():
+            pooled = [c for checked, _ in rounds for c in checked]
+            whole = _figures_of(pooled, sum(wall for _, wall in rounds))
+            each = [_figures_of(checked, wall) for checked, wall in rounds]
+            by_round[(arm, level)] = each
+            checks = {
+                k: sum(1 for c in pooled if c.check == k)
+                for k in (IDENTICAL, WITHIN_SNR, VARIED, VARIED_UNSEEDED, FAILED)
+            }
+            rate = self.options.request_rate
+            results.append(
+                {
+                    "arm": arm,
+                    "max_concurrency": level,
+                    "request_rate": "inf" if math.isinf(rate) else rate,
+                    **whole,
+                    "checks": checks,
+                    "rounds": each,
+                }
+            )
+        over: dict = {}
+        for (arm, level), each in by_round.items():
+            if arm != "unseeded" and ("unseeded", level) in by_round:
+                over.setdefault(arm, {})[str(level)] = ratios(each, by_round[("unseeded", level)])
+        return results, over
+
+
+def _figures_of(checked: list[Checked], wall: float) -> dict:
+    done = [c for c in checked if c.check != FAILED]
+    samples = {
+        "e2el": [c.latency_s for c in done],
+        "audio_ttfp": [c.audio_ttfp_s for c in done if c.audio_ttfp_s is not None],
+        "audio_rtf": [c.audio_rtf for c in done],
+        "audio_duration": [c.audio_duration_s for c in done],
+        "audio_underrun": [c.audio_underrun_s for c in done if c.audio_underrun_s is not None],
+        "audio_frames": [c.audio_frames for c in done],
+        "audio_continuity_ok": [c.audio_continuity_ok for c in done if c.audio_continuity_ok is not None],
+    }
+    most = max((c.in_flight_client or 0 for c in done), default=0)
+    return figures(samples, len(done), len(checked) - len(done), wall, most)
