@@ -11,8 +11,11 @@ from .summary import outcome
 VERDICT_ORDER = {"fail": 0, "unseeded": 1, "pass": 2}
 
 
-def pair_files(scenario: str, run: str, request: str) -> list[tuple[str, str]]:
-    """Where the report folder keeps a diverging pair's audio: (label, relative path), alone first."""
+def pair_files(scenario: str, run: str, request: str, other: str | None = None) -> list[tuple[str, str]]:
+    """Where the report folder keeps a diverging pair's audio: (label, relative path), alone first;
+    with `other` (audio-of-another-request), that request's response in the same run first."""
+    if other is not None:
+        return [(f"{key} ({run})", f"diverging/{scenario}/{key}.{run}.wav") for key in (other, request)]
     return [(label, f"diverging/{scenario}/{request}.{label}.wav") for label in ("alone", run)]
 
 
@@ -71,7 +74,7 @@ def _pair(n: int, case: dict) -> PairView:
         title=f"{case['request']} in {case['scenario']}/{case['run']}: {cause}",
         status=case["verdict"],
         detail=why.get("detail", ""),
-        audio=pair_files(case["scenario"], case["run"], case["request"]),
+        audio=pair_files(case["scenario"], case["run"], case["request"], case.get("other")),
         metrics=metrics,
         mark_s=cmp.get("first_diverging_s"),
     )

@@ -125,12 +125,18 @@ def write_reports(
     doc = to_json(result, golden)
     text_md = markdown(result, golden)
 
+    def response(scenario: str, run: str, key: str):
+        return result.reference[key] if scenario == "reference" else result.outputs[(scenario, run)][key]
+
     def pairs(folder: Path) -> None:
         for case in result.cases:
             if case.verdict == "pass":
                 continue
-            pair = [result.reference[case.request], result.outputs[(case.scenario, case.run)][case.request]]
-            for (_, relative), out in zip(pair_files(case.scenario, case.run, case.request), pair):
+            first = result.reference[case.request]  # alone, or the response whose audio it has
+            if case.other is not None:
+                first = response(case.scenario, case.run, case.other)
+            pair = [first, response(case.scenario, case.run, case.request)]
+            for (_, relative), out in zip(pair_files(case.scenario, case.run, case.request, case.other), pair):
                 (folder / relative).parent.mkdir(parents=True, exist_ok=True)
                 write_audio(folder / relative, out.pcm, result.sample_rate, "wav")
 

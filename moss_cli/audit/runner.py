@@ -16,7 +16,7 @@ from ..io.outcome import Outcome
 from .mixups import MixUp, MixUpLog
 from .options import AuditOptions
 from .scenarios import Run, Skipped, Target, build_runs, reference_run, seed_probes
-from .verdicts import Alone, Attribute, Case, Rules, alone, judge, request_verdicts
+from .verdicts import Alone, Attribute, Case, Rules, alone, another_requests_audio, judge, mixed_up, request_verdicts
 
 __all__ = ["AuditOptions", "AuditResult", "Auditor", "Executor", "run_audit"]
 
@@ -32,7 +32,7 @@ class AuditResult:
     sample_rate: int
     requests: list[str]
     chunk_schedule: list[int] = field(default_factory=list)  # streaming chunk sizes (the last repeats)
-    mixups: list[MixUp] = field(default_factory=list)  # warnings; they do not fail the audit
+    mixups: list[MixUp] = field(default_factory=list)  # warnings; they do not fail the audit (failures are cases)
     scenario_s: dict[str, float] = field(default_factory=dict)  # wall time of each scenario's runs and checks
     server: dict | None = None  # a server audit: its URL, requests in flight, probes, retries
     compile_s: float | None = None  # --compile: part of elapsed_s spent compiling the frame step
@@ -96,10 +96,11 @@ class Auditor:
         executed = executor.execute([baseline] + [run for _, runs in planned for run in runs])
         reference = next(executed)
         rules = executor.rules(opts, reference)
-        mixups = MixUpLog(keys)
-        mixups.add("reference", baseline.label, reference)
+        mixups = MixUpLog(keys, rules.min_snr_db)
+        found = mixups.add("reference", baseline.label, reference)
+        cases = mixed_up("reference", baseline.label, found, reference, rules)
         alone_verdicts = {k: Alone(True) for k in keys}
-        cases, outputs, scenario_s, skipped = [], {}, {}, {}
+        outputs, scenario_s, skipped = {}, {}, {}
         if "seeds" in self.scenarios:
             planned.append(("seeds", seed_probes(audited, executor.deploy_seeds(reference), set(rules.greedy))))
             executed = _chain(executed, executor, planned[-1][1])
@@ -111,7 +112,7 @@ class Auditor:
                     skipped[scenario] = got.reason
                     continue
                 outputs[(scenario, run.label)] = got
-                mixups.add(scenario, run.label, got)
+                cases += mixed_up(scenario, run.label, mixups.add(scenario, run.label, got), got, rules)
                 if scenario == "repeat":
                     alone_verdicts = {k: alone(by_id[k], reference[k], got[k], rules) for k in keys}
                 for member in run.audited:
@@ -147,7 +148,7 @@ class Auditor:
             executor.sample_rate,
             keys,
             executor.chunk_schedule,
-            mixups.warnings,
+            [m for m in mixups.found if not another_requests_audio(m)],
             scenario_s,
             server=server,
             compile_s=executor.compile_s(),

@@ -16,7 +16,11 @@ comparison of it means anything. Then a comparison that differs is, by its first
 - a batch dependence: `rng-coupling` (the request's random stream depends on the batch) or
   `numeric` (the same stream, other logits), found by replaying both runs where the engine can be
   replayed; `codec-numeric` (identical codes, other PCM); `batch-dependent` where only the audio
-  is known (a server).
+  is known (a server);
+- `audio-of-another-request` (a server that reports no codes): the request's audio equals, or
+  nearly equals, that of another audited request in the same run although the two differ in what
+  the talker reads or the voice it clones (mixups.CONDITIONING), so one response carries the other
+  request's audio; a server that does so in every composition passes every other comparison.
 A request's verdict is the first of VERDICTS among its comparisons' causes, else `identical`.
 """
 
@@ -26,14 +30,18 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..io.outcome import Outcome
+from ..report.metrics import format_db
 from .attribution import Attribution, codec_numeric
 from .compare import Comparison, compare
+from .mixups import MixUp
 
 BATCH_DEPENDENT, RUN_TO_RUN, SEED_IGNORED, UNSEEDED = "batch-dependent", "run-to-run", "seed-ignored", "unseeded"
 DEPLOY_SEED_NOT_APPLIED = "deploy-seed-not-applied"
+AUDIO_OF_ANOTHER_REQUEST = "audio-of-another-request"
 IDENTICAL = "identical"
 BATCH_CAUSES = (BATCH_DEPENDENT, "rng-coupling", "numeric", "codec-numeric")  # verdict: batch-dependent
-VERDICTS = (RUN_TO_RUN, DEPLOY_SEED_NOT_APPLIED, BATCH_DEPENDENT, SEED_IGNORED, UNSEEDED)
+# First: a response that is not its request's audio makes every other comparison of it meaningless.
+VERDICTS = (AUDIO_OF_ANOTHER_REQUEST, RUN_TO_RUN, DEPLOY_SEED_NOT_APPLIED, BATCH_DEPENDENT, SEED_IGNORED, UNSEEDED)
 LEVELS = ("codes", "waveform", "bitwise")
 # Why an unseeded request's audio can vary on vllm-omni (paths: the vllm_omni package of its 0.30.0 wheel).
 UNSEEDED_CAUSES = (
@@ -61,6 +69,7 @@ class Case:
     comparison: Comparison | None
     attribution: Attribution | None = None
     wall_s: float = 0.0  # the request's time in this run, plus comparing (and attributing) it
+    other: str | None = None  # audio-of-another-request: the request whose audio it was compared with (not alone)
 
     @property
     def failed(self) -> bool:
@@ -76,6 +85,7 @@ class Case:
             "comparison": self.comparison.as_dict() if self.comparison else None,
             "attribution": self.attribution.as_dict() if self.attribution else None,
             "wall_s": self.wall_s,
+            "other": self.other,
         }
 
 
@@ -200,6 +210,31 @@ def judge(
         case.verdict, case.attribution = "fail", attribute(cmp)
         return case
     return _fail(case, BATCH_DEPENDENT, f"identical in two runs alone, different in {scenario}/{run}{evidence}")
+
+
+def another_requests_audio(mixup: MixUp) -> bool:
+    """Whether a mix-up is a failure: found by the audio (the server reports no codes), among
+    requests that differ in what the talker reads or the voice it clones. Otherwise (identical
+    codes; only seeds or sampling differ) it is a warning: a model may ignore the difference."""
+    return mixup.by_audio and bool(mixup.strangers)
+
+
+def mixed_up(scenario: str, run: str, mixups: list[MixUp], outputs: dict[str, Outcome], rules: Rules) -> list[Case]:
+    """A failing case for each response of one run that has the audio of its mix-up's first
+    request (see another_requests_audio), compared with that request's response in the same run."""
+    cases = []
+    for m in filter(another_requests_audio, mixups):
+        first = m.members[0]
+        for key, fields in m.strangers.items():
+            cmp = compare(outputs[first], outputs[key], rules.sample_rate)
+            how = "identical PCM" if cmp.pcm_equal else f"SNR {format_db(cmp.snr_db)} dB >= {rules.min_snr_db:g} dB"
+            detail = (
+                f"the same audio as request {first!r} in {scenario}/{run} ({how}), although the two differ in "
+                f"{', '.join(fields)}: one of the two responses carries the other request's audio"
+            )
+            case = Case(scenario, run, key, outputs[key].seed_source, "pass", cmp, other=first)
+            cases.append(_fail(case, AUDIO_OF_ANOTHER_REQUEST, detail))
+    return cases
 
 
 def _fail(case: Case, cause: str, detail: str) -> Case:

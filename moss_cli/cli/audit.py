@@ -163,7 +163,7 @@ def audit_determinism(
         stderr.print(f"golden drift: {check.describe()}", style="red", soft_wrap=True, markup=False)
     if s["warnings"]:
         stderr.print(
-            f"{s['warnings']} warning(s): requests with different content produced identical codes "
+            f"{s['warnings']} warning(s): requests with different content produced identical codes or audio "
             "(a likely mix-up; see the report)",
             style="yellow",
         )

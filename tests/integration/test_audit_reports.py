@@ -128,7 +128,7 @@ def _mixups(prepared, seeds_used=True):
     }
     log = MixUpLog(list(outputs))
     log.add("batched", "max-batch-4", outputs)
-    return [(m.requests, m.differs) for m in log.warnings]
+    return [(m.requests, m.differs) for m in log.found]
 
 
 def test_requests_differing_only_in_a_seed_the_engine_ignores_are_twins_not_a_mixup():
