@@ -34,7 +34,7 @@ LEGEND = (
 )
 # Options of the local engine's bench, and of the server's, beyond the shared ones (server_options.py).
 LOCAL_BENCH = ("random_weights", "batch", "modes", "no_pack")
-SERVER_BENCH = ("num_requests", "duration", "request_rate", "warmup", "level", "min_snr_db", "stream", "requests")
+SERVER_BENCH = ("num_requests", "duration", "request_rate", "warmup", "level", "min_snr_db", "streamed", "requests")
 SERVER_BENCH += ("report_dir",)
 
 
@@ -145,7 +145,7 @@ def bench(
         typer.Option(help="--server: how a response must match its request sent alone: bitwise | waveform (SNR)."),
     ] = "bitwise",
     min_snr_db: Annotated[float, typer.Option(help="--server --level waveform: minimum SNR against it.")] = 60.0,
-    stream: Annotated[
+    streamed: Annotated[
         bool,
         typer.Option(
             "--stream/--no-stream",
@@ -257,7 +257,7 @@ def _server_bench(ctx, server, frames, arms, repeats, deploy, allow_foreign_depl
             allow_foreign_deploy=allow_foreign_deploy,
             level=p["level"],
             min_snr_db=p["min_snr_db"],
-            stream=p["stream"],
+            stream=p["streamed"],
             frames=frames,
             requests=p["requests"],
             allow_dropped_fields=p["allow_dropped_fields"],
