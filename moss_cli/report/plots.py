@@ -1,6 +1,7 @@
 """The figures of a diverging pair (matplotlib, Agg, PNG), drawn from the two audio files in the
 report folder: a waveform overlay with the difference on its own axis, and both spectrograms with
-their difference; the first divergence is marked on each."""
+their difference; the first divergence is marked on each. And `moss bench --server`'s figures against
+concurrency, one line per arm."""
 
 from __future__ import annotations
 
