@@ -39,6 +39,7 @@ class Behaviour:
     moss_headers: bool = False  # send x-moss-* headers like moss serve (else none, like vllm-omni)
     hold_s: float = 0.05  # how long a request stays in flight
     status: int | None = None  # answer every request with this error status
+    error: dict | None = None  # with `status`: the error answered ({"message", "type", "param"}), e.g. vllm-omni's
     fail_first: int = 0  # the first N requests get 503, the rest are served (a flaky server)
     fail_from: int | None = None  # requests from the N-th on get 500 (a server that breaks mid-job)
     json_200: bool = False  # answer 200 with a JSON body instead of audio
@@ -99,6 +100,8 @@ def make_app(behaviour: Behaviour) -> FastAPI:
             given = request.headers.get("authorization", "")
             if given != f"Bearer {behaviour.token}":
                 return _error(401, f"bad credentials {given!r}")  # echoes the value: the client must blank it
+        if behaviour.status is not None and behaviour.error is not None:
+            return JSONResponse({"error": {**behaviour.error, "code": behaviour.status}}, status_code=behaviour.status)
         if behaviour.status is not None:
             return _error(behaviour.status, f"the fake server answers {behaviour.status}")
         if behaviour.fail_from is not None and number >= behaviour.fail_from:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model.template import PROMPT_FIELDS
-from ..validation import is_int64, is_integer, is_number
+from ..validation import file_uri_path, is_int64, is_integer, is_number
 
 # A moss extension for local runs: overrides of the audio sampler, named for what they change (the
 # OpenMOSS reference generate() arguments). vllm-omni has no such fields (see DROPPED_BY_VLLM_OMNI).
@@ -191,11 +191,22 @@ def validate_record(
     if ref_audio is not None and (not isinstance(ref_audio, str) or not ref_audio.strip()):
         bad("ref_audio", "'ref_audio' must be a path to an audio file")
     elif ref_audio is not None and URL.match(ref_audio):
-        bad(
-            "ref_audio",
-            f"'ref_audio' is a URL ({ref_audio[:80]!r}); moss reads reference audio from local files and does not "
-            "fetch URLs: download the file and give its path (relative to the request file's folder)",
-        )
+        try:
+            local = file_uri_path(ref_audio)
+        except ValueError as e:
+            bad("ref_audio", f"'ref_audio' is a {e}; give the path of a file on this machine")
+        else:
+            if local is not None:
+                # A file here, as a path is: read on this machine and sent to a server inline (a
+                # data: URI), so the server needs no access to it (vllm-omni refuses a file://
+                # ref_audio unless started with --allowed-local-media-path: docs/server-audit.md).
+                ref_audio = local
+            else:
+                bad(
+                    "ref_audio",
+                    f"'ref_audio' is a URL ({ref_audio[:80]!r}); moss reads reference audio from local files and "
+                    "does not fetch URLs: download the file and give its path (relative to the request file's folder)",
+                )
     if ref_text is not None and not isinstance(ref_text, str):
         bad("ref_text", f"'ref_text' must be a string, got {type(ref_text).__name__}")
     elif ref_text is not None and ref_audio is None:

@@ -7,6 +7,7 @@ blanked out of every message (`ServerOptions.redact`)."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import itertools
 import re
@@ -70,19 +71,63 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
+# vLLM's media loader refuses a file:// URL on a server started without --allowed-local-media-path
+# with a RuntimeError (vllm/multimodal/media/connector.py:408-427, MediaConnector._load_file_url), and
+# one outside that folder with a ValueError. vllm-omni's MOSS adapter loads ref_audio through it
+# (tts_adapters/moss_tts.py:347, 84-121; serving_speech.py:1298-1352): the single route answers the
+# first a 500 "Speech generation failed: ..." (serving_speech.py:2720-2733), the second a 400
+# (2700-2709), and the batch route makes either the item's error (2790-2802). No re-send changes that.
+LOCAL_MEDIA_OPTION = "--allowed-local-media-path"
+
+
+def server_setting(words: str) -> str | None:
+    """What to change where a server's error (`words`) is one of its settings refusing the request,
+    not a fault a re-send can cure; None for any other error."""
+    if LOCAL_MEDIA_OPTION not in words:
+        return None
+    return (
+        "That is a setting of the server, not a fault of this request: vllm-omni reads a file:// ref_audio "
+        f"only from inside the folder its {LOCAL_MEDIA_OPTION} names, and refuses local files without it. "
+        f"Start vllm-omni with {LOCAL_MEDIA_OPTION} DIR (a folder holding the reference files), or send the "
+        "reference as a data: URL (what moss sends for a request file's ref_audio path or file:// URI) or as "
+        "an http(s) URL the server can fetch"
+    )
+
+
 def _error_message(response: httpx.Response) -> str:
-    """The server's own words: an OpenAI-style `{"error": {"message": ...}}`, else the body's start."""
+    """The server's own words: an OpenAI-style `{"error": {"message": ...}}`, else the body's start.
+    vLLM's schema error (type "Bad Request", a dump of pydantic's errors) is read as `field: msg`."""
     try:
         body = response.json()
         error = body.get("error") if isinstance(body, dict) else None
         if isinstance(error, dict) and error.get("message"):
             param = f" [{error['param']}]" if error.get("param") else ""
-            return f"{error['message']}{param}"
+            return f"{_schema_words(error) or error['message']}{param}"
         if isinstance(body, dict) and "detail" in body:  # FastAPI's default error shape
             return str(body["detail"])
     except ValueError:
         pass
     return _first_line(response.text)
+
+
+_STRING = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""  # a Python string literal, as repr() writes one
+_LOC_MSG = re.compile(rf"'loc': (\([^)]*\)|{_STRING}), 'msg': ({_STRING})")  # in a pydantic error dict's str()
+
+
+def _schema_words(error: dict) -> str | None:
+    """vLLM's answer to a body its request model refuses (type "Bad Request", the message "N
+    validation error(s):" then each pydantic error dict on a line: vLLM 0.30's
+    exception_handling/handlers/validation.py) as `field: msg; ...`; None for any other error."""
+    lines = str(error["message"]).splitlines()
+    if error.get("type") != "Bad Request" or not lines or not re.fullmatch(r"\d+ validation errors?:", lines[0]):
+        return None
+    parts = []
+    for found in filter(None, map(_LOC_MSG.search, lines[1:])):
+        loc, msg = (ast.literal_eval(literal) for literal in found.groups())  # literals only: safe
+        names = loc.split(".") if isinstance(loc, str) else loc
+        where = ".".join(str(name) for name in names if name != "body")
+        parts.append(f"{where}: {msg}" if where else str(msg))
+    return "; ".join(parts) or None
 
 
 def _first_line(body: str, limit: int = 120) -> str:
@@ -218,7 +263,10 @@ class SpeechClient:
             raise self._fail(f"{what}: {self._describe(e)}", request) from None
         status = response.status_code
         if status >= 400:
-            message = f"{what}: HTTP {status} {response.reason_phrase}: {_error_message(response)}"
+            words = _error_message(response)
+            message = f"{what}: HTTP {status} {response.reason_phrase}: {words}"
+            if (setting := server_setting(words)) is not None:  # the same answer to every re-send
+                raise self._fail(f"{message.rstrip('.')}. {setting}", request, status)
             if status >= 500:
                 raise _Transient(self.options.redact(message), status, _retry_after(response))
             raise self._fail(message, request, status)

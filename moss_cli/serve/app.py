@@ -79,15 +79,14 @@ def create_app(
         return await api_error(request, ApiError(500, f"internal error: {type(error).__name__}"))
 
     @app.get(HEALTH_PATH)
-    async def health() -> dict:
+    async def health() -> JSONResponse:
+        """vllm-omni's own /health, which replaces vLLM's empty 200 (api_server.py:342, 1937-1960):
+        `{"status": "healthy"}`, or 503 `{"status": "unhealthy", "reason": ...}` (not the error
+        shape); moss adds what its engine holds."""
         if not engine.ready:
-            raise ApiError(503, "the engine is not running")
-        return {
-            "status": "ok",
-            "model": intake.model_name,
-            "max_batch": engine.max_batch,
-            "in_flight": engine.in_flight,
-        }
+            return JSONResponse({"status": "unhealthy", "reason": "the engine is not running"}, status_code=503)
+        moss = {"model": intake.model_name, "max_batch": engine.max_batch, "in_flight": engine.in_flight}
+        return JSONResponse({"status": "healthy", **moss})
 
     @app.get(ENVIRONMENT_PATH)
     async def environment() -> dict:

@@ -9,8 +9,9 @@ import base64
 import binascii
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
+from ..validation import file_uri_path
 from .errors import ApiError
 
 PARAM = "ref_audio"
@@ -60,10 +61,10 @@ def _data_uri(value: str, limit: int) -> Media:
 
 def _allowed_file(value: str, scheme: str, allowed_dir: Path, limit: int) -> Media:
     if scheme == "file":
-        parts = urlsplit(value)
-        if parts.netloc not in ("", "localhost"):
-            raise ApiError(400, f"file:// URI with a host ({parts.netloc}) is refused", PARAM)
-        value = unquote(parts.path)
+        try:
+            value = file_uri_path(value)
+        except ValueError as e:
+            raise ApiError(400, f"{e}; it is refused", PARAM) from None
     root = allowed_dir.resolve()
     path = (root / value).resolve()  # symlinks and `..` resolved before the check
     if not path.is_relative_to(root):

@@ -15,15 +15,19 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from ..config.request_fields import DROPPED_BY_VLLM_OMNI, SAMPLING_FIELDS
 from ..speech_api import EXTRA_PARAMS
-from ..validation import INT64_MAX, INT64_MIN, is_int64
+from ..validation import INT64_MAX, INT64_MIN
 from .audio import STREAM_FORMATS
 from .errors import ApiError, schema_error
 
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+# A seed, wherever a body gives one (`seed`, an item's `seed`, `extra_params.tts_local_seed`): vllm-omni's
+# `int | None` in [-2**63, 2**63 - 1] (audio.py:160-166), read in pydantic's lax mode as vllm-omni reads it,
+# so "7" is 7 and -1 is the seed -1 (docs/serve.md, "Seeds").
+SEED = TypeAdapter(Int64 | None)
 DEFAULT_VOICE = "default"  # vllm-omni reads it as no voice (serving_speech.py:2526-2528)
 # extra_params that vllm-omni sets on stage 0 (serving_speech.py:2023-2025)
 STAGE0_SAMPLING = ("temperature", "top_p", "top_k")
@@ -218,12 +222,15 @@ def record_of(speech: SpeechRequest) -> tuple[dict[str, Any], list[tuple[str, st
                 problems.append((name, f"{name} and {where} differ; give one of them"))
             record[name] = value
         elif name == "tts_local_seed":  # the residual sampler's seed in vllm-omni; `seed` overrides it
-            if not is_int64(value):
-                problems.append((where, f"must be an integer in the signed 64-bit range, got {value!r}"))
-            elif speech.seed is not None and speech.seed != value:
-                problems.append((where, f"seed {speech.seed} and tts_local_seed {value} differ; give one of them"))
-            else:
-                record["seed"] = value
+            try:
+                seed = SEED.validate_python(value)  # read as `seed` is: "7" is 7, null is none
+            except ValidationError as e:
+                problems.append((where, f"{e.errors()[0]['msg']} (a seed is a signed 64-bit integer), got {value!r}"))
+                continue
+            if seed is not None and speech.seed is not None and speech.seed != seed:
+                problems.append((where, f"seed {speech.seed} and tts_local_seed {seed} differ; give one of them"))
+            elif seed is not None:
+                record["seed"] = seed
         elif name in STAGE0_SAMPLING:
             problems.append(
                 (

@@ -52,6 +52,7 @@ REQUEST_CASES = [
     ("wrong-type.xml", ["wrong-type.xml", "unsupported request file type"]),
     ("ref-audio-missing.jsonl", ["ref-audio-missing.jsonl:1 [ref_audio]"]),
     ("ref-audio-url.jsonl", ["ref-audio-url.jsonl:1 [ref_audio]", "does not fetch URLs", "!does not exist"]),
+    ("ref-audio-file-host.jsonl", ["ref-audio-file-host.jsonl:1 [ref_audio]", "on another machine"]),
     (
         "ref-audio-directory.jsonl",
         ["ref-audio-directory.jsonl:1 [ref_audio]", "is a directory, expected an audio file"],

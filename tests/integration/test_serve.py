@@ -67,7 +67,7 @@ def test_health_and_models_answer_in_the_openai_shapes(server):
     models = httpx.get(server + MODELS_PATH, timeout=5).json()
     assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["moss-tts-local-tiny"]
     assert models["data"][0]["object"] == "model"
-    assert httpx.get(server + "/health", timeout=5).json()["status"] == "ok"
+    assert httpx.get(server + "/health", timeout=5).json()["status"] == "healthy"
 
 
 def test_the_server_reports_the_environment_a_local_run_of_the_same_model_records(server, tmp_path):

@@ -8,8 +8,10 @@ reason: those lists are the record of where moss differs."""
 
 from __future__ import annotations
 
+import ast
 import base64
 import io
+import re
 import struct
 from typing import Any
 
@@ -20,8 +22,9 @@ from serve_helpers import running, sse_events
 from vllm_omni_server import DEFAULT_MODEL, FakeMossLocalEngine, data_url, reference_wav, serving_vllm_omni
 
 from moss_cli.pipeline import SynthOptions
+from moss_cli.serve.batch import BATCH_PATH
 from moss_cli.serve.server import TINY_NAME
-from moss_cli.speech_api import SPEECH_PATH
+from moss_cli.speech_api import HEADER_SEED, HEALTH_PATH, SPEECH_PATH
 
 REF = data_url(reference_wav())  # 2 s: a reference both take (vllm-omni's MOSS-TTS-Local needs one)
 URL_REF = "http://127.0.0.1:9/voice.wav"  # the fake vllm-omni "fetches" it; moss never fetches
@@ -45,9 +48,14 @@ SAME: dict[str, Any] = {
     "empty model": body(model=""),
     "seed as a string": body(seed="5"),  # pydantic's lax types: seed 5 on both
     "seed 0": body(seed=0),
+    "seed -1": body(seed=-1),  # a seed like any other on both (docs/serve.md, "Seeds")
+    "seed -1 as a string": body(seed="-1"),
     "lowest int64 seed": body(seed=-(2**63)),
     "no seed": body(seed=DROP),
     "tts_local_seed": body(seed=DROP, extra_params={"tts_local_seed": 11}),
+    "tts_local_seed as a string": body(seed=DROP, extra_params={"tts_local_seed": "7"}),  # vllm-omni: int("7")
+    "tts_local_seed -1": body(seed=DROP, extra_params={"tts_local_seed": -1}),
+    "tts_local_seed null": body(seed=DROP, extra_params={"tts_local_seed": None}),  # no seed on both
     "voice default": body(voice="default"),
     "speaker object default": body(speaker={"id": "default"}),
     "speed 1 and nulls": body(speed=1.0, sample_rate=None, task_type=None, stream_format=None, extra_params=None),
@@ -130,6 +138,12 @@ DIFFERENCES: dict[str, tuple[dict, str, str]] = {
     "non_streaming_mode": (body(non_streaming_mode=True), "non_streaming_mode", "a Qwen3-TTS prompt mode; not read"),
     "x_vector_only_mode": (body(x_vector_only_mode=True), "x_vector_only_mode", "Qwen3-TTS only; not read"),
     "URL reference": (body(ref_audio=URL_REF), "ref_audio", "moss never fetches URLs (its own network is no target)"),
+    "fractional tts_local_seed": (
+        body(seed=DROP, extra_params={"tts_local_seed": 7.5}),
+        "extra_params.tts_local_seed",
+        "vllm-omni's runner truncates it to 7 with int() (gpu_model_runner.py:1968-1974) where its `seed` refuses "
+        "7.5 (audio.py:160-166): a fractional seed is a typo, read as `seed` is read",
+    ),
     "frames past moss's bound": (
         body(max_new_tokens=2_000_000),
         "max_new_tokens",
@@ -170,6 +184,18 @@ def _error(response: httpx.Response) -> dict:
     return error
 
 
+def _schema_message(error: dict) -> str:
+    """pydantic's message for the first field of vLLM's schema error ("N validation error(s):", then
+    each error's dict), which moss's message for that field must say too; "" where the message is a
+    validator's own words (a `value_error`: each server words its own)."""
+    lines = error["message"].splitlines()
+    assert re.fullmatch(r"\d+ validation errors?:", lines[0]), error
+    if "'type': 'value_error'" in lines[1]:
+        return ""
+    msg = re.search(r"'msg': ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")", lines[1])  # a str literal, as repr() writes it
+    return str(ast.literal_eval(msg.group(1)))
+
+
 def _framing(response: httpx.Response) -> Any:
     """What a client relies on in an answer with audio: for a file, its container, rate and
     channels; for an SSE stream, each event's name and JSON keys (and the header delta); for a
@@ -205,6 +231,7 @@ def test_the_same_body_gets_the_same_answer_from_both(servers, name):
         mine, theirs = _error(moss), _error(vllm_omni)
         if str(theirs["param"]).startswith("body."):  # a field's type or range: vLLM's "Bad Request", body.<field>
             assert (mine["type"], mine["param"]) == (theirs["type"], theirs["param"]), (mine, theirs)
+            assert _schema_message(theirs) in mine["message"], (mine, theirs)  # pydantic's words for the field
         else:
             assert mine["type"] in ("BadRequestError", "Bad Request", "NotFoundError"), mine
 
@@ -246,3 +273,125 @@ def test_a_wav_stream_starts_with_the_same_header_alone(servers):
     headers = [base64.b64decode(sse_events(r.content)[0][1]["audio"]) for r in (moss, vllm_omni)]
     assert headers[0] == headers[1] and len(headers[0]) == 44
     assert struct.unpack("<4sI4s", headers[0][:12]) == (b"RIFF", 0xFFFFFFFF, b"WAVE")
+
+
+def test_a_seed_given_as_a_string_or_negative_is_that_seed_on_both(servers):
+    """vllm-omni reads `seed` in pydantic's lax mode within int64 (audio.py:160-166) and
+    `extra_params.tts_local_seed` with int() (gpu_model_runner.py:1968-1974), and seeds a generator
+    with it, a negative seed included: "7" is the seed 7 and -1 a seed of its own, on both servers."""
+    for url, model in zip(servers, (TINY_NAME, DEFAULT_MODEL)):
+        audio = {}
+        for name, sent in {
+            "7": body(seed=7),
+            "'7'": body(seed="7"),
+            "tts_local_seed '7'": body(seed=DROP, extra_params={"tts_local_seed": "7"}),
+            "-1": body(seed=-1),
+            "'-1'": body(seed="-1"),
+            "tts_local_seed -1": body(seed=DROP, extra_params={"tts_local_seed": -1}),
+            "1": body(seed=1),
+        }.items():
+            response = _post(url, sent, model)
+            assert response.status_code == 200, (url, name, response.text[:300])
+            audio[name] = response.content
+            if url == servers[0]:
+                assert response.headers[HEADER_SEED] == name.split()[-1].strip("'"), name
+        assert audio["7"] == audio["'7'"] == audio["tts_local_seed '7'"]
+        assert audio["-1"] == audio["'-1'"] == audio["tts_local_seed -1"]
+        assert len({audio["7"], audio["-1"], audio["1"]}) == 3  # -1 is neither 1 nor 7
+
+
+HEALTH_EXTENSIONS = {"model", "max_batch", "in_flight"}  # moss's: what its engine holds
+
+
+def test_health_answers_vllm_omnis_body_plus_moss_extensions(servers):
+    """vllm-omni replaces vLLM's empty 200 with its own /health (api_server.py:342, 1937-1960)."""
+    moss, vllm_omni = (httpx.get(url + HEALTH_PATH, timeout=10, trust_env=False) for url in servers)
+    assert moss.status_code == vllm_omni.status_code == 200
+    assert vllm_omni.json() == {"status": "healthy"}
+    mine = moss.json()
+    assert mine["status"] == "healthy" and set(mine) - {"status"} == HEALTH_EXTENSIONS, mine
+
+
+def test_health_once_the_engine_has_stopped_is_vllm_omnis_503_body():
+    """vllm-omni's unhealthy answer is `{"status": "unhealthy"}` with 503 (api_server.py:1946-1960),
+    not the error shape."""
+    with running(SynthOptions(device="cpu", max_batch=2)) as (url, serving):
+        assert serving.engine.close(60)
+        response = httpx.get(url + HEALTH_PATH, timeout=10, trust_env=False)
+    assert response.status_code == 503
+    assert response.json() == {"status": "unhealthy", "reason": "the engine is not running"}
+
+
+ITEM = {"input": "Hello there.", "ref_audio": REF, "max_new_tokens": 2}
+
+# Batches both servers answer alike: the same status; for 200, the same result keys (moss adds its
+# moss_* keys) and the same status for each item, in order.
+BATCH_SAME: dict[str, Any] = {
+    "two items": {"items": [ITEM, {**ITEM, "input": "Goodbye."}]},
+    "shared fields": {"ref_audio": REF, "max_new_tokens": 2, "response_format": "pcm", "items": [{"input": "A."}]},
+    "an item's seed": {"items": [{**ITEM, "seed": 3}]},  # moss honours it; vllm-omni's items have none (dropped)
+    # an item's own problem: that item fails, the others are served (serving_speech.py:2790-2802)
+    "a blank item": {"items": [ITEM, {**ITEM, "input": "   "}]},
+    "an item with a file:// reference": {"items": [ITEM, {**ITEM, "ref_audio": "file:///srv/voices/a.wav"}]},
+    # the batch's own problems: 400 for the whole batch, a schema error naming the batch field
+    "no items": {"items": []},
+    "items missing": {"ref_audio": REF},
+    "items not a list": {"items": ITEM},
+    "batch speed out of range": {"speed": 9, "items": [ITEM]},
+    "too many items": {"items": [ITEM] * 33},
+    "another model": {"model": "tts-1", "items": [ITEM]},
+}
+
+# Batches moss answers 200 with that item's error where vllm-omni refuses the whole batch (400), and why.
+BATCH_DIFFERENCES: dict[str, tuple[dict, str]] = {
+    "an item without input": (
+        {"items": [ITEM, {"ref_audio": REF}]},
+        "vllm-omni validates every item's types as it reads the body; moss checks each item on its own, so one "
+        "item's mistake does not fail the others",
+    ),
+    "an item's speed out of range": ({"items": [ITEM, {**ITEM, "speed": 5}]}, "ditto"),
+}
+
+
+def _batch(servers, sent: dict) -> tuple[httpx.Response, httpx.Response]:
+    return tuple(httpx.post(url + BATCH_PATH, json=sent, timeout=120, trust_env=False) for url in servers)
+
+
+def _results(response: httpx.Response) -> tuple[list, list]:
+    answer = response.json()
+    assert set(answer) == {"id", "results", "total", "succeeded", "failed"}, answer
+    results = answer["results"]
+    assert answer["total"] == len(results) and answer["succeeded"] + answer["failed"] == len(results)
+    assert answer["failed"] == sum(r["status"] == "error" for r in results)
+    assert [r["index"] for r in results] == list(range(len(results)))
+    for r in results:
+        assert bool(r.get("error")) == (r["status"] == "error"), r  # an error says why
+    keys = [sorted(k for k in r if not k.startswith("moss_")) for r in results]
+    return [r["status"] for r in results], keys
+
+
+@pytest.mark.parametrize("name", list(BATCH_SAME))
+def test_the_same_batch_gets_the_same_answer_from_both(servers, name):
+    moss, vllm_omni = _batch(servers, BATCH_SAME[name])
+    assert moss.status_code == vllm_omni.status_code, (moss.text[:300], vllm_omni.text[:300])
+    if moss.status_code == 200:
+        assert _results(moss) == _results(vllm_omni)
+        return
+    mine, theirs = _error(moss), _error(vllm_omni)
+    if str(theirs["param"]).startswith("body."):
+        assert (mine["type"], mine["param"]) == (theirs["type"], theirs["param"]), (mine, theirs)
+        assert _schema_message(theirs) in mine["message"], (mine, theirs)
+
+
+def test_a_file_uri_item_fails_on_vllm_omni_with_its_media_loaders_words(servers):
+    _, vllm_omni = _batch(servers, BATCH_SAME["an item with a file:// reference"])
+    failed = vllm_omni.json()["results"][1]
+    words = "Cannot load local files without `--allowed-local-media-path`."  # str() of vLLM's RuntimeError
+    assert failed == {"index": 1, "status": "error", "error": words}
+
+
+@pytest.mark.parametrize("name", list(BATCH_DIFFERENCES))
+def test_moss_fails_only_the_item_where_vllm_omni_refuses_the_batch_where_listed(servers, name):
+    moss, vllm_omni = _batch(servers, BATCH_DIFFERENCES[name][0])
+    assert vllm_omni.status_code == 400 and _error(vllm_omni)["type"] == "Bad Request", vllm_omni.text[:300]
+    assert moss.status_code == 200 and _results(moss)[0] == ["success", "error"], moss.text[:300]

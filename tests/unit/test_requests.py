@@ -150,6 +150,19 @@ def test_a_reference_audio_directory_is_named_a_directory(tmp_path):
         read_reference(tmp_path / ("x" * 5000), channels=1, rate=24_000)
 
 
+def test_a_file_uri_reference_is_the_local_file_it_names(tmp_path):
+    """What vllm-omni takes as file:// (and refuses without --allowed-local-media-path) moss reads here."""
+    voice = tmp_path / "my voice.wav"
+    uris = [f"file://{tmp_path}/my%20voice.wav", f"FILE://localhost{tmp_path}/my%20voice.wav"]
+    path = tmp_path / "r.jsonl"
+    rows = [{"id": f"r{i}", "text": "x", "ref_audio": uri} for i, uri in enumerate(uris)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert [r.ref_audio for r in read_requests(path)] == [voice, voice]
+    path.write_text(json.dumps({"id": "r", "text": "x", "ref_audio": "file://host/voice.wav"}) + "\n")
+    with pytest.raises(RequestFileError, match=r"host \(host\) names a file on another machine"):
+        read_requests(path)
+
+
 @pytest.mark.parametrize("frames, ok", [(0, False), (1, True), (MAX_FRAMES_LIMIT, True), (MAX_FRAMES_LIMIT + 1, False)])
 def test_max_new_frames_is_at_least_one(tmp_path, frames, ok):
     path = tmp_path / "r.jsonl"
