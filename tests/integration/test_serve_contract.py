@@ -3,8 +3,9 @@ tests/vllm_omni_server.py, checked against the wheel by test_vllm_omni_fixture.p
 bodies, valid and invalid, to both servers. Each must get the same status; a valid one the same
 content type and framing (SSE event names, order and JSON keys; the raw WAV header; the file's
 rate and channels). Where moss deliberately answers otherwise, the body is in DIFFERENCES (moss
-refuses what vllm-omni takes) or MOSS_TAKES (moss answers what vllm-omni refuses), each with its
-reason: those lists are the record of where moss differs."""
+refuses what vllm-omni takes), MOSS_TAKES (moss answers what vllm-omni refuses) or OTHER_STATUS
+(both refuse, with other statuses), each with its reason; batches likewise (BATCH_SAME,
+BATCH_DIFFERENCES), and /health. Those lists are the record of where moss differs."""
 
 from __future__ import annotations
 
@@ -151,6 +152,18 @@ DIFFERENCES: dict[str, tuple[dict, str, str]] = {
     ),
 }
 
+# Bodies both refuse with another status, and why: (body, moss's status, vllm-omni's status, why).
+OTHER_STATUS: dict[str, tuple[dict, int, int, str]] = {
+    "file:// reference": (
+        body(ref_audio="file:///srv/voices/a.wav"),
+        400,
+        500,
+        "vllm-omni started without --allowed-local-media-path answers vLLM's RuntimeError as a 500 "
+        "(serving_speech.py:2720-2733); moss serve without --allowed-media-dir refuses the request it cannot "
+        "serve with a 400 naming ref_audio and the option",
+    ),
+}
+
 # Bodies moss answers (200) where vllm-omni refuses (400), and why.
 MOSS_TAKES: dict[str, tuple[dict, str]] = {
     "no reference": (body(ref_audio=DROP), "moss speaks without a reference (the prompt's generation mode)"),
@@ -242,6 +255,17 @@ def test_moss_refuses_what_vllm_omni_takes_where_listed(servers, name):
     moss, vllm_omni = _both(servers, sent)
     assert vllm_omni.status_code == 200, vllm_omni.text[:300]
     assert moss.status_code == 400 and _error(moss)["param"] == param, moss.text
+
+
+@pytest.mark.parametrize("name", list(OTHER_STATUS))
+def test_both_refuse_with_the_status_listed(servers, name):
+    sent, mine, theirs, _reason = OTHER_STATUS[name]
+    moss, vllm_omni = _both(servers, sent)
+    assert (moss.status_code, vllm_omni.status_code) == (mine, theirs), (moss.text[:300], vllm_omni.text[:300])
+    assert _error(vllm_omni)["message"] == "Speech generation failed: Cannot load local files without " + (
+        "`--allowed-local-media-path`."
+    )
+    assert _error(moss)["param"] == "ref_audio" and "--allowed-media-dir" in _error(moss)["message"]
 
 
 @pytest.mark.parametrize("name", list(MOSS_TAKES))
