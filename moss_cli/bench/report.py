@@ -25,23 +25,20 @@ COLUMNS = (
     ("failed", "failed"),
     ("req/s", "request_throughput"),
     ("audio s/s", "audio_throughput"),
-    ("TTFP p50 ms", "median_audio_ttfp_ms"),
-    ("TTFP p99 ms", "p99_audio_ttfp_ms"),
-    ("E2EL p50 ms", "median_e2el_ms"),
-    ("E2EL p99 ms", "p99_e2el_ms"),
+    ("TTFP p50", "median_audio_ttfp_ms"),
+    ("TTFP p99", "p99_audio_ttfp_ms"),
+    ("E2EL p50", "median_e2el_ms"),
+    ("E2EL p99", "p99_e2el_ms"),
     ("RTF p50", "median_audio_rtf"),
-    ("continuous", "audio_continuity_ok_rate"),
+    ("cont.", "audio_continuity_ok_rate"),
 )
 # The cost columns: the arm's figure over the unseeded arm's (median of the rounds [min-max]).
-COST_COLUMNS = (
-    ("TTFP p50 / unseeded", "median_audio_ttfp_ms"),
-    ("RTF p50 / unseeded", "median_audio_rtf"),
-    ("audio s/s / unseeded", "audio_throughput"),
-)
+COST_COLUMNS = (("TTFP/u", "median_audio_ttfp_ms"), ("RTF/u", "median_audio_rtf"), ("audio/u", "audio_throughput"))
 LEGEND = (
-    "vllm bench serve's figures: TTFP time to first audio packet, E2EL end-to-end latency, RTF latency / audio "
-    "duration, continuous: streams a real-time player never waited on for over 0.1 s; checked: identical to the "
-    "same request alone / varied; x / unseeded: median over the rounds [min-max]"
+    "vllm bench serve's figures: TTFP time to first audio packet and E2EL end-to-end latency (ms), RTF latency / audio "
+    "duration, cont.: the share of streams a real-time player never waited on for over 0.1 s; checked: identical to "
+    "the same request alone / varied; x/u: the arm's TTFP p50, RTF p50, audio s/s over the unseeded arm's, median of "
+    "the rounds [min-max]"
 )
 
 
