@@ -17,7 +17,7 @@ from . import server_options as srv
 from .common import Device, DType, interactive, ray_event, stderr, stdout, user_errors
 
 if TYPE_CHECKING:
-    from ..jobs.local import SynthSummary
+    from ..jobs.job import SynthSummary
 
 
 def synth(

@@ -93,7 +93,7 @@ def _on_ray(cluster, out: Path, seen: list, **job):
     from moss_cli.jobs.ray import synthesize_on_ray
 
     return synthesize_on_ray(
-        cluster, EXAMPLES, out, SynthOptions(**job.pop("options", {})), runner_seen=seen.append, **job
+        cluster, EXAMPLES, out, SynthOptions(**job.pop("options", {})), source_seen=seen.append, **job
     )
 
 
