@@ -75,7 +75,7 @@ def main() -> None:
     variants = {
         "plain": None,
         f"tiles of {tile}, padded whole": RowTiles.whole(tile),
-        f"tiles of {tile}, padded to {INVARIANT.wide_unit}": RowTiles(tile, INVARIANT.wide_unit),
+        f"tiles of {tile}, padded to {INVARIANT.pad_unit}": RowTiles(tile, INVARIANT.pad_unit),
     }
     variants[f"verified: {verified}"] = verified
     codes = torch.randint(0, 1024, (12, 1, args.frames))

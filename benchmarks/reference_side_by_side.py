@@ -46,6 +46,7 @@ from moss_cli.bench import BenchOptions  # noqa: E402
 from moss_cli.bench.models import load_models  # noqa: E402
 from moss_cli.engine.scheduler import Engine, GenerationRequest  # noqa: E402
 from moss_cli.numerics import FAST, INVARIANT  # noqa: E402
+from moss_cli.numerics.layout import EngineLayout  # noqa: E402
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS  # noqa: E402
 
 PRESETS = {
@@ -111,7 +112,8 @@ def moss_run(model, numerics, prompts, frames: int) -> None:
     requests = [
         GenerationRequest(str(i), p, frames, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=i) for i, p in enumerate(prompts)
     ]
-    list(Engine(model, max_batch=len(prompts), numerics=numerics).run(requests))
+    layout = EngineLayout.fix(model, numerics, len(prompts))
+    list(Engine(model, max_batch=len(prompts), layout=layout).run(requests))
 
 
 def main() -> None:

@@ -64,7 +64,7 @@ def main() -> None:
     with torch.inference_mode():
         for batch in (int(b) for b in args.batch.split(",")):
             layout = EngineLayout.fix(model, numerics, batch)
-            rows = layout.rows(batch)  # what a step really computes
+            rows = layout.steps.padded(batch)  # what a step really computes
             run = _talker_run(model, layout, prompts, batch, 2)  # warm-up (and the prompt's length)
             length = run.prompt_tokens // batch + args.frames // 2
             times = {v: [] for v in VARIANTS}

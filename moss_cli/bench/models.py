@@ -18,7 +18,8 @@ from ..model.config import CodecConfig, TalkerConfig
 from ..model.loading import load_codec, load_talker_model, ready_codec
 from ..model.prompt import PromptBuilder
 from ..model.talker import MossTTSLocal
-from ..numerics import ENGINE_BLOCK, FAST, INVARIANT, MAX_BLOCK_ROWS, Numerics, forced_block_rows
+from ..numerics import FAST, INVARIANT, Layout, Numerics
+from ..numerics.layout import most_step_rows
 from ..threads import talker_parameters
 from .options import BenchOptions
 
@@ -92,14 +93,13 @@ def preset_configs(name: str) -> tuple[TalkerConfig, CodecConfig]:
 
 
 def _step_rows(mode: str, batch: int) -> int:
-    """The most rows a decode step of `batch` requests computes in `mode`, padding included (at
-    most what `EngineLayout.rows` lays out: fixed blocks of the forced rows, or of --max-batch rows)."""
+    """The most rows a decode step of `batch` requests computes in `mode`, padding included (the
+    engine's padding rule, `StepLayout.padded`, at the largest layout the mode may choose)."""
     try:
-        forced = forced_block_rows(mode) if mode != "invariant" else None
-    except ValueError:  # fast (unpadded), or an unknown mode (refused before anything runs)
+        numerics = MODES.get(mode) or Numerics(layout=Layout.parse(mode))
+    except ValueError:  # an unknown mode (refused before anything runs)
         return batch
-    block = forced or max(ENGINE_BLOCK, min(batch, MAX_BLOCK_ROWS))
-    return block * -(-batch // block)
+    return most_step_rows(numerics, batch)
 
 
 def memory_needed(

@@ -27,7 +27,7 @@ from ..engine.scheduler import Engine, FrameEvent, GenerationRequest
 from ..errors import MossError
 from ..model.codec import AudioCodec
 from ..model.prompt import PromptBuilder
-from ..numerics import FAST, INVARIANT, Numerics
+from ..numerics import FAST, INVARIANT, Layout, Numerics
 from ..numerics.layout import EngineLayout
 from ..pipeline.streaming import StreamingDecode
 from ..sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
@@ -89,7 +89,7 @@ def mode_numerics(mode: str) -> Numerics:
     if mode in ("invariant", "fast"):
         return INVARIANT if mode == "invariant" else FAST
     try:
-        return Numerics(layout=mode)
+        return Numerics(layout=Layout.parse(mode))
     except ValueError:
         raise MossError(
             f"unknown mode {mode!r}; expected invariant, blocks, blocks:R (fixed blocks of R rows) or fast",
@@ -126,7 +126,7 @@ def _talker_run(
 ) -> TalkerRun:
     """Decode step seconds, prefill seconds and prompt tokens of one run of `batch` requests."""
     requests = _requests(prompts, batch, frames, arm, deploy_seed)
-    engine = Engine(model, max_batch=batch, layout=layout, compile=layout.compile)
+    engine = Engine(model, max_batch=batch, layout=layout)
     start = time.perf_counter()
     marks = []
     for event in engine.events(requests):
@@ -150,7 +150,7 @@ def _timed_runs(
         if options.compile:  # compiling happens here, not inside the timed runs
             _talker_run(model, layouts[mode], prompts, batch, 2)
         compile_times[mode] = compile_seconds() - before
-    rows = {mode: layout.rows(batch) for mode, layout in layouts.items()}  # what a step really computes
+    rows = {mode: layout.steps.padded(batch) for mode, layout in layouts.items()}  # what a step really computes
     variants = [(mode, arm) for mode in options.modes for arm in options.arms]
     timed: dict[tuple[str, str], list] = {variant: [] for variant in variants}
     for _ in range(options.repeats):
@@ -165,7 +165,7 @@ def _timed_runs(
 
 def _ttfa(model, codec: AudioCodec, layout: EngineLayout, prompts, batch: int, frames: int, arm, deploy_seed) -> float:
     """Seconds from the start of a streamed batch to the first request's first audio chunk."""
-    engine = Engine(model, max_batch=batch, layout=layout, compile=layout.compile)
+    engine = Engine(model, max_batch=batch, layout=layout)
     start = time.perf_counter()
     first = StreamingDecode(codec, [1, 15])
     for event in engine.events(_requests(prompts, batch, min(frames, 16), arm, deploy_seed)):
@@ -264,7 +264,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                     mode=mode,
                     arm=arm,
                     batch=batch,
-                    layout=layouts[mode].steps,
+                    layout=str(layouts[mode].steps),
                     frames=options.frames,
                     decode_step_ms=round(step * 1e3, 3),
                     decode_step_ms_range=[

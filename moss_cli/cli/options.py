@@ -100,14 +100,14 @@ def synth_options(params: dict, **overrides):
 def numerics(batch_invariant: bool, layout: str):
     """The `Numerics` of --batch-invariant and --layout (a bad --layout is a MossError naming it)."""
     from ..errors import MossError
-    from ..numerics import Numerics
+    from ..numerics import Layout, Numerics
 
     if layout != "auto" and not batch_invariant:
         raise MossError(
             "--layout lays out batch-invariant steps; it means nothing with --no-batch-invariant", field="--layout"
         )
     try:
-        return Numerics(batch_invariant=batch_invariant, layout=layout)
+        return Numerics(batch_invariant=batch_invariant, layout=Layout.parse(layout))
     except ValueError as e:
         raise MossError(str(e), field="--layout") from None
 

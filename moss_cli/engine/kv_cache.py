@@ -1,4 +1,4 @@
-"""KV caches the engine hands to the backbone's attention."""
+"""The engine's KV pool and the caches it hands to the backbone's attention (prefill, decode)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import heapq
 import torch
 
 from ..model.attention import attend, causal_mask
-from ..model.layers import as_dtype
+from ..numerics.attention import KeyBlocks, decode_attention
 from ..numerics.tiles import KEY_BLOCK
 
 SCRATCH = 0  # the pool slot idle rows write to
@@ -107,13 +107,11 @@ class GroupedPrefill:
 
 
 class BlockedDecode:
-    """One decode step (one new position per row) for rows living in pool slots.
-
-    Each row attends over its own keys only, in fixed blocks of KEY_BLOCK keys combined with an
-    online softmax. A block a row has no keys in (a longer neighbour's) leaves the row's running
-    max, sum and output exactly as they were, so a row's numbers are the same whatever the lengths
-    of the rows it shares the step with; within a block every product has one shape. Idle rows
-    (on the scratch slot) compute anything at all: their outputs are ignored."""
+    """One decode step (one new position per row) for rows living in pool slots: stores each row's
+    new key and value in its slot, then attends over each row's own keys in fixed key blocks
+    (`numerics.attention.decode_attention`), so a row's numbers are the same whatever the lengths
+    of the rows it shares the step with. Idle rows (on the scratch slot) compute anything at all:
+    their outputs are ignored."""
 
     def __init__(self, pool: KVPool, slots: list[int]) -> None:
         self.pool = pool
@@ -129,16 +127,7 @@ class BlockedDecode:
             device=device,
         )
         self.rows = self._read_rows(slots, pool.keys.shape[1])
-        self.blocks = -(-(max(lengths) + 1) // KEY_BLOCK)
-        width = self.blocks * KEY_BLOCK
-        # What every layer of the step shares: keys past a row's own are -inf before the softmax,
-        # and from block `shared` on some real row has no keys (its sums are then skipped per row).
-        self.shared = min(n for s, n in zip(slots, lengths) if s != SCRATCH) // KEY_BLOCK + 1
-        valid = torch.arange(width, device=device)[None] <= self.positions[:, None]  # [n, width]
-        # One product per (row, KV head): masks repeated over a row's KV heads.
-        valid = valid.repeat_interleave(heads, dim=0)[:, None]  # [n * heads, 1, width]
-        self.key_bias = torch.zeros(valid.shape, device=device).masked_fill(~valid, -torch.inf)
-        self.touched = valid.unflatten(-1, (self.blocks, KEY_BLOCK)).any(dim=-1).unbind(-1)  # per block [n * heads, 1]
+        self.blocks = KeyBlocks(self.positions, lengths, [s != SCRATCH for s in slots], heads)
 
     def _read_rows(self, slots: list[int], have: int) -> slice | torch.Tensor:
         """Which pool slots the step reads, row by row: a range (a view, nothing copied) where the
@@ -152,37 +141,14 @@ class BlockedDecode:
         return torch.tensor(slots, device=self.pool.device)
 
     def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
-        n, _, heads, dim = q.shape
-        kv_heads = k.shape[2]
-        batch = n * kv_heads  # one product per (row, KV head): its query group against its own keys
+        dim = q.shape[-1]
+        batch = q.shape[0] * k.shape[2]
         keys, values = self.pool.keys[layer], self.pool.values[layer]
         keys.view(-1, dim).index_copy_(0, self.stored, k.reshape(batch, dim))
         values.view(-1, dim).index_copy_(0, self.stored, v.reshape(batch, dim))
-        exact = torch.float64 if q.dtype == torch.float64 else torch.float32  # softmax never below fp32
-        # head h reads KV head h // groups
-        query = as_dtype(q.reshape(batch, heads // kv_heads, dim), exact)
-        width = self.blocks * KEY_BLOCK
-        row_keys, row_values = (
-            as_dtype(self._rows(pool.narrow(2, 0, width)), exact).reshape(batch, width, dim) for pool in (keys, values)
-        )
-        # Each score is one dot product over D: its bits do not depend on how many keys there are.
-        scores = torch.bmm(query, row_keys.transpose(1, 2)) * scale + self.key_bias  # [batch, groups, width]
-        best = scores.amax(dim=-1, keepdim=True)  # exact whatever the width
-        weights = torch.exp(scores - best)
-        # Sums run over fixed KEY_BLOCK-wide blocks, then across blocks in order: a block a row has no
-        # keys in adds nothing (skipped), so a longer neighbour changes no bit of this row. Each
-        # block's product reads its values in place (one product over all blocks copied them).
-        sums = weights.unflatten(-1, (self.blocks, KEY_BLOCK)).sum(dim=-1).unbind(-1)  # per block [batch, groups]
-        parts = map(torch.bmm, weights.split(KEY_BLOCK, dim=-1), row_values.split(KEY_BLOCK, dim=1))
-        total, out = sums[0], next(parts)  # out: [batch, groups, D]
-        for j, part in enumerate(parts, start=1):
-            if j < self.shared:  # every real row has keys here
-                total, out = total + sums[j], out + part
-            else:
-                used = self.touched[j]
-                total = torch.where(used, total + sums[j], total)
-                out = torch.where(used[..., None], out + part, out)
-        return as_dtype(out / total[..., None], q.dtype).reshape(n, 1, heads, dim)
+        width = self.blocks.width
+        row_keys, row_values = (self._rows(pool.narrow(2, 0, width)) for pool in (keys, values))
+        return decode_attention(q, row_keys, row_values, scale, self.blocks)
 
     def _rows(self, pool: torch.Tensor) -> torch.Tensor:
         """The rows' part of one layer's pool: [n, Hkv, width, D]."""

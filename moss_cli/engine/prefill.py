@@ -1,37 +1,14 @@
 """Prefilling the prompts admitted at one step: several per forward, so the backbone's weights are
-read once for all of them, where that leaves every prompt's numbers as they are alone."""
+read once for all of them, where that leaves every prompt's numbers as they are alone (which
+prompts share a forward and where each sits: `numerics.layout.prefill_groups` and `prefill_spans`)."""
 
 from __future__ import annotations
 
 import torch
 
 from ..model.talker import MossTTSLocal
-from ..numerics.layout import PrefillLayout
+from ..numerics.layout import PrefillLayout, prefill_groups, prefill_spans
 from .kv_cache import GroupedPrefill, KVPool
-
-
-def plan_groups(lengths: list[int], layout: PrefillLayout | None) -> list[tuple[list[int], bool]]:
-    """(indices of the prompts sharing a forward, whether it is laid out by `layout`) per forward;
-    prompts fill forwards in input order.
-    A prompt's treatment depends only on its own length: one longer than a forward (or any, without
-    a layout) has a forward of its own, unpadded; the others start at a multiple of the unit in a
-    forward padded to a multiple of the layout's step, wherever they land."""
-    groups: list[tuple[list[int], bool]] = []
-    current: list[int] = []
-    used = 0
-    for i, length in enumerate(lengths):
-        if layout is None or layout.padded(length) > layout.rows:
-            groups.append(([i], False))
-            continue
-        start = -(-used // layout.unit) * layout.unit
-        if current and layout.padded(start + length) > layout.rows:
-            groups.append((current, True))
-            current, start = [], 0
-        current.append(i)
-        used = start + length
-    if current:
-        groups.append((current, True))
-    return groups
 
 
 def prefill(
@@ -40,15 +17,8 @@ def prefill(
     """Store each prompt's keys and values in its pool slot; return each prompt's last backbone
     hidden state [H]."""
     hidden: list[torch.Tensor | None] = [None] * len(prompts)
-    for members, laid_out in plan_groups([int(p.shape[0]) for p in prompts], layout):
-        unit = layout.unit if laid_out else 1
-        spans, width = [], 0
-        for i in members:
-            start = -(-width // unit) * unit
-            spans.append((start, start + int(prompts[i].shape[0])))
-            width = spans[-1][1]
-        if laid_out:  # one of the row counts the layout allows (in batch-invariant mode, verified)
-            width = layout.padded(width)
+    for members, laid_out in prefill_groups([int(p.shape[0]) for p in prompts], layout):
+        spans, width = prefill_spans([int(prompts[i].shape[0]) for i in members], layout if laid_out else None)
         cfg, device = model.cfg, prompts[members[0]].device
         rows = torch.full((1, width, 1 + cfg.n_vq), cfg.audio_pad_code, dtype=torch.long, device=device)
         rows[..., 0] = cfg.pad_token_id  # padding rows: read by the products only, stored nowhere

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from ..model.layers import as_dtype
+from ..numerics.kernels import as_dtype
 from ..sampling_params import HeadSampling
 
 

@@ -15,8 +15,8 @@ from typing import Callable, Iterable, Iterator
 import torch
 
 from ..model.talker import MossTTSLocal
-from ..numerics import INVARIANT, Numerics
-from ..numerics.layout import EngineLayout, wide_unit
+from ..numerics import INVARIANT
+from ..numerics.layout import EngineLayout, Steps, grown
 from ..sampling_params import HeadSampling
 from .compiled import CompiledFrame
 from .frame import sample_frame
@@ -92,16 +92,12 @@ class Engine:
         model: MossTTSLocal,
         *,
         max_batch: int = 8,
-        numerics: Numerics | None = None,  # None: the handed-in layout's, else batch-invariant
+        layout: EngineLayout | None = None,  # None: fixed here, batch-invariant (`EngineLayout.fix`)
         logits_hook: LogitsHook | None = None,
         clock: Callable[[], float] = time.perf_counter,
-        compile: bool = False,
-        layout: EngineLayout | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
-        if compile and model.packed:
-            raise ValueError("a model with packed weights cannot be compiled: load it with pack=False")
         self.model = model
         self.max_batch = max_batch
         self.clock = clock  # one clock for admission and finish times (callers compare with it)
@@ -110,42 +106,25 @@ class Engine:
         self.steps = 0
         backbone = model.cfg.backbone
         self.pool = KVPool(backbone.num_layers, backbone.num_kv_heads, backbone.head_dim, self.device, self.dtype)
-        # The layout is fixed once, here, or handed in (fixed on the thread that runs this engine, for
-        # the same numerics; a synthesizer's engines share one whatever their batch, so a request's
-        # bits do not depend on the batch it runs in); a run's environment reads it. One padded block
-        # for the whole batch, where verified invariant, is probed up to `probed_rows` rows and
-        # extended when a larger batch forms (`_probe_up_to`).
-        if numerics is None:
-            numerics = INVARIANT if layout is None else layout.numerics
-        self.numerics, self.compile = numerics, compile
-        if layout is None:
-            layout = EngineLayout.fix(model, numerics, max_batch, compile)
-        elif (layout.numerics, layout.compile) != (numerics, compile):
-            raise ValueError("the layout was fixed for other numerics or compile setting")
-        self.layout = layout
-        self.block_rows = layout.block_rows  # None: unpadded steps (fast mode)
-        self.probed_rows, self.wide_unit = layout.probed_rows, layout.wide_unit
-        self.prefill_layout = layout.prefill  # prompts admitted together share forwards
+        # The layout is fixed once, here, or handed in (fixed on the thread that runs this engine; a
+        # synthesizer's engines share one whatever their batch, so a request's bits do not depend on
+        # the batch it runs in); a run's environment reads it. One padded block for the whole batch,
+        # where verified invariant, is probed up to some rows and grown when a larger batch forms.
+        self.layout = layout or EngineLayout.fix(model, INVARIANT, max_batch)
+        if self.layout.compile and model.packed:
+            raise ValueError("a model with packed weights cannot be compiled: load it with pack=False")
+        self.decode = self.layout.steps  # the decode step's layout now (`grown`)
         # torch.compile of the frame (local transformer, heads, sampler): one graph per block shape.
-        fixed = self.block_rows is not None
-        compiled = CompiledFrame(sample_frame, fixed_shape=fixed, device_type=self.device.type) if compile else None
+        fixed = self.decode.kind is not Steps.UNPADDED
+        compiled = None
+        if self.layout.compile:
+            compiled = CompiledFrame(sample_frame, fixed_shape=fixed, device_type=self.device.type)
         self.frame_step = FrameStep(model, logits_hook, compiled)
-
-    @property
-    def wide(self) -> bool:
-        return self.wide_unit is not None
-
-    def _probe_up_to(self, rows: int) -> None:
-        """Verify one padded block up to `rows` rows (at least doubling the verified count, so a
-        growing batch is probed a few times); where a product fails, fixed blocks from then on.
-        Every verified size gives a row the bits of the fixed block, so a switch changes no bits."""
-        self.probed_rows = min(self.max_batch, max(rows, 2 * self.probed_rows))
-        self.wide_unit = wide_unit(self.model, self.numerics, self.probed_rows, self.compile)
 
     @torch.inference_mode()
     def _admit(self, requests: list[GenerationRequest]) -> list[_Running]:
         """Slots, random streams and prefill for the requests admitted at this step (their prompts
-        share forwards where `prefill_layout` allows it)."""
+        share forwards where the layout's `prefill` allows it)."""
         admitted = []
         for request in requests:
             slot = self.pool.allocate(request.prompt.shape[0] + request.max_new_frames)
@@ -156,7 +135,7 @@ class Engine:
                 )
             admitted.append(running)
         prompts = [r.request.prompt.to(self.device) for r in admitted]
-        hidden = prefill(self.model, self.pool, prompts, [r.slot for r in admitted], self.prefill_layout)
+        hidden = prefill(self.model, self.pool, prompts, [r.slot for r in admitted], self.layout.prefill)
         for running, h in zip(admitted, hidden):
             running.hidden = h
         return admitted
@@ -228,22 +207,15 @@ class Engine:
     def _step(self, running: list[_Running], frames: bool) -> Iterator[Event]:
         """Decode one frame for every running request, then feed the continuing ones to the backbone.
 
-        Batch-invariant mode pads the step: to one block of a multiple of `wide_unit` rows for the
-        whole batch where this platform's products are verified to give a row the same bits at every
-        such row count (`numerics.layout`), else to blocks of exactly `block_rows` rows (GEMM
-        libraries may round a row differently for other row counts; cuBLAS picks other kernels). In
-        both modes each row attends over its own keys only (BlockedDecode) and draws from its own
-        random stream (`FrameStep`); the fast mode just does not pad.
+        Batch-invariant mode pads the step (`numerics.layout.StepLayout`): to one block of a
+        multiple of a small unit for the whole batch where this platform's products are verified to
+        give a row the same bits at every such row count, else to blocks of exactly the fixed rows
+        (GEMM libraries may round a row differently for other row counts; cuBLAS picks other
+        kernels). In both modes each row attends over its own keys only (BlockedDecode) and draws
+        from its own random stream (`FrameStep`); the fast mode just does not pad.
         """
-        block, n = self.block_rows, len(running)
-        if self.wide and n > self.probed_rows:
-            self._probe_up_to(n)
-        if not block:
-            blocks = [(list(running), n)]
-        elif self.wide:
-            blocks = [(list(running), self.wide_unit * -(-n // self.wide_unit))]
-        else:
-            blocks = [(running[i : i + block], block) for i in range(0, len(running), block)]
+        self.decode = grown(self.decode, self.model, self.layout.numerics, len(running), self.max_batch)
+        blocks = [(running[start:end], size) for start, end, size in self.decode.blocks(len(running))]
         finished: set[int] = set()
         for rows, size in blocks:
             yield from self._step_block(rows, size, finished, frames)
@@ -281,9 +253,8 @@ class Engine:
                 feed.append((i, r))
         if not feed:
             return
-        width = size if self.block_rows else len(feed)
         source = [i for i, _ in feed]
-        places = source if self.block_rows else list(range(len(feed)))  # invariant mode keeps each row in its place
+        places, width = self.decode.places(source, size)
         at = torch.tensor(places, device=self.device)
         next_rows = torch.full((width, 1, cfg.n_vq + 1), cfg.audio_pad_code, dtype=torch.long, device=self.device)
         next_rows[:, 0, 0] = cfg.pad_token_id

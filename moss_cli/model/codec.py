@@ -21,14 +21,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..numerics import kernels
+from ..numerics.attention import aligned_attention
+from ..numerics.kernels import in_row_tiles, tiled_linear
 from ..numerics.tiles import RowTiles
 from .config import CodecConfig, CodecStage, QuantizerConfig
-from .layers import blocked_linear, codec_rope, in_row_tiles
+from .layers import codec_rope
 
 # Queries are processed in blocks so that attention memory stays O(T * (block + context)).
 ATTENTION_BLOCK = 1024
-# Fixed-tile (invariant) mode: the attention query tile (row tiles come from moss_cli.numerics).
-QUERY_TILE = 64
 
 
 class WeightNormConv1x1(nn.Module):
@@ -51,7 +51,7 @@ class WeightNormConv1x1(nn.Module):
         if tiles is None:
             return F.conv1d(x, self.weight(), self.bias)
         # A 1x1 convolution is a linear map of each time step: computed in fixed row tiles.
-        return blocked_linear(x.transpose(1, 2), self.weight().squeeze(-1), self.bias, tiles).transpose(1, 2)
+        return tiled_linear(x.transpose(1, 2), self.weight().squeeze(-1), self.bias, tiles).transpose(1, 2)
 
 
 def _project(module: nn.Module, x: torch.Tensor, tiles: RowTiles | None) -> torch.Tensor:
@@ -60,7 +60,7 @@ def _project(module: nn.Module, x: torch.Tensor, tiles: RowTiles | None) -> torc
     if isinstance(module, nn.Identity):
         return x
     if isinstance(module, nn.Linear):
-        return blocked_linear(x, module.weight, module.bias, tiles)
+        return tiled_linear(x, module.weight, module.bias, tiles)
     return module(x, tiles)
 
 
@@ -164,7 +164,7 @@ class CodecAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, state: LayerState | None = None, tiles: RowTiles | None = None) -> torch.Tensor:
         b, t, d = x.shape
-        qkv = blocked_linear(x, self.in_proj.weight, None, tiles)
+        qkv = tiled_linear(x, self.in_proj.weight, None, tiles)
         q, k, v = qkv.reshape(b, t, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
         offset = state.offset if state is not None else 0
         if self.rope_period is not None:
@@ -178,7 +178,7 @@ class CodecAttention(nn.Module):
                 raise ValueError("streaming needs causal attention")
             out = F.scaled_dot_product_attention(q, k, v)
         elif tiles is not None:
-            out = _aligned_attention(q, k, v, offset, first_key, self.context)
+            out = aligned_attention(q, k, v, offset, first_key, self.context)
         else:
             out = torch.cat(
                 [
@@ -191,7 +191,7 @@ class CodecAttention(nn.Module):
             drop = 0 if self.context is None else max(0, k.shape[2] - (self.context - 1))
             state.keys, state.values = k[:, :, drop:], v[:, :, drop:]
             state.offset += t
-        return blocked_linear(out.transpose(1, 2).reshape(b, t, d), self.out_proj.weight, None, tiles)
+        return tiled_linear(out.transpose(1, 2).reshape(b, t, d), self.out_proj.weight, None, tiles)
 
     def _causal_block(self, q, k, v, q0: int, k0: int, start: int, stop: int) -> torch.Tensor:
         """Queries start..stop-1 (absolute q0 + i) see keys j (absolute k0 + j) with 0 <= i - j < context."""
@@ -205,38 +205,6 @@ class CodecAttention(nn.Module):
             mask &= delta < self.context
         hi = q0 + stop - k0
         return F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, lo:hi], v[:, :, lo:hi], attn_mask=mask)
-
-
-def _aligned_attention(q, k, v, q0: int, k0: int, context: int) -> torch.Tensor:
-    """Causal sliding-window attention computed in query tiles aligned to absolute positions.
-
-    Every tile covers queries [s, s + TILE) with s a multiple of TILE, over the key span
-    [max(0, s - context + 1), s + TILE): its shape depends only on s. Keys inside the span but not
-    available (already dropped from a streaming cache, or not yet decoded) are zeros and masked; a
-    query never attends to them, so its row comes out bitwise the same whether the sequence is
-    decoded whole or chunk by chunk. (Keys before position 0 never exist in either, so the span
-    leaves them out: a short clip does not pay for a full window.)"""
-    b, h, n, d = q.shape
-    first, last = q0, q0 + n  # absolute query positions
-    outs = []
-    for s in range(first - first % QUERY_TILE, last, QUERY_TILE):
-        lo, hi = max(s, first), min(s + QUERY_TILE, last)
-        tile_q = q.new_zeros(b, h, QUERY_TILE, d)
-        tile_q[:, :, lo - s : hi - s] = q[:, :, lo - q0 : hi - q0]
-        start = max(0, s - context + 1)  # absolute position of the span's first key
-        span = s + QUERY_TILE - start
-        tile_k, tile_v = k.new_zeros(b, h, span, d), v.new_zeros(b, h, span, d)
-        a, z = max(start, k0), min(start + span, k0 + k.shape[2])
-        tile_k[:, :, a - start : z - start] = k[:, :, a - k0 : z - k0]
-        tile_v[:, :, a - start : z - start] = v[:, :, a - k0 : z - k0]
-        q_pos = torch.arange(s, s + QUERY_TILE, device=q.device)[:, None]
-        k_pos = torch.arange(start, start + span, device=q.device)[None, :]
-        delta = q_pos - k_pos
-        mask = (delta >= 0) & (delta < context) & (k_pos >= a) & (k_pos < z)
-        mask |= ~mask.any(-1, keepdim=True)  # padding query rows: any finite output, discarded below
-        out = F.scaled_dot_product_attention(tile_q, tile_k, tile_v, attn_mask=mask)
-        outs.append(out[:, :, lo - s : hi - s])
-    return torch.cat(outs, dim=2)
 
 
 class CodecLayer(nn.Module):

@@ -13,12 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..numerics import kernels
-from ..numerics.tiles import RowTiles
-
-
-def as_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """x in `dtype`, with no call at all when it already is (a decode step makes many small ops)."""
-    return x if x.dtype == dtype else x.to(dtype)
+from ..numerics.kernels import as_dtype
 
 
 class RMSNorm(nn.Module):
@@ -116,40 +111,6 @@ def codec_rope(q: torch.Tensor, k: torch.Tensor, offset: int, max_period: float)
         return out.view(*x.shape)
 
     return rotate(q), rotate(k)
-
-
-def blocked_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tiles: RowTiles | None = None
-) -> torch.Tensor:
-    """A linear product (plain or packed weight, `kernels.linear`), or, with `tiles`, one product per
-    fixed tile of rows (the input padded with zero rows). A GEMM rounds a row differently for
-    different row counts; with fixed tiles a row's result depends only on that row, however many
-    rows come with it. One product per tile reads the weight as a plain matrix: a batched product
-    over a broadcast weight costs up to 5x more in bfloat16."""
-    if tiles is None:
-        return kernels.linear(x, weight, bias)
-    out = in_row_tiles(x, tiles, lambda tile: kernels.linear(tile, weight))
-    return out if bias is None else out + bias
-
-
-def in_row_tiles(x: torch.Tensor, tiles: RowTiles | None, rows_fn) -> torch.Tensor:
-    """`rows_fn` (matrix products and row-wise ops: a tile's zero padding rows may come out as
-    anything, they are dropped) applied to x [..., D] in fixed tiles of rows -> [..., D'] (to x
-    whole without `tiles`). Several products in a row (an MLP) share one padding and one
-    concatenation."""
-    if tiles is None or x.numel() == 0:
-        return rows_fn(x)
-    # Row-major rows, as the probe verified: a transposed view (a 1x1 conv's input) would hand the
-    # GEMM a layout, and a leading dimension set by the clip's length, that it may round apart.
-    flat = x.reshape(-1, x.shape[-1]).contiguous()
-    rows = flat.shape[0]
-    whole = rows - rows % tiles.rows
-    parts = [rows_fn(tile) for tile in flat[:whole].split(tiles.rows)]
-    if whole < rows:
-        rest = rows - whole
-        parts.append(rows_fn(F.pad(flat[whole:], (0, 0, 0, tiles.padded(rest) - rest))))
-    out = torch.cat(parts) if len(parts) > 1 else parts[0]
-    return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
 
 
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:

@@ -16,9 +16,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..numerics import kernels
+from ..numerics.kernels import as_dtype
 from .backbone import AttentionCache, Qwen3Backbone
 from .config import TalkerConfig
-from .layers import Linear, as_dtype
+from .layers import Linear
 from .local import LocalPast, LocalTransformer
 
 CONTINUE, STOP = 0, 1  # columns of the binary stop head: [audio_assistant_slot, audio_end]

@@ -79,7 +79,7 @@ def linear_shapes(model: torch.nn.Module) -> set[Shape]:
 
 
 @torch.inference_mode()
-def wide_blocks_are_invariant(model: torch.nn.Module, unit: int, block: int, max_rows: int) -> bool:
+def one_block_is_invariant(model: torch.nn.Module, unit: int, block: int, max_rows: int) -> bool:
     """True when every product of the talker `model`'s decode step (its linear layers, its heads
     and the decode attention's batched products over its kv heads, query group and keys) gives
     each row the same bits for any multiple of `unit` rows up to `max_rows` (rounded up) and at
@@ -128,7 +128,7 @@ def position_free(product: Callable, inputs: tuple[torch.Tensor, ...], fresh: Ca
 @torch.inference_mode()
 def fixed_blocks_are_invariant(model: torch.nn.Module, rows: int) -> bool:
     """True when, in products of exactly `rows` rows, every product of the talker `model`'s decode
-    step (as `wide_blocks_are_invariant` lists them) gives a row the same bits at any place in the
+    step (as `one_block_is_invariant` lists them) gives a row the same bits at any place in the
     block and with any other rows beside it: what fixed blocks of `rows` rows rely on."""
     param = next(model.parameters())
     cfg = model.cfg.backbone

@@ -248,10 +248,8 @@ class Synthesizer(Models):
             self.talker,
             layout=self.layout,  # one layout for every batch, so a request's bits do not depend on it
             max_batch=max_batch,
-            numerics=self.options.numerics,
             logits_hook=logits_hook,
             clock=self.clock,
-            compile=self.options.compile,
         )
 
     def run(

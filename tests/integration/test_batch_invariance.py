@@ -13,6 +13,7 @@ from moss_cli.audit.scenarios import SCENARIOS
 from moss_cli.config.requests import Request
 from moss_cli.engine.scheduler import Engine, GenerationRequest
 from moss_cli.numerics import FAST, Numerics
+from moss_cli.numerics.layout import EngineLayout
 from moss_cli.pipeline import Synthesizer, SynthOptions
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 
@@ -67,7 +68,8 @@ def _logits_by_step(talker, max_batch, batch_invariant):
         GenerationRequest(str(i), p, 25, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=i) for i, p in enumerate(prompts)
     ]
     numerics = Numerics(batch_invariant=batch_invariant)
-    list(Engine(talker.model, max_batch=max_batch, numerics=numerics, logits_hook=hook).run(requests))
+    layout = EngineLayout.fix(talker.model, numerics, max_batch)
+    list(Engine(talker.model, max_batch=max_batch, layout=layout, logits_hook=hook).run(requests))
     return seen
 
 

@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 from moss_cli.cli.app import app
 from moss_cli.config.requests import Request
 from moss_cli.engine.scheduler import Engine, GenerationRequest
+from moss_cli.numerics import INVARIANT
+from moss_cli.numerics.layout import EngineLayout
 from moss_cli.pipeline import Synthesizer, SynthOptions
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 
@@ -50,7 +52,8 @@ def test_compiled_requests_get_bitwise_the_codes_and_pcm_they_get_alone(synth):
 
 
 def _engine_draws(talker32, hook, compile):
-    engine = Engine(talker32.model, max_batch=2, compile=compile, logits_hook=hook)
+    layout = EngineLayout.fix(talker32.model, INVARIANT, 2, compile)
+    engine = Engine(talker32.model, max_batch=2, layout=layout, logits_hook=hook)
     prompts = [talker32.prompt(f"hooked request {i}") for i in range(2)]
     requests = [
         GenerationRequest(str(i), p, 6, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=i) for i, p in enumerate(prompts)
@@ -73,7 +76,7 @@ def test_a_model_with_packed_weights_is_refused_for_compiling():
     packed = moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float32")
     assert packed.model.packed
     with pytest.raises(ValueError, match="packed weights cannot be compiled"):
-        Engine(packed.model, compile=True)
+        Engine(packed.model, layout=EngineLayout.fix(packed.model, INVARIANT, 8, compile=True))
 
 
 def test_a_hook_that_replaces_logits_is_refused_when_compiled(talker32):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from moss_cli.engine.scheduler import Engine, GenerationRequest
-from moss_cli.numerics import MAX_BLOCK_ROWS, Numerics, kernels, probes
-from moss_cli.numerics.layout import EngineLayout
+from moss_cli.numerics import MAX_BLOCK_ROWS, Layout, Numerics, kernels, probes
+from moss_cli.numerics.layout import EngineLayout, Steps
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 
 
@@ -45,9 +45,9 @@ def _run(talker, layout, requests, max_batch):
 
 
 def test_forced_fixed_blocks_give_every_request_the_bits_it_gets_alone(talker32):
-    layout = EngineLayout.fix(talker32.model, Numerics(layout="blocks"), 6)
+    layout = EngineLayout.fix(talker32.model, Numerics(layout=Layout.parse("blocks")), 6)
     rows = 6 if probes.fixed_blocks_are_invariant(talker32.model, 6) else 8  # 8 where this CPU's 6-row products are not
-    assert layout.steps == f"blocks of {rows}" and layout.wide_unit is None
+    assert str(layout.steps) == f"blocks of {rows}" and layout.steps.kind is Steps.BLOCKS
     requests = _requests(talker32, 9)
     together, together_logits, sizes = _run(talker32, layout, requests, 6)
     assert sizes == {rows}  # 9 requests: two blocks, the second padded
@@ -62,9 +62,9 @@ def test_forced_fixed_blocks_give_every_request_the_bits_it_gets_alone(talker32)
 
 def test_pinned_blocks_give_the_same_bits_at_every_max_batch(talker32):
     requests = _requests(talker32, 5)
-    small = EngineLayout.fix(talker32.model, Numerics(layout="blocks:4"), 2)
-    large = EngineLayout.fix(talker32.model, Numerics(layout="blocks:4"), 16)
-    assert small.steps == large.steps == "blocks of 4"
+    small = EngineLayout.fix(talker32.model, Numerics(layout=Layout.parse("blocks:4")), 2)
+    large = EngineLayout.fix(talker32.model, Numerics(layout=Layout.parse("blocks:4")), 16)
+    assert small.steps == large.steps and str(small.steps) == "blocks of 4"
     a, _, _ = _run(talker32, small, requests, 2)
     b, _, _ = _run(talker32, large, requests, 16)
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -76,9 +76,9 @@ def test_where_a_product_rounds_by_row_count_the_fallback_is_one_block_of_max_ba
 
     monkeypatch.setattr(probes, "_VERDICTS", {})
     monkeypatch.setattr(probes, "kernels", SimpleNamespace(linear=rounding_by_row_count, pack=kernels.pack))
-    assert EngineLayout.fix(talker32.model, Numerics(), 32).steps == "blocks of 32"
-    assert EngineLayout.fix(talker32.model, Numerics(), 1000).steps == f"blocks of {MAX_BLOCK_ROWS}"
-    assert EngineLayout.fix(talker32.model, Numerics(), 32, compile=True).steps == "blocks of 32"  # one graph
+    assert str(EngineLayout.fix(talker32.model, Numerics(), 32).steps) == "blocks of 32"
+    assert str(EngineLayout.fix(talker32.model, Numerics(), 1000).steps) == f"blocks of {MAX_BLOCK_ROWS}"
+    assert str(EngineLayout.fix(talker32.model, Numerics(), 32, compile=True).steps) == "blocks of 32"  # one graph
 
 
 def test_a_product_whose_rows_depend_on_their_place_keeps_the_reference_blocks(talker32, monkeypatch):
@@ -89,20 +89,21 @@ def test_a_product_whose_rows_depend_on_their_place_keeps_the_reference_blocks(t
     monkeypatch.setattr(probes, "_VERDICTS", {})
     monkeypatch.setattr(probes, "kernels", SimpleNamespace(linear=rounding_by_place, pack=kernels.pack))
     assert not probes.fixed_blocks_are_invariant(talker32.model, 32)
-    assert EngineLayout.fix(talker32.model, Numerics(layout="blocks"), 32).steps == "blocks of 8"
+    assert str(EngineLayout.fix(talker32.model, Numerics(layout=Layout.parse("blocks")), 32).steps) == "blocks of 8"
     monkeypatch.undo()
     assert probes.fixed_blocks_are_invariant(talker32.model, 32)
 
 
-def test_auto_keeps_one_block_where_verified_and_wide_blocks_off_keeps_the_reference():
-    assert Numerics().layout == "auto" and Numerics(layout="blocks:12").block_rows == 12
-    assert Numerics(layout="blocks").block_rows is None
+def test_a_layout_is_parsed_once_and_spelled_back_as_given():
+    assert Numerics().layout == Layout() and str(Layout()) == "auto"
+    assert Layout.parse("blocks:12") == Layout(fixed=True, rows=12) and str(Layout(fixed=True, rows=12)) == "blocks:12"
+    assert Layout.parse("blocks") == Layout(fixed=True) and str(Layout(fixed=True)) == "blocks"
 
 
 @pytest.mark.parametrize("bad", ["wide", "blocks:0", "blocks:x", f"blocks:{MAX_BLOCK_ROWS + 1}", "blocks:"])
 def test_an_unknown_layout_is_refused(bad):
     with pytest.raises(ValueError, match="expected auto, blocks or blocks:R"):
-        Numerics(layout=bad)
+        Layout.parse(bad)
 
 
 @pytest.mark.parametrize(

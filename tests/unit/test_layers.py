@@ -87,19 +87,19 @@ def test_causal_mask_for_queries_at_the_end_of_the_keys():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_blocked_linear_gives_a_row_the_same_bits_whatever_rows_come_with_it(dtype):
+def test_tiled_linear_gives_a_row_the_same_bits_whatever_rows_come_with_it(dtype):
     """The codec's fixed tiles: a time step's projection does not depend on the sequence or chunk
     length it is computed in, and it matches F.linear closely."""
-    from moss_cli.model.layers import blocked_linear
+    from moss_cli.numerics.kernels import tiled_linear
     from moss_cli.numerics.tiles import RowTiles
 
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(96, 48, generator=gen).to(dtype)
     bias = torch.randn(96, generator=gen).to(dtype)
     x = torch.randn(300, 48, generator=gen).to(dtype)
-    whole = blocked_linear(x, weight, bias, RowTiles.whole(64))
+    whole = tiled_linear(x, weight, bias, RowTiles.whole(64))
     for start, length in ((0, 1), (5, 3), (64, 64), (100, 137), (299, 1)):
-        part = blocked_linear(x[start : start + length], weight, bias, RowTiles.whole(64))
+        part = tiled_linear(x[start : start + length], weight, bias, RowTiles.whole(64))
         assert torch.equal(part, whole[start : start + length]), (start, length)
     torch.testing.assert_close(whole.float(), F.linear(x, weight, bias).float(), rtol=2e-2, atol=2e-2)
 
@@ -109,19 +109,19 @@ def test_tiles_the_probe_verifies_give_the_bits_of_64_row_tiles_padded_whole(dty
     """Where the probe finds that this platform rounds a row the same at every row count of a
     ladder (multiples of 4 up to 64, of 64 up to 256), a short last tile is padded to 4 rows, not
     64, long inputs run in 256-row tiles, and no bit changes."""
-    from moss_cli.model.layers import blocked_linear
+    from moss_cli.numerics.kernels import tiled_linear
     from moss_cli.numerics.probes import linears_agree
     from moss_cli.numerics.tiles import RowTiles
 
     gen = torch.Generator().manual_seed(1)
     weight = torch.randn(96, 48, generator=gen).to(dtype)
     x = torch.randn(600, 48, generator=gen).to(dtype)
-    whole = blocked_linear(x, weight, None, RowTiles.whole(64))
+    whole = tiled_linear(x, weight, None, RowTiles.whole(64))
     for tiles in (RowTiles(64, 4), RowTiles(256, 4, 64)):
         if not linears_agree({(96, 48, False, dtype)}, 4, tiles.sizes, torch.device("cpu")):
             pytest.skip(f"this platform rounds a row differently at some row count of {tiles}")
         for length in (1, 5, 64, 70, 150, 256, 300, 600):
-            assert torch.equal(blocked_linear(x[:length], weight, None, tiles), whole[:length]), (tiles, length)
+            assert torch.equal(tiled_linear(x[:length], weight, None, tiles), whole[:length]), (tiles, length)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
@@ -129,7 +129,7 @@ def test_tiles_of_a_transposed_view_give_the_bits_of_contiguous_rows(dtype):
     """A lone clip hands a 1x1 conv's tiles a transposed view (leading dimension: the clip's
     length), a batch hands them copied rows; the plain GEMM rounds the two apart in bfloat16 and
     float64 (seen on an AVX2 CPU), so the tiles take row-major rows either way."""
-    from moss_cli.model.layers import blocked_linear
+    from moss_cli.numerics.kernels import tiled_linear
     from moss_cli.numerics.tiles import RowTiles
 
     gen = torch.Generator().manual_seed(2)
@@ -137,23 +137,23 @@ def test_tiles_of_a_transposed_view_give_the_bits_of_contiguous_rows(dtype):
     channels_first = torch.randn(1, 256, 300, generator=gen).to(dtype)
     view = channels_first.transpose(1, 2)  # [1, T, C], not contiguous
     for tiles in (RowTiles.whole(64), RowTiles(256, 4, 64)):
-        rows = blocked_linear(view.contiguous(), weight, None, tiles)
-        assert torch.equal(blocked_linear(view, weight, None, tiles), rows)
+        rows = tiled_linear(view.contiguous(), weight, None, tiles)
+        assert torch.equal(tiled_linear(view, weight, None, tiles), rows)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_an_mlp_in_one_pass_over_the_tiles_gives_the_bits_of_two_tiled_products(dtype):
     """The codec's FFN runs both products tile by tile (its wide hidden rows never concatenated):
     a padding row's hidden is zero either way, so no bit changes."""
-    from moss_cli.model.layers import blocked_linear, in_row_tiles
     from moss_cli.numerics import kernels
+    from moss_cli.numerics.kernels import in_row_tiles, tiled_linear
     from moss_cli.numerics.tiles import RowTiles
 
     gen = torch.Generator().manual_seed(4)
     first, second = torch.randn(192, 48, generator=gen).to(dtype), torch.randn(48, 192, generator=gen).to(dtype)
     x = torch.randn(1, 333, 48, generator=gen).to(dtype)
     for tiles in (RowTiles.whole(64), RowTiles(64, 4), RowTiles(256, 4, 64)):
-        two = blocked_linear(F.gelu(blocked_linear(x, first, None, tiles)), second, None, tiles)
+        two = tiled_linear(F.gelu(tiled_linear(x, first, None, tiles)), second, None, tiles)
         one = in_row_tiles(x, tiles, lambda t: kernels.linear(F.gelu(kernels.linear(t, first)), second))
         assert one.shape == (1, 333, 48) and torch.equal(one, two), tiles
 
