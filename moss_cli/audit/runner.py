@@ -1,6 +1,6 @@
 """The one auditor: every request alone (the reference), then the scenarios' runs, each audited
 request judged against its reference, whatever executes the runs: the local engine
-(`engine_executor.EngineExecutor`), Ray workers (`scaleout.audit.RayExecutor`) or a live speech
+(`engine_executor.EngineExecutor`), Ray workers (`ray_executor.RayPieces` under it) or a live speech
 server (`server_executor.ServerExecutor`)."""
 
 from __future__ import annotations

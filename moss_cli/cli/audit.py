@@ -139,7 +139,7 @@ def audit_determinism(
             )
             cluster = opt.ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker)
             if cluster is not None:  # the same audit, its runs on Ray workers
-                from ..scaleout.audit import audit_on_ray
+                from ..audit.ray_executor import audit_on_ray
 
                 run_audit = partial(audit_on_ray, cluster, on_event=ray_event)
             result = run_audit(options)

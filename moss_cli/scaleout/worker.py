@@ -4,7 +4,7 @@
 `pipeline.live.LiveEngine`, as `moss serve` runs one) and returns when that request is decoded, so
 one worker has many requests in flight and admits a new one as soon as another finishes. `run`
 executes one whole engine run (an audit piece: a fixed list, max batch and arrival steps) and
-`record` replays one for the audit's attribution. Workers write no files: the
+`replay` runs one again under the audit's recorder. Workers write no files: the
 driver writes every output, so a worker killed at any moment leaves nothing behind.
 """
 
@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 
-from ..audit.attribution import record_logits
 from ..io.atomic import atomic_path
 from ..pipeline import Prepared, Synthesizer, SynthOptions, SynthResult
 from ..pipeline.live import LiveEngine
@@ -72,19 +71,16 @@ class SynthWorker:
 
         return await asyncio.get_running_loop().run_in_executor(None, work)
 
-    async def record(
-        self, prepared: list[Prepared], max_batch: int, stream: bool, key: str, last_frame: int, perturb, voices: dict
-    ) -> dict:
-        """Replay an engine run, recording `key`'s logits and random-stream state (audit attribution)."""
+    async def replay(self, prepared: list[Prepared], max_batch: int, stream: bool, voices: dict, recorder) -> object:
+        """Replay an engine run under `recorder`, which gets a function that runs it with a logits
+        hook (the audit's attribution records a request's logits and random-stream state)."""
         prepared = await self._localise_all(prepared, voices)
 
-        def replay(hook) -> None:
+        def run(hook) -> None:
             for _ in self.synth.run(prepared, max_batch=max_batch, logits_hook=hook, stream=stream):
                 pass
 
-        return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: record_logits(replay, key, last_frame, perturb)
-        )
+        return await asyncio.get_running_loop().run_in_executor(None, lambda: recorder(run))
 
     async def _localise_all(self, prepared: list[Prepared], voices: dict) -> list[Prepared]:
         """`voices`: request id -> ObjectRef of its voice's bytes (refs inside a dict are not

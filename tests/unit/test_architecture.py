@@ -1,19 +1,19 @@
 """The package's layers only import downwards, so each stage of the data flow can change alone:
-cli and the api facade -> job/audit -> pipeline -> engine/io/config -> model -> plain values."""
+cli and the api facade -> job/audit -> scaleout -> pipeline -> engine/io/config -> model -> plain values."""
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "moss_cli"
 LAYERS = {
-    "cli": 6,
-    "api": 6,  # the Python API: a public face over model/ and engine/ that nothing inside imports
-    "jobs": 5,  # moss synth as a job: local, through a server, on Ray workers
-    "audit": 5,
-    "diff": 5,
-    "bench": 5,
-    "serve": 5,  # moss serve: the speech API over one running engine
-    "scaleout": 5,  # Ray: the cluster, workers and dispatch that jobs/ray.py and the audit use
+    "cli": 7,
+    "api": 7,  # the Python API: a public face over model/ and engine/ that nothing inside imports
+    "jobs": 6,  # moss synth as a job: local, through a server, on Ray workers
+    "audit": 6,
+    "diff": 6,
+    "bench": 6,
+    "serve": 6,  # moss serve: the speech API over one running engine
+    "scaleout": 5,  # Ray: the cluster, workers and dispatch that jobs/ray.py and audit/ray_executor.py use
     "pipeline": 4,
     "report": 4,  # what the audit's and diff's reports share: the HTML page, metrics, report files
     "remote": 4,  # the speech-API client: requests in, audio out (the pipeline's counterpart for a server)
