@@ -13,16 +13,13 @@ from ..audit.scenarios import SCENARIOS, SERVER_SCENARIOS
 from ..errors import MossError
 from . import options as opt
 from . import server_options as srv
-from .common import Device, DType, command_line, ray_event, stderr, stdout, user_errors
+from .common import command_line, ray_event, stderr, stdout, user_errors
 
 
+@opt.with_options(opt.ENGINE_OPTIONS, srv.SERVER_OPTIONS, opt.RAY_OPTIONS)
 def audit_determinism(
     ctx: typer.Context,
     requests: Annotated[Optional[Path], typer.Argument(help="Request file (default: the built-in audit set).")] = None,
-    deploy: opt.DeployOption = None,
-    allow_foreign_deploy: opt.AllowForeignDeploy = False,
-    model: opt.ModelOption = None,
-    codec: opt.CodecOption = None,
     scenarios: Annotated[
         Optional[str],
         typer.Option(
@@ -32,14 +29,6 @@ def audit_determinism(
     level: Annotated[str, typer.Option(help="What counts as a violation: codes | waveform | bitwise.")] = "codes",
     min_snr_db: Annotated[float, typer.Option(help="Waveform level: minimum SNR against the reference.")] = 60.0,
     strict_unseeded: Annotated[bool, typer.Option(help="Fail on differences of unseeded requests too.")] = False,
-    legacy_global_rng: opt.LegacyGlobalRng = False,
-    batch_invariant: opt.BatchInvariant = True,
-    layout: opt.LayoutOption = "auto",
-    max_batch: opt.MaxBatchOption = None,
-    threads: opt.ThreadsOption = None,
-    compile: opt.CompileOption = False,
-    device: opt.DeviceOption = Device.auto,
-    dtype: opt.DTypeOption = DType.auto,
     report_dir: Annotated[
         Optional[Path],
         typer.Option(help="Write every report, the audio of diverging pairs and an HTML page with plots (index.html)."),
@@ -51,8 +40,6 @@ def audit_determinism(
     ] = None,
     save_golden_path: Annotated[Optional[Path], typer.Option("--save-golden", help="Save a golden baseline.")] = None,
     golden: Annotated[Optional[Path], typer.Option(help="Compare against a golden baseline; drift fails.")] = None,
-    server: srv.ServerOption = None,
-    concurrency: srv.ConcurrencyOption = 8,
     stagger_ms: Annotated[
         Optional[float],
         typer.Option(
@@ -62,20 +49,6 @@ def audit_determinism(
             "request takes alone, so that they overlap).",
         ),
     ] = None,
-    timeout: srv.TimeoutOption = 300.0,
-    retries: srv.RetriesOption = 0,
-    header: srv.HeaderOption = None,
-    response_format: srv.ResponseFormatOption = "wav",
-    sample_rate: srv.SampleRateOption = None,
-    channels: srv.ChannelsOption = None,
-    served_model: srv.ServedModelOption = None,
-    api_key: srv.ApiKeyOption = None,
-    allow_dropped_fields: srv.AllowDroppedFieldsOption = False,
-    ray: opt.RayOption = False,
-    ray_address: opt.RayAddressOption = None,
-    workers: opt.WorkersOption = None,
-    gpus_per_worker: opt.GpusPerWorkerOption = None,
-    cpus_per_worker: opt.CpusPerWorkerOption = None,
 ) -> None:
     """Synthesise the same requests in many batch compositions and compare each with its output alone.
 
@@ -105,28 +78,17 @@ def audit_determinism(
             raise MossError(problem, file=golden, field="--golden")
         audit = dict(requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db)
         audit.update(strict_unseeded=strict_unseeded, command=command_line(ctx))
-        if server:
+        given = ctx.params
+        if given["server"]:
             srv.refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
-            settings = srv.server_options(
-                server=server,
-                concurrency=concurrency,
-                timeout=timeout,
-                retries=retries,
-                header=header,
-                response_format=response_format,
-                sample_rate=sample_rate,
-                channels=channels,
-                served_model=served_model,
-                api_key=api_key,
-            )
             result = run_audit(
                 AuditOptions(
                     **audit,
                     # The deploy file the server runs: its stage-0 seed is checked.
-                    synth=SynthOptions(deploy=deploy, allow_foreign_deploy=allow_foreign_deploy),
-                    server=settings,
+                    synth=SynthOptions(deploy=given["deploy"], allow_foreign_deploy=given["allow_foreign_deploy"]),
+                    server=srv.server_settings(given),
                     stagger_s=None if stagger_ms is None else stagger_ms / 1000.0,
-                    allow_dropped_fields=allow_dropped_fields,
+                    allow_dropped_fields=given["allow_dropped_fields"],
                     on_retry=_show_retry,
                 )
             )
@@ -134,10 +96,10 @@ def audit_determinism(
             srv.refuse_server_options(ctx)
             options = AuditOptions(
                 **audit,
-                max_batch=max_batch,
-                synth=opt.synth_options(ctx.params),  # its layout is fixed at the audited --max-batch
+                max_batch=given["max_batch"],
+                synth=opt.synth_options(given),  # its layout is fixed at the audited --max-batch
             )
-            cluster = opt.ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker)
+            cluster = opt.ray_cluster(given)
             if cluster is not None:  # the same audit, its runs on Ray workers
                 from ..audit.ray_executor import audit_on_ray
 

@@ -1,7 +1,13 @@
-"""Options that `moss synth` and `moss audit-determinism` share, written once."""
+"""Options that `moss synth` and `moss audit-determinism` share, written once: each as an
+`Annotated` alias, gathered in groups (the local engine's, Ray's; server_options.py: --server's)
+that `with_options` adds to a command, and a builder per group that turns its parsed values into
+the library's options."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -74,6 +80,51 @@ CompileOption = Annotated[
         "and its time is reported. Stays batch-invariant.",
     ),
 ]
+
+
+def option(name: str, annotation, default) -> inspect.Parameter:
+    """One option of a group: its parameter's name, its `Annotated` alias and its default."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def with_options(*groups: tuple[inspect.Parameter, ...]):
+    """Typer has no option groups: this adds each group's options to a command's signature, after
+    its own parameters. The command is called with its own; it reads a group's values from
+    `ctx.params` through the group's builder (`synth_options`, `ray_cluster`, `server_settings`)."""
+
+    def decorate(command):
+        hints = typing.get_type_hints(command, include_extras=True)
+        own = [
+            p.replace(annotation=hints.get(p.name, p.annotation))
+            for p in inspect.signature(command).parameters.values()
+        ]
+        every = own + [p for group in groups for p in group]
+
+        @functools.wraps(command)
+        def run(**given):
+            return command(**{p.name: given[p.name] for p in own})
+
+        run.__signature__ = inspect.Signature(every)
+        run.__annotations__ = {p.name: p.annotation for p in every}
+        return run
+
+    return decorate
+
+
+ENGINE_OPTIONS = (
+    option("deploy", DeployOption, None),
+    option("allow_foreign_deploy", AllowForeignDeploy, False),
+    option("model", ModelOption, None),
+    option("codec", CodecOption, None),
+    option("device", DeviceOption, Device.auto),
+    option("dtype", DTypeOption, DType.auto),
+    option("max_batch", MaxBatchOption, None),
+    option("threads", ThreadsOption, None),
+    option("compile", CompileOption, False),
+    option("legacy_global_rng", LegacyGlobalRng, False),
+    option("batch_invariant", BatchInvariant, True),
+    option("layout", LayoutOption, "auto"),
+)
 
 
 def synth_options(params: dict, **overrides):
@@ -151,10 +202,23 @@ CpusPerWorkerOption = Annotated[
 ]
 
 
-def ray_cluster(ray: bool, address: str | None, workers, gpus_per_worker, cpus_per_worker):
-    """The Ray cluster a command runs on, or None for a local run (Ray options without --ray are an error)."""
+RAY_OPTIONS = (
+    option("ray", RayOption, False),
+    option("ray_address", RayAddressOption, None),
+    option("workers", WorkersOption, None),
+    option("gpus_per_worker", GpusPerWorkerOption, None),
+    option("cpus_per_worker", CpusPerWorkerOption, None),
+)
+
+
+def ray_cluster(params: dict):
+    """The Ray cluster a command runs on (`RAY_OPTIONS`' values in `ctx.params`), or None for a
+    local run (Ray options without --ray are an error)."""
     from ..errors import MossError
     from ..scaleout.cluster import ClusterOptions  # plain values: Ray itself is imported only when it runs
+
+    ray, address, workers = params["ray"], params["ray_address"], params["workers"]
+    gpus_per_worker, cpus_per_worker = params["gpus_per_worker"], params["cpus_per_worker"]
 
     if not ray and address is None:
         given = [

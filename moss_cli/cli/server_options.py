@@ -1,5 +1,6 @@
 """Options of `--server` (a running speech server), which `moss synth` and `moss audit-determinism`
-share, and the check that no option of the local engine is given with it."""
+share (`SERVER_OPTIONS`, a group for `options.with_options`), and the checks that no option of the
+local engine is given with it, nor one of the server's without it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..errors import MossError
+from .options import ENGINE_OPTIONS, RAY_OPTIONS, option
 
 ServerOption = Annotated[
     Optional[str],
@@ -85,6 +87,26 @@ ServedModelOption = Annotated[
 ]
 
 
+SERVER_OPTIONS = (
+    option("server", ServerOption, None),
+    option("concurrency", ConcurrencyOption, 8),
+    option("timeout", TimeoutOption, 300.0),
+    option("retries", RetriesOption, 0),
+    option("header", HeaderOption, None),
+    option("response_format", ResponseFormatOption, "wav"),
+    option("sample_rate", SampleRateOption, None),
+    option("channels", ChannelsOption, None),
+    option("served_model", ServedModelOption, None),
+    option("api_key", ApiKeyOption, None),
+    option("allow_dropped_fields", AllowDroppedFieldsOption, False),  # the request file's, not the client's
+)
+
+
+def server_settings(params: dict):
+    """The client's `ServerOptions` from `SERVER_OPTIONS`' values in `ctx.params`."""
+    return server_options(**{p.name: params[p.name] for p in SERVER_OPTIONS if p.name != "allow_dropped_fields"})
+
+
 def server_options(
     *,
     server: str,
@@ -118,27 +140,9 @@ def server_options(
     )
 
 
-# Parameters of `moss synth` / `moss audit-determinism` that configure the local engine or baseline.
-LOCAL_ONLY = (
-    "deploy",
-    "allow_foreign_deploy",
-    "model",
-    "codec",
-    "device",
-    "dtype",
-    "max_batch",
-    "threads",
-    "compile",
-    "legacy_global_rng",
-    "batch_invariant",
-    "layout",
-    "stream",
-    "ray",
-    "ray_address",
-    "workers",
-    "gpus_per_worker",
-    "cpus_per_worker",
-)
+# Parameters of `moss synth` / `moss audit-determinism` that configure the local engine or baseline,
+# in the order an error names them.
+LOCAL_ONLY = (*(p.name for p in ENGINE_OPTIONS), "stream", *(p.name for p in RAY_OPTIONS))
 
 
 def refuse_local_options(ctx: typer.Context, allowed: tuple[str, ...] = ()) -> None:
@@ -146,14 +150,9 @@ def refuse_local_options(ctx: typer.Context, allowed: tuple[str, ...] = ()) -> N
     command line would be silently meaningless, so it is an error (except those in `allowed`,
     which mean something for a server too)."""
     named = []
-    for param in ctx.command.params:
+    for param in _in_order(ctx, LOCAL_ONLY):
         source = ctx.get_parameter_source(param.name)
-        if (
-            param.name in LOCAL_ONLY
-            and param.name not in allowed
-            and source is not None
-            and source.name in ("COMMANDLINE", "ENVIRONMENT")
-        ):
+        if param.name not in allowed and source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
             off = ctx.params.get(param.name) is False and param.secondary_opts
             named.append(param.secondary_opts[0] if off else param.opts[0])
     if named:
@@ -164,29 +163,23 @@ def refuse_local_options(ctx: typer.Context, allowed: tuple[str, ...] = ()) -> N
         )
 
 
-# Parameters that only mean something with --server.
-SERVER_ONLY = (
-    "concurrency",
-    "stagger_ms",
-    "timeout",
-    "retries",
-    "header",
-    "response_format",
-    "sample_rate",
-    "channels",
-    "served_model",
-    "allow_dropped_fields",
-    "api_key",
-)
+# Parameters that only mean something with --server, in the order an error names them.
+SERVER_ONLY = (*(p.name for p in SERVER_OPTIONS if p.name != "server"), "stagger_ms")
+
+
+def _in_order(ctx: typer.Context, names: tuple[str, ...]) -> list:
+    """The command's parameters of these names, in their order."""
+    params = {param.name: param for param in ctx.command.params}
+    return [params[name] for name in names if name in params]
 
 
 def refuse_server_options(ctx: typer.Context) -> None:
     """Without --server, an option of the server client given on the command line would be silently
     meaningless, so it is an error (MOSS_API_KEY in the environment is not: it may be set for servers)."""
     named = []
-    for param in ctx.command.params:
+    for param in _in_order(ctx, SERVER_ONLY):
         source = ctx.get_parameter_source(param.name)
-        if param.name in SERVER_ONLY and source is not None and source.name == "COMMANDLINE":
+        if source is not None and source.name == "COMMANDLINE":
             named.append(param.opts[0])
     if named:
         raise MossError(f"{', '.join(named)}: only with --server (a running speech server)", field=named[0])

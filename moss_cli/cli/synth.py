@@ -14,31 +14,20 @@ from rich.table import Table
 
 from . import options as opt
 from . import server_options as srv
-from .common import Device, DType, interactive, ray_event, stderr, stdout, user_errors
+from .common import interactive, ray_event, stderr, stdout, user_errors
 
 if TYPE_CHECKING:
     from ..jobs.job import SynthSummary
 
 
+@opt.with_options(opt.ENGINE_OPTIONS, srv.SERVER_OPTIONS, opt.RAY_OPTIONS)
 def synth(
     ctx: typer.Context,
     requests: Annotated[Path, typer.Argument(help="Request file: .jsonl, .csv or .txt (one utterance per line).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")] = Path(
         "out"
     ),
-    deploy: opt.DeployOption = None,
-    allow_foreign_deploy: opt.AllowForeignDeploy = False,
-    model: opt.ModelOption = None,
-    codec: opt.CodecOption = None,
-    device: opt.DeviceOption = Device.auto,
-    dtype: opt.DTypeOption = DType.auto,
-    max_batch: opt.MaxBatchOption = None,
-    threads: opt.ThreadsOption = None,
-    compile: opt.CompileOption = False,
     audio_format: Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")] = "wav",
-    legacy_global_rng: opt.LegacyGlobalRng = False,
-    batch_invariant: opt.BatchInvariant = True,
-    layout: opt.LayoutOption = "auto",
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -58,22 +47,6 @@ def synth(
         bool, typer.Option(help="Exit 1 when a request produced no audio (its stop head fired at the first frame).")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")] = False,
-    server: srv.ServerOption = None,
-    concurrency: srv.ConcurrencyOption = 8,
-    timeout: srv.TimeoutOption = 300.0,
-    retries: srv.RetriesOption = 0,
-    header: srv.HeaderOption = None,
-    response_format: srv.ResponseFormatOption = "wav",
-    sample_rate: srv.SampleRateOption = None,
-    channels: srv.ChannelsOption = None,
-    allow_dropped_fields: srv.AllowDroppedFieldsOption = False,
-    served_model: srv.ServedModelOption = None,
-    api_key: srv.ApiKeyOption = None,
-    ray: opt.RayOption = False,
-    ray_address: opt.RayAddressOption = None,
-    workers: opt.WorkersOption = None,
-    gpus_per_worker: opt.GpusPerWorkerOption = None,
-    cpus_per_worker: opt.CpusPerWorkerOption = None,
 ) -> None:
     """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv.
 
@@ -83,32 +56,13 @@ def synth(
     (vllm-omni, or moss serve) synthesises instead, with the same output directory and resume."""
     with user_errors(resumable=True):  # torch loads inside, not for --help
         run = dict(audio_format=audio_format.lower(), dry_run=dry_run, force=force)
-        if server:
-            run["allow_dropped_fields"] = allow_dropped_fields
+        if ctx.params["server"]:
+            run["allow_dropped_fields"] = ctx.params["allow_dropped_fields"]
             srv.refuse_local_options(ctx)
-            settings = srv.server_options(
-                server=server,
-                concurrency=concurrency,
-                timeout=timeout,
-                retries=retries,
-                header=header,
-                response_format=response_format,
-                sample_rate=sample_rate,
-                channels=channels,
-                served_model=served_model,
-                api_key=api_key,
-            )
-            summary = _through_server(requests, out, settings, run)
+            summary = _through_server(requests, out, srv.server_settings(ctx.params), run)
         else:
             srv.refuse_server_options(ctx)
-            summary = _locally(
-                requests,
-                out,
-                run,
-                stream,
-                opt.ray_cluster(ray, ray_address, workers, gpus_per_worker, cpus_per_worker),
-                opt.synth_options(ctx.params),
-            )
+            summary = _locally(requests, out, run, stream, opt.ray_cluster(ctx.params), opt.synth_options(ctx.params))
     if as_json:
         stdout.print_json(json.dumps(summary.as_dict()))
     else:
