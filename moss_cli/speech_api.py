@@ -20,6 +20,7 @@ from typing import Any
 from .config.request_fields import SAMPLING_FIELDS, Request
 
 SPEECH_PATH = "/v1/audio/speech"
+BATCH_PATH = "/v1/audio/speech/batch"  # several requests in one body; the batch answers each in a result
 MODELS_PATH = "/v1/models"
 HEALTH_PATH = "/health"
 ENVIRONMENT_PATH = "/moss/environment"  # moss serve only: what its engine computes with
@@ -69,6 +70,17 @@ def dropped_fields(request: Request) -> list[str]:
     """The fields of `request` that a vllm-omni MOSS-TTS-Local server would drop (see DROPPED_BY_SERVER)."""
     given = {**request.prompt_fields, **request.sampling}
     return [name for name in DROPPED_BY_SERVER if given.get(name) is not None]
+
+
+def batch_item_lacks(request: Request) -> list[str]:
+    """The request-file fields of `request` that an item of vllm-omni 0.30.0's batch route cannot
+    carry. Its `SpeechBatchItem` (protocol/audio.py:446-463) has a single request's fields without
+    `seed`, `extra_params` or sampling fields, and an item is merged into a speech request with no
+    seed (serving_speech.py:2736-2765): every batch item is unseeded, and gets the deploy seed only
+    after the deploy-seed fix."""
+    lacks = ["seed"] if request.seed is not None else []
+    given = {**request.prompt_fields, **request.sampling}
+    return lacks + [name for name in (*EXTRA_PARAMS, *SAMPLING_FIELDS) if given.get(name) is not None]
 
 
 def data_uri(path: Path) -> str:

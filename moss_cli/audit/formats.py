@@ -126,6 +126,9 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
         total += len(cases)
         failures += sum(c.failed for c in cases)
         skipped += sum(c.verdict == "unseeded" for c in cases)
+    if result.server:
+        counted = _paths_suite(root, result)
+        total, failures, skipped = total + counted[0], failures + counted[1], skipped + counted[2]
     if golden is not None:
         took = sum(out.wall_s for out in result.reference.values())
         suite = ET.SubElement(
@@ -162,6 +165,34 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
     root.set("skipped", str(skipped))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _paths_suite(root: ET.Element, result: AuditResult) -> tuple[int, int, int]:
+    """A server audit's table path x verdict: one testcase per path, failed where a comparison of
+    what it answered failed (naming the requests), skipped where nothing went that way."""
+    paths = result.server["paths"]
+    took = {path: sum(c.wall_s for c in result.cases if c.path == path) for path in paths}
+    failures = sum(v["passed"] is False for v in paths.values())
+    skipped = sum(v["passed"] is None for v in paths.values())
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name="audit.paths",
+        tests=str(len(paths)),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+        time=_seconds(sum(took.values())),
+    )
+    for path, v in paths.items():
+        tc = ET.SubElement(suite, "testcase", classname="audit.paths", name=path, time=_seconds(took[path]))
+        if v["passed"] is False:
+            named = ", ".join(f"{key} ({cause})" for key, cause in v["failed"].items())
+            failure = ET.SubElement(tc, "failure", message=f"{v['verdict']}: {named}", type=v["verdict"])
+            failure.text = f"{v['where']}: {v['detail']}"
+        elif v["passed"] is None:
+            ET.SubElement(tc, "skipped", message=f"{v['verdict']}: {v['detail']}")
+    return len(paths), failures, skipped
 
 
 def _system_err(suite: ET.Element, warnings: list[str]) -> None:

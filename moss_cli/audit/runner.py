@@ -15,8 +15,19 @@ from ..config.requests import Request
 from ..io.outcome import Outcome
 from .mixups import MixUp, MixUpLog
 from .options import AuditOptions
-from .scenarios import Run, Skipped, Target, build_runs, reference_run, seed_probes
-from .verdicts import Alone, Attribute, Case, Rules, alone, another_requests_audio, judge, mixed_up, request_verdicts
+from .scenarios import SERVER_PATHS, Run, Skipped, Target, build_runs, reference_run, seed_probes
+from .verdicts import (
+    Alone,
+    Attribute,
+    Case,
+    Rules,
+    alone,
+    another_requests_audio,
+    judge,
+    mixed_up,
+    path_verdicts,
+    request_verdicts,
+)
 
 __all__ = ["AuditOptions", "AuditResult", "Auditor", "Executor", "run_audit"]
 
@@ -98,7 +109,7 @@ class Auditor:
         rules = executor.rules(opts, reference)
         mixups = MixUpLog(keys, rules.min_snr_db)
         found = mixups.add("reference", baseline.label, reference)
-        cases = mixed_up("reference", baseline.label, found, reference, rules)
+        cases = _on_paths(baseline, mixed_up("reference", baseline.label, found, reference, rules), executor)
         alone_verdicts = {k: Alone(True) for k in keys}
         outputs, scenario_s, skipped = {}, {}, {}
         if "seeds" in self.scenarios:
@@ -112,7 +123,9 @@ class Auditor:
                     skipped[scenario] = got.reason
                     continue
                 outputs[(scenario, run.label)] = got
-                cases += mixed_up(scenario, run.label, mixups.add(scenario, run.label, got), got, rules)
+                cases += _on_paths(
+                    run, mixed_up(scenario, run.label, mixups.add(scenario, run.label, got), got, rules), executor
+                )
                 if scenario == "repeat":
                     alone_verdicts = {k: alone(by_id[k], reference[k], got[k], rules) for k in keys}
                 for member in run.audited:
@@ -128,9 +141,10 @@ class Auditor:
                         expect=member.expect,
                         evidence=executor.evidence(run, key),
                         attribute=executor.attribution(baseline, run, key),
+                        batch_item=member.batched,
                     )
                     case.wall_s = got[key].wall_s + time.perf_counter() - judged
-                    cases.append(case)
+                    cases += _on_paths(run, [case], executor)
             scenario_s[scenario] = time.perf_counter() - began
         for scenario in skipped:
             del scenario_s[scenario]
@@ -138,6 +152,9 @@ class Auditor:
         server = executor.report(verdicts)
         if server is not None:
             server["skipped"] = skipped
+            server["paths"] = path_verdicts(
+                cases, {path: scenario for path, (_, scenario) in SERVER_PATHS.items()}, self.scenarios, skipped
+            )
         return AuditResult(
             AuditOptions(**{**opts.__dict__, "scenarios": tuple(s for s in self.scenarios if s not in skipped)}),
             cases,
@@ -154,6 +171,14 @@ class Auditor:
             compile_s=executor.compile_s(),
             verdicts=verdicts,
         )
+
+
+def _on_paths(run: Run, cases: list[Case], executor: Executor) -> list[Case]:
+    """`cases` of `run`, each marked with the way a server answered it (none for the engine)."""
+    if executor.target.server:
+        for case in cases:
+            case.path = run.path(case.request)
+    return cases
 
 
 def _chain(executed: Iterator, executor: Executor, runs: list[Run]) -> Iterator:

@@ -5,7 +5,8 @@ together, maybe staggered, streamed or split into shards. What "together" means 
 executor's: the local engine batches them (up to a max batch, late arrivals every few steps);
 a server is sent them concurrently (up to --concurrency, late ones some milliseconds apart) and
 decides its batches itself. Some compositions exist for one kind only: batch sizes and shards need
-the engine; the seed probes need a server's answers (`seed_probes`)."""
+the engine; the seed probes need a server's answers (`seed_probes`); a raw-audio stream and the batch
+route are ways a server answers (its paths, `SERVER_PATHS`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.requests import Request
+from ..speech_api import batch_item_lacks
 
 # Local engine runs: every scenario; --server: the ones a black box can be given.
 SCENARIOS = (
@@ -38,8 +40,20 @@ SERVER_SCENARIOS = (
     "staggered",
     "voices",
     "streaming",
+    "raw-stream",
+    "batch",
     "seeds",
 )
+# The ways a server answers a request (its paths), and the scenario that audits each beyond the
+# single route, which every other scenario uses.
+SINGLE, SSE, RAW_STREAM, BATCH = "single", "sse", "raw-stream", "batch"
+SERVER_PATHS = {
+    SINGLE: ("POST /v1/audio/speech, one body", None),
+    SSE: ("POST /v1/audio/speech with stream: true (server-sent events)", "streaming"),
+    RAW_STREAM: ('POST /v1/audio/speech with stream_format: "audio" (raw chunks)', "raw-stream"),
+    BATCH: ("POST /v1/audio/speech/batch, items in one call (no seed)", "batch"),
+}
+BATCH_MAX_ITEMS = 32  # vllm-omni 0.30.0's tts_batch_max_items default (serving_speech.py:434)
 SHUFFLE_SEED = 1234
 PROBE_SEED = 1_000_003  # sent to unseeded requests; unlikely to be anyone's deploy seed
 INT64_MAX = 2**63 - 1
@@ -60,6 +74,7 @@ class Member:
     seed: int | None = None  # replaces the request's own seed (a probe)
     expect: str = "identical"  # or "different": a probe whose seed must change the audio
     late: int = 0  # staggered runs: its place in the arrival order (0 arrives first)
+    batched: bool = False  # a server: sent as an item of a batch call, which carries no seed
 
     @property
     def key(self) -> str:
@@ -77,6 +92,7 @@ class Run:
     alone: bool = False  # every member on its own, one after another (the reference, the repeat)
     max_batch: int | None = None  # the engine's batch for this run (None: the audit's)
     stream: bool = False  # decoded (or asked for) chunk by chunk while generating
+    stream_format: str = "sse"  # a server's stream: "sse" (stream: true) or "audio" (raw chunks)
     shards: list[list[Member]] | None = None  # split into engine runs of their own (with --ray, on workers)
     needs: str | None = None  # what a server may refuse: "ref_audio" | "stream" (the scenario is then skipped)
     scenario: str = ""  # the scenario it belongs to ("reference": every request alone, the baseline)
@@ -97,6 +113,14 @@ class Run:
 
     def piece_of(self, key: str) -> list[Member]:
         return next(piece for piece in self.pieces() if key in {m.key for m in piece})
+
+    def path(self, key: str) -> str:
+        """How a server was asked for a member's audio in this run (one of SERVER_PATHS)."""
+        if next(m for m in self.members if m.key == key).batched:
+            return BATCH
+        if self.stream:
+            return RAW_STREAM if self.stream_format == "audio" else SSE
+        return SINGLE
 
 
 @dataclass(frozen=True)
@@ -242,6 +266,11 @@ def _runs(name: str, audited: list[Request], target: Target, workdir: Path) -> l
             return [Run(f"streamed-{target.concurrency}-at-once", sent, stream=True, needs="stream")]
         schedule = "-".join(str(c) for c in target.chunk_schedule)
         return [Run(f"streamed-chunks-{schedule}-then-repeat", sent, stream=True)]
+    if name == "raw-stream":
+        label = f"raw-audio-streamed-{target.concurrency}-at-once"
+        return [Run(label, sent, stream=True, stream_format="audio", needs="raw-stream")]
+    if name == "batch":
+        return batch_runs(audited, target)
     if name == "sharded":  # as if split across workers: each shard is an engine run of its own
         size = -(-n // 3)
         backwards = sent[::-1]
@@ -250,6 +279,24 @@ def _runs(name: str, audited: list[Request], target: Target, workdir: Path) -> l
             Run("3-shards-contiguous-reversed", sent, shards=[backwards[i : i + size] for i in range(0, n, size)]),
         ]
     raise ValueError(f"unknown scenario {name!r}")
+
+
+def batch_runs(audited: list[Request], target: Target) -> list[Run]:
+    """The batch route's run: every request an item can carry (no seed, no field a vllm-omni batch
+    item lacks: speech_api.batch_item_lacks) in one batch call, at most BATCH_MAX_ITEMS to a call;
+    at the same time the other requests and two seeded neighbours as single requests, so items and
+    single requests share the server's batch. None where no request can be an item."""
+    items = [m for m in members(audited) if not batch_item_lacks(m.request)]
+    if not items:
+        return []
+    singles = [m for m in members(audited) if batch_item_lacks(m.request)]
+    neighbours = _neighbours(
+        neighbour_requests(2, "neighbour-single", seed_base=5000, frames=[16, 6], greedy=False), target
+    )
+    batched = [dataclasses.replace(m, batched=True) for m in items]
+    calls = "one-call" if len(items) <= BATCH_MAX_ITEMS else f"{-(-len(items) // BATCH_MAX_ITEMS)}-calls"
+    label = f"{len(items)}-items-in-{calls}-with-{len(singles) + len(neighbours)}-single-requests"
+    return [Run(label, interleave(batched, singles + neighbours), needs="batch")]
 
 
 def other_seed(seed: int) -> int:

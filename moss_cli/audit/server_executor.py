@@ -3,9 +3,10 @@ run's members go one at a time (alone) or in flight together (up to --concurrenc
 milliseconds apart), and the audit judges from the audio (plus `moss serve`'s `x-moss-*`
 headers, when sent). Before the reference it learns what the server requires (a reference
 voice: vllm-omni's MOSS-TTS-Local refuses requests without one); before a run that needs reference
-audio or streaming it checks that the server takes them, and skips the scenario (reported) where it
-does not. The report's `server` section says where it ran, how many requests really were in flight
-together, the seed probes, any re-sends."""
+audio, a stream or the batch route it checks that the server takes them, and skips the scenario
+(reported) where it does not. A batch run sends its items in one call of the batch route while its
+other members go as single requests at the same time. The report's `server` section says where it
+ran, how many requests really were in flight together, the seed probes, any re-sends."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import platform
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Awaitable, Iterator
 
 from .. import __version__
 from ..config.deploy import load_deploy
@@ -26,9 +27,10 @@ from ..remote.client import ServerError, SpeechClient, all_or_nothing
 from ..remote.reply import Reply
 from ..remote.request_file import read_for_server, reference_sha256
 from ..remote.voice import voice_refusal
-from ..speech_api import body_from_request
+from ..speech_api import BATCH_PATH, batch_item_lacks, body_from_request
 from .builtin import builtin_requests
 from .scenarios import (
+    BATCH_MAX_ITEMS,
     Member,
     Run,
     Skipped,
@@ -134,15 +136,29 @@ class ServerExecutor:
         self.target = dataclasses.replace(self.target, voice=voice)
         self.voice_note = f"required ({said}); the audit's own requests carry a synthetic 2 s voice"
 
-    def _body(self, member: Member, stream: bool = False) -> dict:
+    def _body(self, member: Member, stream: str | None = None) -> dict:
+        """A single request's body; `stream` "sse" asks for server-sent events (`stream: true`),
+        "audio" for raw audio chunks (`stream_format: "audio"`: vllm-omni's is_raw_audio_stream,
+        protocol/audio.py:327-334)."""
         body = body_from_request(
             member.request, model=self.server.model, response_format=self.server.response_format, seed=member.seed
         )
-        if stream:
-            body["stream"] = True
+        if stream is not None:
+            body.update({"stream": True} if stream == "sse" else {"stream_format": "audio"})
             if body["response_format"] not in ("wav", "pcm"):  # what vllm-omni streams
                 body["response_format"] = "wav"
         return body
+
+    def _batch_body(self, items: list[Member]) -> dict:
+        """One call of the batch route: each member an item (its single body without a seed, which an
+        item cannot carry), the model and the format the batch's."""
+        batch: dict = {"response_format": self.server.response_format}
+        if self.server.model is not None:
+            batch["model"] = self.server.model
+        batch["items"] = [
+            {key: value for key, value in self._body(m).items() if key not in batch and key != "seed"} for m in items
+        ]
+        return batch
 
     def execute(self, runs: list[Run]) -> Iterator[dict[str, Outcome] | Skipped]:
         for run in runs:
@@ -157,38 +173,40 @@ class ServerExecutor:
             if needs == "ref_audio":
                 check = Member(voice_neighbour_requests(1, self.workdir)[0], audited=False)
             else:
-                neighbour = neighbour_requests(1, "neighbour-stream", seed_base=4000, frames=[4], greedy=False)
+                neighbour = neighbour_requests(1, f"neighbour-{needs}", seed_base=4000, frames=[4], greedy=False)
                 check = Member(with_voice(neighbour, self.target.voice)[0], audited=False)
-            what = "reference audio" if needs == "ref_audio" else "streaming"
-            body = self._body(check, needs == "stream")
-            refused = self._loop.run_until_complete(self._refusal(check, body, f"{needs}/check"))
-            self._checked[needs] = None if refused is None else f"the server refuses {what}: {refused.message}"
+            context = f"{needs}/check"
+            if needs == "batch":  # an item has no seed: the check's is unseeded
+                check = dataclasses.replace(check, request=dataclasses.replace(check.request, seed=None))
+                sent = self.client.speak_batch([check.key], self._batch_body([check]), context)
+            else:
+                stream = {"stream": "sse", "raw-stream": "audio"}.get(needs)
+                sent = self.client.speak(check.key, self._body(check, stream), context)
+            refused = self._loop.run_until_complete(_refusal(sent))
+            self._checked[needs] = None if refused is None else _refused(needs, refused)
         return self._checked[needs]
-
-    async def _refusal(self, member: Member, body: dict, context: str) -> ServerError | None:
-        """The server's 4xx to one request sent to learn what it takes (None: it answers with audio);
-        any other failure is the audit's to report."""
-        try:
-            await self.client.speak(member.key, body, context)
-        except ServerError as e:
-            if e.status is None or not 400 <= e.status < 500:
-                raise
-            return e
-        return None
 
     async def _send(self, run: Run) -> dict[str, Outcome]:
         context, started = run.name, time.perf_counter()
 
-        async def one(member: Member, delay: float) -> tuple[Member, Reply]:
+        async def one(member: Member, delay: float) -> list[tuple[Member, Reply]]:
             await asyncio.sleep(delay)
-            body = self._body(member, run.stream)
-            return member, await self.client.speak(member.key, body, context, started)
+            body = self._body(member, run.stream_format if run.stream else None)
+            return [(member, await self.client.speak(member.key, body, context, started))]
+
+        async def batch(items: list[Member]) -> list[tuple[Member, Reply]]:
+            replies = await self.client.speak_batch([m.key for m in items], self._batch_body(items), context, started)
+            return list(zip(items, replies))
 
         if run.alone:
-            got = [await one(m, 0.0) for m in run.members]
+            got = [pair for m in run.members for pair in await one(m, 0.0)]
         else:
             stagger = self.stagger_s or 0.0  # members that are not late go at once
-            got = await all_or_nothing(one(m, m.late * stagger) for m in run.members)
+            items = [m for m in run.members if m.batched]
+            calls = [batch(items[i : i + BATCH_MAX_ITEMS]) for i in range(0, len(items), BATCH_MAX_ITEMS)]
+            singles = [one(m, m.late * stagger) for m in run.members if not m.batched]
+            answered = {m.key: reply for pairs in await all_or_nothing(calls + singles) for m, reply in pairs}
+            got = [(m, answered[m.key]) for m in run.members]
         if run.scenario == "reference":
             self._learn(got, time.perf_counter() - started)
         self.runs[run.name] = _in_flight(run, got, self.stagger_s)
@@ -275,9 +293,22 @@ class ServerExecutor:
             "deploy_seed": self._deploy_note(),
             "reference_voice": self.voice_note,
             "dropped_fields": self.dropped,
+            "batch_items": self._batch_note(),
             "probes": self.probes,
             "requests": verdicts,
             "runs": self.runs,
+        }
+
+    def _batch_note(self) -> dict:
+        """Which audited requests the batch route was given as items, and why the others went as
+        single requests next to them (a vllm-omni batch item has no seed and no extra fields)."""
+        lacks = {r.id: batch_item_lacks(r) for r in self._requests}
+        return {
+            "path": BATCH_PATH,
+            "items": [key for key, fields in lacks.items() if not fields],
+            "single": {
+                key: f"a batch item cannot carry {', '.join(fields)}" for key, fields in lacks.items() if fields
+            },
         }
 
     def _deploy_note(self) -> dict:
@@ -294,6 +325,26 @@ class ServerExecutor:
 
     def compile_s(self) -> None:
         return None
+
+
+async def _refusal(sent: Awaitable) -> ServerError | None:
+    """The server's 4xx to a request sent to learn what it takes (None: it answers with audio); any
+    other failure is the audit's to report."""
+    try:
+        await sent
+    except ServerError as e:
+        if e.status is None or not 400 <= e.status < 500:
+            raise
+        return e
+    return None
+
+
+def _refused(needs: str, refused: ServerError) -> str:
+    """Why a scenario is skipped, in the server's words."""
+    if needs == "batch" and refused.status in (404, 405):
+        return f"the server has no batch route (POST {BATCH_PATH}: HTTP {refused.status}): {refused.message}"
+    what = {"ref_audio": "reference audio", "stream": "streaming", "raw-stream": "raw audio streams"}.get(needs, needs)
+    return f"the server refuses {what}: {refused.message}"
 
 
 def _in_flight(run: Run, got: list[tuple[Member, Reply]], stagger_s: float | None) -> dict:

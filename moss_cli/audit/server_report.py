@@ -1,6 +1,7 @@
-"""What a server audit adds to the reports: each request's verdict, how many requests really were
-in flight together in each run, re-sends, and skipped scenarios (terminal and Markdown; the JSON
-carries the whole `server` section)."""
+"""What a server audit adds to the reports: each path's verdict (the single route, the streams, the
+batch route), each request's, how many requests really were in flight together in each run,
+re-sends, and skipped scenarios (terminal, Markdown and the HTML page; the JSON carries the whole
+`server` section)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,32 @@ from rich.table import Table
 
 from ..report import page
 from .runner import AuditResult
+from .scenarios import SERVER_PATHS
 
-STYLE = {"identical": "green", "unseeded": "yellow"}
+STYLE = {"identical": "green", "unseeded": "yellow", "skipped": "yellow", "not audited": "dim"}
+PATH_COLUMNS = ("path", "route", "verdict", "requests", "comparisons", "detail")
+
+
+def path_status(v: dict) -> str:
+    """A path's verdict as the page's row class: pass, fail, unseeded (a difference that is not a
+    failure), or none (skipped, not audited)."""
+    if v["passed"] is None:
+        return ""
+    if not v["passed"]:
+        return "fail"
+    return "unseeded" if v["verdict"] == "unseeded" else "pass"
+
+
+def path_rows(server: dict) -> list[list[str]]:
+    """The table path x verdict, one row per path: the detail names the requests that failed on it."""
+    rows = []
+    for path, v in server["paths"].items():
+        detail = v["detail"]
+        if v["failed"]:
+            named = ", ".join(f"{key} ({cause})" for key, cause in v["failed"].items())
+            detail = f"failed: {named}. First: {detail}"
+        rows.append([path, SERVER_PATHS[path][0], v["verdict"], str(v["requests"]), str(v["comparisons"]), detail])
+    return rows
 
 
 def notes(server: dict) -> list[str]:
@@ -19,6 +44,10 @@ def notes(server: dict) -> list[str]:
     out = [f"Deploy seed: {server['deploy_seed']['note']}."]
     out.append(f"Reference voice: {server['reference_voice']}.")
     out += [f"Sent although vllm-omni drops it: {field}." for field in server["dropped_fields"]]
+    single = server["batch_items"]["single"]
+    if single and server["paths"]["batch"]["comparisons"]:
+        said = "; ".join(f"{key}: {why}" for key, why in single.items())
+        out.append(f"Sent as single requests next to the batch call, not as its items: {said}.")
     return out
 
 
@@ -29,6 +58,13 @@ def _in_flight(run: dict) -> str:
 
 def render_server(console: Console, result: AuditResult) -> None:
     server = result.server
+    paths = Table(title=f"server {server['url']}: verdict per path")
+    for column in PATH_COLUMNS:
+        paths.add_column(column, overflow="fold", justify="right" if column in ("requests", "comparisons") else "left")
+    for row in path_rows(server):
+        style = STYLE.get(row[2], "red")
+        paths.add_row(*map(escape, row[:2]), f"[{style}]{escape(row[2])}[/]", *map(escape, row[3:]))
+    console.print(paths)
     table = Table(title=f"server {server['url']}: verdict per request")
     for column in ("request", "verdict", "detail"):
         table.add_column(column, overflow="fold")
@@ -58,6 +94,10 @@ def server_markdown(result: AuditResult) -> list[str]:
         "",
         f"### Server `{server['url']}`",
         "",
+        "| " + " | ".join(PATH_COLUMNS) + " |",
+        "|---|---|---|---:|---:|---|",
+        *(f"| `{path}` | {route} | {' | '.join(rest)} |" for path, route, *rest in path_rows(server)),
+        "",
         "| request | verdict | detail |",
         "|---|---|---|",
     ]
@@ -75,6 +115,8 @@ def server_markdown(result: AuditResult) -> list[str]:
 
 def server_blocks(server: dict) -> list:
     """The HTML page's server section (from the JSON report's `server`)."""
+    rows = path_rows(server)
+    paths = page.Table(list(PATH_COLUMNS), rows, [path_status(v) for v in server["paths"].values()])
     verdicts = server["requests"]
     requests = page.Table(
         ["request", "verdict", "detail"],
@@ -96,7 +138,7 @@ def server_blocks(server: dict) -> list:
             for label, run in server["runs"].items()
         ],
     )
-    blocks: list = [requests, runs, f"Codes: {server['codes']}.", *notes(server)]
+    blocks: list = [paths, requests, runs, f"Codes: {server['codes']}.", *notes(server)]
     blocks += [f"Skipped {scenario}: {why}" for scenario, why in server["skipped"].items()]
     if server["retries"]:
         blocks.append(f"{len(server['retries'])} re-send(s) after 5xx answers or reset connections (see the JSON).")

@@ -21,7 +21,9 @@ comparison of it means anything. Then a comparison that differs is, by its first
   nearly equals, that of another audited request in the same run although the two differ in what
   the talker reads or the voice it clones (mixups.CONDITIONING), so one response carries the other
   request's audio; a server that does so in every composition passes every other comparison.
-A request's verdict is the first of VERDICTS among its comparisons' causes, else `identical`.
+A request's verdict is the first of VERDICTS among its comparisons' causes, else `identical`; so is
+a server path's (`path_verdicts`: the single route, a stream, the batch route), over the comparisons
+of what it answered.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ RETRY_CAUSE = (
     "max_new_tokens once with a random seed when its adapter rejects the generated audio: "
     "entrypoints/openai/serving_speech.py:2632-2657; 0.30.0's MOSS adapter rejects none, tts_adapters/base.py:301-314)"
 )
+BATCH_ITEM_CAUSE = (
+    "SpeechBatchItem has no seed field, entrypoints/openai/protocol/audio.py:446-463, and each item is "
+    "merged into a speech request without one, serving_speech.py:2736-2765"
+)
 DEPLOY_HINT = "pass --deploy FILE (the deploy file the server runs) to check that unseeded requests get its seed"
 
 
@@ -70,6 +76,7 @@ class Case:
     attribution: Attribution | None = None
     wall_s: float = 0.0  # the request's time in this run, plus comparing (and attributing) it
     other: str | None = None  # audio-of-another-request: the request whose audio it was compared with (not alone)
+    path: str | None = None  # a server: how it was asked for this audio (scenarios.SERVER_PATHS)
 
     @property
     def failed(self) -> bool:
@@ -86,6 +93,7 @@ class Case:
             "attribution": self.attribution.as_dict() if self.attribution else None,
             "wall_s": self.wall_s,
             "other": self.other,
+            "path": self.path,
         }
 
 
@@ -172,10 +180,13 @@ def judge(
     expect: str = "identical",
     evidence: str = "",
     attribute: Attribute | None = None,
+    batch_item: bool = False,
 ) -> Case:
     """One audited member compared with its reference. `expect` "different": a seed probe, whose
     audio must change; `evidence`: how many requests were in flight with it, for the detail;
-    `attribute`: where the runs can be replayed (the engine), what explains differing codes."""
+    `attribute`: where the runs can be replayed (the engine), what explains differing codes;
+    `batch_item`: sent as an item of a server's batch call, which carries no seed, so with a known
+    deploy seed it must be the deploy seed's audio, as the request alone is."""
     cmp = compare(reference, out, rules.sample_rate)
     case = Case(scenario, run, key, reference.seed_source, "pass", cmp, wall_s=out.wall_s)
     identical = cmp.pcm_equal and cmp.codes_equal is not False
@@ -186,6 +197,15 @@ def judge(
         return case if request_alone.stable else _as_alone(case, request_alone, rules)
     if not violates(cmp, rules.level, rules.min_snr_db):
         return case
+    if batch_item and rules.deploy_seed is not None and out.seed_source != "deploy":
+        also = "" if request_alone.stable else " (nor are two runs of it alone the same)"
+        return _fail(
+            case,
+            DEPLOY_SEED_NOT_APPLIED,
+            f"sent as an item of a batch call{evidence}, it gives other audio than alone{also}, although the deploy "
+            f"file gives stage-0 seed {rules.deploy_seed}: a batch item carries no seed (vllm-omni 0.30.0's "
+            f"{BATCH_ITEM_CAUSE}), so it must get the deploy seed, and it does not",
+        )
     if not request_alone.stable:
         return _as_alone(case, request_alone, rules)
     if scenario == "seeds":
@@ -259,23 +279,67 @@ def _as_alone(case: Case, request_alone: Alone, rules: Rules) -> Case:
     return _fail(case, request_alone.cause, detail)
 
 
-def request_verdicts(cases: list[Case], requests: list[str]) -> dict[str, dict]:
-    """Each request's verdict (the first of VERDICTS that any of its comparisons shows, else
+def _verdict(cases: list[Case]) -> dict:
+    """The verdict over some comparisons (the first of VERDICTS that any of them shows, else
     `identical`), every cause seen, and the detail of the comparison that decided it."""
-    found: dict[str, dict[str, Case]] = {key: {} for key in requests}
+    found: dict[str, Case] = {}
     for case in cases:
         if case.attribution is not None and case.verdict != "pass":
             cause = case.attribution.cause
-            found[case.request].setdefault(BATCH_DEPENDENT if cause in BATCH_CAUSES else cause, case)
+            found.setdefault(BATCH_DEPENDENT if cause in BATCH_CAUSES else cause, case)
+    causes = [v for v in VERDICTS if v in found]
+    first = found[causes[0]] if causes else None
+    return {
+        "verdict": causes[0] if causes else IDENTICAL,
+        "verdicts": causes,
+        "cause": first.attribution.cause if first else None,
+        "detail": first.attribution.detail if first else "identical in every comparison",
+        "where": f"{first.scenario}/{first.run}" if first else None,
+    }
+
+
+def request_verdicts(cases: list[Case], requests: list[str]) -> dict[str, dict]:
+    """Each request's verdict over all its comparisons."""
+    by_request: dict[str, list[Case]] = {key: [] for key in requests}
+    for case in cases:
+        by_request[case.request].append(case)
+    return {key: _verdict(mine) for key, mine in by_request.items()}
+
+
+def path_verdicts(
+    cases: list[Case], paths: dict[str, str | None], chosen: tuple[str, ...], skipped: dict[str, str]
+) -> dict[str, dict]:
+    """Each server path's verdict over the comparisons of what it answered, with the requests that
+    failed on it (`failed`: request -> its first cause there; `passed`: none did, None where nothing
+    went this way). An unseeded request's audio on any
+    path is compared with it alone, and that with the deploy seed's audio by its seed probe (on the
+    single route): a probe that fails counts on every path that answered the request. `paths`:
+    path -> the scenario that audits it (None: the single route, which the others use); `chosen`:
+    the scenarios run; `skipped`: scenario -> why the server could not be given it."""
+    probes = [
+        c
+        for c in cases
+        if c.scenario == "seeds" and c.failed and c.attribution and c.attribution.cause == DEPLOY_SEED_NOT_APPLIED
+    ]
     out = {}
-    for key in requests:
-        causes = [v for v in VERDICTS if v in found[key]]
-        first = found[key][causes[0]] if causes else None
-        out[key] = {
-            "verdict": causes[0] if causes else IDENTICAL,
-            "verdicts": causes,
-            "cause": first.attribution.cause if first else None,
-            "detail": first.attribution.detail if first else "identical in every comparison",
-            "where": f"{first.scenario}/{first.run}" if first else None,
-        }
+    for path, scenario in paths.items():
+        mine = [c for c in cases if c.path == path]
+        if not mine:
+            if scenario in skipped:
+                verdict, detail = "skipped", skipped[scenario]
+            elif scenario is not None and scenario not in chosen:
+                verdict, detail = "not audited", f"the {scenario} scenario was not chosen (--scenarios)"
+            else:
+                verdict, detail = "not audited", "no audited request could be sent this way"
+            out[path] = {"verdict": verdict, "verdicts": [], "cause": None, "detail": detail, "where": None}
+            out[path].update(passed=None, requests=0, comparisons=0, failed={})
+            continue
+        answered = {c.request for c in mine}
+        mine += [probe for probe in probes if probe.request in answered and probe.path != path]
+        failed: dict[str, str] = {}
+        for c in mine:
+            if c.failed and c.attribution is not None:
+                failed.setdefault(c.request, c.attribution.cause)
+        counts = {"requests": len(answered), "comparisons": len(mine)}
+        out[path] = {**_verdict(mine), "passed": not failed, **counts, "failed": failed}
     return out

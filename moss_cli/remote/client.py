@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import base64
 import itertools
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 import httpx
+import numpy as np
 
 from .. import speech_api
 from ..errors import MossError
-from .reply import NotAudio, Reply, decode_audio, moss_headers
+from .reply import NotAudio, Reply, decode_audio, item_headers, moss_headers
 from .settings import DEFAULT_PCM_CHANNELS, DEFAULT_PCM_RATE, ServerOptions
 
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # before re-send 1, 2, ...; the last repeats
 MAX_RETRY_AFTER_S = 60.0  # a server's Retry-After is honoured up to this
+T = TypeVar("T")
 _BODY_ENCODING = ("content-encoding", "content-length", "transfer-encoding")  # of a body read piece by piece
 
 
@@ -219,26 +222,56 @@ class SpeechClient:
             self._note_in_flight()
             begin = time.perf_counter()
             try:
-                reply = await self._attempts(request, body, context, timed)
+                reply, attempts = await self._attempts(
+                    request, context, lambda: self._once(request, body, context, timed)
+                )
             finally:
                 in_flight = self._active.pop(key)
+        reply.attempts = attempts
         reply.sent_s = begin - (started if started is not None else begin)
         reply.wall_s = time.perf_counter() - begin
         reply.in_flight = in_flight
         return reply
+
+    async def speak_batch(
+        self, requests: list[str], body: dict[str, Any], context: str, started: float | None = None
+    ) -> list[Reply]:
+        """Send one call of the batch route (`POST /v1/audio/speech/batch`: `body["items"]`, one per
+        request of `requests`, in vllm-omni 0.30.0's shape), re-sending it whole on transient failures,
+        and decode each item's audio. The call takes one connection and counts as len(requests)
+        requests in flight. vllm-omni answers 200 whatever its items do, each item's result with its
+        `index`, `status` "success" (base64 `audio_data`, `media_type`) or "error" (`error`)
+        (protocol/audio.py:537-554, serving_speech.py:2767-2831, api_server.py:1415-1424): an item
+        that failed is a ServerError naming its request."""
+        async with self._slots:
+            keys = [next(self._ids) for _ in requests]
+            self._active.update(dict.fromkeys(keys, 0))
+            self._note_in_flight()
+            begin = time.perf_counter()
+            try:
+                replies, attempts = await self._attempts(
+                    requests[0], context, lambda: self._batch_once(requests, body, context)
+                )
+            finally:
+                in_flight = max(self._active.pop(key) for key in keys)
+        for reply in replies:
+            reply.sent_s = begin - (started if started is not None else begin)
+            reply.wall_s = time.perf_counter() - begin
+            reply.in_flight, reply.attempts = in_flight, attempts
+        return replies
 
     def _note_in_flight(self) -> None:
         count = len(self._active)
         for key, most in self._active.items():
             self._active[key] = max(most, count)
 
-    async def _attempts(self, request: str, body: dict[str, Any], context: str, timed: bool = False) -> Reply:
+    async def _attempts(self, request: str, context: str, once: Callable[[], Awaitable[T]]) -> tuple[T, int]:
+        """What `once()` answers, sent again after each transient failure (up to --retries), and the
+        number of attempts it took."""
         attempt = 1
         while True:
             try:
-                reply = await self._once(request, body, context, timed)
-                reply.attempts = attempt
-                return reply
+                return await once(), attempt
             except _Transient as e:
                 if attempt > self.options.retries:
                     more = f" (after {attempt} attempts)" if attempt > 1 else ""
@@ -253,10 +286,20 @@ class SpeechClient:
 
     async def _once(self, request: str, body: dict[str, Any], context: str, timed: bool = False) -> Reply:
         what = f"request {request!r} ({context}) to {self._where(speech_api.SPEECH_PATH)}"
-        self.sent += 1
         arrivals: list[tuple[float, int]] | None = [] if timed else None
+        response = await self._answer(what, request, self._post(body, arrivals))
+        headers = moss_headers(response.headers)
+        fmt = str(body.get("response_format", self.options.response_format))
+        content_type = response.headers.get("content-type", "")
+        pcm, rate = self._audio(response.content, fmt, content_type, headers, what, request, response.status_code)
+        return Reply(request, context, pcm, rate, headers, arrivals=arrivals)
+
+    async def _answer(self, what: str, request: str, sent: Awaitable[httpx.Response]) -> httpx.Response:
+        """The response to a POST (`sent`) with a 2xx status; an error status or a lost connection
+        raised as the server's words (`_Transient` where a re-send may cure it)."""
+        self.sent += 1
         try:
-            response = await self._post(body, arrivals)
+            response = await sent
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
             raise _Transient(self.options.redact(f"{what}: connection lost ({type(e).__name__}: {e})"), None) from None
         except httpx.HTTPError as e:
@@ -270,22 +313,56 @@ class SpeechClient:
             if status >= 500:
                 raise _Transient(self.options.redact(message), status, _retry_after(response))
             raise self._fail(message, request, status)
-        headers = moss_headers(response.headers)
-        # Raw PCM says nothing of its layout: the server's headers where sent, else the options.
+        return response
+
+    def _audio(
+        self, content: bytes, fmt: str, content_type: str, headers: dict[str, str], what: str, request: str, status: int
+    ) -> tuple[np.ndarray, int]:
+        """(int16 samples, rate) of an answer's audio. Raw PCM says nothing of its layout: the
+        server's headers where sent, else the options."""
         rate = _positive(headers.get(speech_api.HEADER_SAMPLE_RATE)) or self.options.sample_rate or DEFAULT_PCM_RATE
         channels = _positive(headers.get(speech_api.HEADER_CHANNELS)) or self.options.channels or DEFAULT_PCM_CHANNELS
         try:
-            pcm, rate = decode_audio(
-                response.content,
-                str(body.get("response_format", self.options.response_format)),
-                response.headers.get("content-type", ""),
-                sample_rate=rate,
-                channels=channels,
-            )
+            return decode_audio(content, fmt, content_type, sample_rate=rate, channels=channels)
         except NotAudio as e:
-            fmt = body.get("response_format", self.options.response_format)
             raise self._fail(f"{what}: HTTP {status}, but the body is not {fmt} audio: {e}", request, status) from None
-        return Reply(request, context, pcm, rate, headers, arrivals=arrivals)
+
+    async def _batch_once(self, requests: list[str], body: dict[str, Any], context: str) -> list[Reply]:
+        where = self._where(speech_api.BATCH_PATH)
+        what = f"batch of {len(requests)} ({', '.join(map(repr, requests))}; {context}) to {where}"
+        response = await self._answer(what, requests[0], self._http.post(speech_api.BATCH_PATH, json=body))
+        status = response.status_code
+        try:
+            results = response.json().get("results")
+        except (ValueError, AttributeError):
+            results = None
+        if not isinstance(results, list) or len(results) != len(requests):
+            said = "no results list" if not isinstance(results, list) else f"{len(results)} results"
+            raise self._fail(
+                f"{what}: HTTP {status} with {said} for {len(requests)} items: {_first_line(response.text)}"
+            )
+        by_index = {r.get("index"): r for r in results if isinstance(r, dict)}
+        fmt = str(body.get("response_format", self.options.response_format))
+        replies = []
+        for index, request in enumerate(requests):
+            item = f"{what}: item {index} ({request!r})"
+            result = by_index.get(index, {})
+            if result.get("status") != "success":
+                words = str(result.get("error") or f"no result for index {index}")
+                setting = server_setting(words)
+                raise self._fail(
+                    f"{item}: {words.rstrip('.')}. {setting}" if setting else f"{item}: {words}", request, status
+                )
+            try:
+                audio = base64.b64decode(result.get("audio_data") or "", validate=True)
+            except ValueError:
+                raise self._fail(f"{item}: its audio_data is not base64", request, status) from None
+            headers = item_headers(result)
+            fmt_item = str(body["items"][index].get("response_format") or fmt)
+            media_type = str(result.get("media_type") or "")
+            pcm, rate = self._audio(audio, fmt_item, media_type, headers, item, request, status)
+            replies.append(Reply(request, context, pcm, rate, headers))
+        return replies
 
     async def _post(self, body: dict[str, Any], arrivals: list[tuple[float, int]] | None) -> httpx.Response:
         """POST a speech request; with `arrivals`, read the body as it comes and append (seconds

@@ -124,6 +124,18 @@ def moss_headers(headers) -> dict[str, str]:
     return {name: headers[name] for name in MOSS_HEADERS if name in headers}
 
 
+def item_headers(result: dict) -> dict[str, str]:
+    """What `moss serve` says of a batch item, as the headers of a single answer: each x-moss-*
+    header is an item's `moss_*` key (x-moss-seed-source: moss_seed_source; x-request-id:
+    moss_request_id). A vllm-omni item has none."""
+    out = {}
+    for name in MOSS_HEADERS:
+        key = "moss_" + name.removeprefix("x-").removeprefix("moss-").replace("-", "_")
+        if result.get(key) is not None:
+            out[name] = str(result[key])
+    return out
+
+
 def quantize(samples: np.ndarray) -> np.ndarray:
     """float samples in [-1, 1] -> int16 by the rule moss's own writer uses (io.audio.to_pcm16)."""
     return np.clip(np.rint(samples * 32767.0), -32768, 32767).astype("<i2")

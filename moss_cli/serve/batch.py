@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..pipeline import SynthResult
 from ..pipeline.live import LiveEngine, Unavailable
-from ..speech_api import MEDIA_TYPES
+from ..speech_api import BATCH_PATH, MEDIA_TYPES
 from ..validation import INT64_MAX
 from .audio import encode
 from .errors import ApiError, schema_error
@@ -40,7 +40,6 @@ from .requests import Ask, Intake
 
 log = logging.getLogger("moss.serve")
 
-BATCH_PATH = "/v1/audio/speech/batch"
 MAX_ITEMS = 32  # vllm-omni's `tts_batch_max_items` default (serving_speech.py:434, omni_base.py:206)
 BATCH_ONLY = ("model", "stream", "stream_format")  # the batch decides these for every item: one model, no streams
 
