@@ -44,7 +44,8 @@ from moss_cli.api import load_talker  # noqa: E402
 from moss_cli.assets.build import CodecSizes, TalkerSizes, build  # noqa: E402
 from moss_cli.bench import BenchOptions  # noqa: E402
 from moss_cli.bench.models import load_models  # noqa: E402
-from moss_cli.engine.scheduler import Engine, GenerationRequest  # noqa: E402
+from moss_cli.engine.requests import GenerationRequest  # noqa: E402
+from moss_cli.engine.scheduler import Engine  # noqa: E402
 from moss_cli.numerics import FAST, INVARIANT  # noqa: E402
 from moss_cli.numerics.layout import EngineLayout  # noqa: E402
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS  # noqa: E402

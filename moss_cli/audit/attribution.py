@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..engine.frame import STOP_HEAD
-from ..engine.scheduler import LogitsHook
+from ..engine.requests import LogitsHook
+from ..engine.step import STOP_HEAD
 from ..report.metrics import format_abs, format_db
 from .compare import STOP, Comparison
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 from ..config.requests import Request, parse_requests
 from ..engine.compiled import compile_seconds
-from ..engine.scheduler import LogitsHook
+from ..engine.requests import LogitsHook
 from ..io.outcome import Outcome
 from ..pipeline import Prepared, Synthesizer, SynthResult
 from ..pipeline.environment import environment

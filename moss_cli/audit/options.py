@@ -13,7 +13,7 @@ from .scenarios import SCENARIOS, SERVER_SCENARIOS
 from .verdicts import LEVELS
 
 if TYPE_CHECKING:
-    from ..engine.scheduler import LogitsHook
+    from ..engine.requests import LogitsHook
     from ..remote.client import Retry
     from ..remote.settings import ServerOptions
 

@@ -23,7 +23,8 @@ import torch
 from ..config.deploy import load_deploy
 from ..device import resolve_device, resolve_dtype
 from ..engine.compiled import compile_seconds
-from ..engine.scheduler import Engine, FrameEvent, GenerationRequest
+from ..engine.requests import FrameEvent, GenerationRequest
+from ..engine.scheduler import Engine
 from ..errors import MossError
 from ..model.codec import AudioCodec
 from ..model.prompt import PromptBuilder

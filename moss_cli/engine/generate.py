@@ -12,7 +12,8 @@ import torch
 from ..model.talker import MossTTSLocal
 from ..sampling_params import HeadSampling
 from .reference import Generators
-from .scheduler import Engine, GenerationRequest
+from .requests import GenerationRequest
+from .scheduler import Engine
 
 
 def generate_invariant(

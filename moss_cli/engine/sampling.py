@@ -1,8 +1,9 @@
-"""Turning logits into tokens: repetition penalty -> temperature -> top-k -> top-p -> draw.
+"""The engine's sampler: repetition penalty -> temperature -> top-k -> top-p -> draw, each a named
+step of `sample_rows` (the shape of vLLM's `Sampler.forward`), for a whole block of rows at once.
 
-The order and the float32 cast follow the reference talker. Where the random numbers come from
-is explicit: one shared stream (the global RNG or a single generator, drawn for the whole batch
-at once, as the reference does), or one generator per row (reproducible whatever the batch).
+The order and the float32 cast follow the reference talker (`reference.sample`). Where the random
+numbers come from is explicit: `random_stream` makes a request's own generator (or leaves it on the
+global RNG), and `draw_uniforms` draws every uniform a row needs for a frame before the frame.
 """
 
 from __future__ import annotations
@@ -113,25 +114,45 @@ class RowParams:
 def sample_rows(
     logits: torch.Tensor, params: RowParams, uniforms: torch.Tensor, seen: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """One token per row of logits [B, V]: repetition penalty (tokens marked in `seen` [B, V]) ->
-    temperature -> top-k -> top-p -> inverse-CDF draw with `uniforms` [B] (or [B, 1]) in [0, 1). Greedy rows
-    take the argmax of the penalised scores, as the reference does. Every step is one op on the
-    whole block; what only depends on the parameters was computed once for the frame (RowParams)."""
-    compiling = torch.compiler.is_compiling()  # a graph has no data-dependent branches
-    scores = as_dtype(logits, torch.float32)
-    if seen is not None:
-        penalty = params.penalty
-        penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
-        scores = torch.where(seen & params.penalised, penalised, scores)
+    """One token per row of logits [B, V], the recipe step by step: repetition penalty (tokens
+    marked in `seen` [B, V]) -> temperature -> top-k -> top-p -> inverse-CDF draw with `uniforms`
+    [B] (or [B, 1]) in [0, 1). Greedy rows take the argmax of the penalised scores, as the reference
+    does. Every step is one op on the whole block; what only depends on the parameters was computed
+    once for the frame (RowParams). A compiled graph has no data-dependent branches: it runs every
+    step for every row."""
+    compiling = torch.compiler.is_compiling()
+    scores = repetition_penalty(as_dtype(logits, torch.float32), params, seen)
+    greedy = None
     if compiling or params.any_greedy:
         greedy = torch.argmax(scores, dim=-1)
         if not compiling and params.all_greedy:
             return greedy
+    ordered, order = top_k(temperature(scores, params), params)
+    top_p(ordered, params, compiling)
+    drawn = draw(ordered, order, uniforms)
+    return drawn if greedy is None else torch.where(params.greedy, greedy, drawn)
+
+
+def repetition_penalty(scores: torch.Tensor, params: RowParams, seen: torch.Tensor | None) -> torch.Tensor:
+    """Scores of tokens a row produced before (`seen`) divided by its penalty (multiplied when negative)."""
+    if seen is None:
+        return scores
+    penalty = params.penalty
+    penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
+    return torch.where(seen & params.penalised, penalised, scores)
+
+
+def temperature(scores: torch.Tensor, params: RowParams) -> torch.Tensor:
+    return scores / params.divisor
+
+
+def top_k(scores: torch.Tensor, params: RowParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scores, token ids) in descending order with everything below a row's k-th largest score at
+    -inf (ties kept, as torch.topk + `<` does in `reference.sample`); only the columns that can
+    hold a kept token where every row has a top-k (`RowParams.short_list`)."""
     vocab = scores.shape[-1]
-    scores = scores / params.divisor
     width = params.short_list(vocab)
     ordered, order = _candidates(scores, width, params.kth)
-    # top-k: keep scores >= the k-th largest (ties kept, as torch.topk + `<` does in `sample`)
     if width is not None:  # every row has a top-k within the short list
         ordered = ordered.masked_fill(ordered < ordered.gather(-1, params.kth), -torch.inf)
     elif params.may_cut(vocab):
@@ -140,21 +161,28 @@ def sample_rows(
         kth = ordered.gather(-1, (cut.clamp(1, ordered.shape[-1]) - 1)[:, None])
         kth = torch.where(limited, kth, -torch.inf)
         ordered = ordered.masked_fill(ordered < kth, -torch.inf)
-    # top-p over what top-k kept: drop tokens after the one that crosses top_p (`ordered` is this
-    # function's own tensor, so it is masked in place; the first token always stays)
+    return ordered, order
+
+
+def top_p(ordered: torch.Tensor, params: RowParams, compiling: bool) -> None:
+    """Over what top-k kept (`ordered`, descending, this recipe's own tensor, so masked in place):
+    -inf for the tokens after the one that crosses a row's top_p; the first token always stays."""
     if compiling or params.any_nucleus:
         cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
         crossed = cumulative[:, :-1] > params.mass
         if compiling or not params.all_nucleus:
             crossed = crossed & params.nucleus
         ordered[:, 1:].masked_fill_(crossed, -torch.inf)
+
+
+def draw(ordered: torch.Tensor, order: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """The token at each row's uniform in the cumulative distribution of what is kept (inverse CDF)."""
     probs = torch.softmax(ordered, dim=-1)
     cdf = probs.cumsum(dim=-1)
     target = as_dtype(uniforms if uniforms.dim() == 2 else uniforms[:, None], cdf.dtype) * cdf[:, -1:]
     pick = torch.searchsorted(cdf, target, right=True)  # [B, 1]
     last = (probs > 0).sum(dim=-1, keepdim=True) - 1  # sorted descending: the kept tokens come first
-    drawn = order.gather(-1, torch.minimum(pick, last)).squeeze(-1)
-    return torch.where(params.greedy, greedy, drawn) if compiling or params.any_greedy else drawn
+    return order.gather(-1, torch.minimum(pick, last)).squeeze(-1)
 
 
 def _candidates(scores: torch.Tensor, width: int | None, kth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

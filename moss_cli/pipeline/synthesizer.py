@@ -20,13 +20,8 @@ from ..config.requests import (
     RequestFileError,
     max_line_bytes_for,
 )
-from ..engine.scheduler import (
-    Engine,
-    FrameEvent,
-    GenerationRequest,
-    GenerationResult,
-    LogitsHook,
-)
+from ..engine.requests import FrameEvent, GenerationRequest, GenerationResult, LogitsHook
+from ..engine.scheduler import Engine
 from ..io.audio import pcm_sha256, to_pcm16
 from ..io.outcome import Outcome
 from ..io.reference_audio import Reference, ReferenceError

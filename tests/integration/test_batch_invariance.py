@@ -11,7 +11,8 @@ import moss_cli
 from moss_cli.assets import TINY_TALKER
 from moss_cli.audit.scenarios import SCENARIOS
 from moss_cli.config.requests import Request
-from moss_cli.engine.scheduler import Engine, GenerationRequest
+from moss_cli.engine.requests import GenerationRequest
+from moss_cli.engine.scheduler import Engine
 from moss_cli.numerics import FAST, Numerics
 from moss_cli.numerics.layout import EngineLayout
 from moss_cli.pipeline import Synthesizer, SynthOptions

@@ -125,8 +125,8 @@ def test_the_floor_reads_the_weights_of_a_frame_in_the_order_the_frame_reads_the
     import torch
 
     from moss_cli.bench.floor import floor_weights
-    from moss_cli.engine.frame import FrameDraws, sample_frame
     from moss_cli.engine.sampling import RowParams
+    from moss_cli.engine.step import FrameDraws, sample_frame
     from moss_cli.numerics import kernels
     from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 

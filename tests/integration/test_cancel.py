@@ -3,7 +3,8 @@ else changes: the others' codes are bitwise those of the run without it, its slo
 
 import torch
 
-from moss_cli.engine.scheduler import Engine, FrameEvent, GenerationRequest, GenerationResult
+from moss_cli.engine.requests import FrameEvent, GenerationRequest, GenerationResult
+from moss_cli.engine.scheduler import Engine
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 
 

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
 from moss_cli.config.requests import Request
-from moss_cli.engine.scheduler import Engine, GenerationRequest
+from moss_cli.engine.requests import GenerationRequest
+from moss_cli.engine.scheduler import Engine
 from moss_cli.numerics import INVARIANT
 from moss_cli.numerics.layout import EngineLayout
 from moss_cli.pipeline import Synthesizer, SynthOptions

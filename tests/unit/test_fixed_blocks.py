@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from moss_cli.engine.scheduler import Engine, GenerationRequest
+from moss_cli.engine.requests import GenerationRequest
+from moss_cli.engine.scheduler import Engine
 from moss_cli.numerics import MAX_BLOCK_ROWS, Layout, Numerics, kernels, probes
 from moss_cli.numerics.layout import EngineLayout, Steps
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
@@ -35,11 +36,8 @@ def _run(talker, layout, requests, max_batch):
         logits[(key, frame, codebook)] = row_logits.clone()
 
     engine = Engine(talker.model, max_batch=max_batch, layout=layout, logits_hook=hook)
-    step_block = engine._step_block
-    engine._step_block = lambda rows, size, finished, frames: (
-        sizes.append(size),
-        step_block(rows, size, finished, frames),
-    )[1]
+    frame = engine.step.frame
+    engine.step.frame = lambda rows, size: (sizes.append(size), frame(rows, size))[1]
     codes = {r.key: r.codes for r in engine.run(requests)}
     return codes, logits, set(sizes)
 

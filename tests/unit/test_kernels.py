@@ -7,7 +7,8 @@ import torch.nn.functional as F
 
 import moss_cli
 from moss_cli.assets import TINY_TALKER
-from moss_cli.engine.scheduler import Engine, GenerationRequest
+from moss_cli.engine.requests import GenerationRequest
+from moss_cli.engine.scheduler import Engine
 from moss_cli.numerics import kernels
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 

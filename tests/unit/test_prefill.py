@@ -81,7 +81,8 @@ def test_every_prompt_has_a_forward_of_its_own_where_a_product_depends_on_the_ro
 
 @pytest.mark.parametrize("rows", [64, 1024])
 def test_the_engine_output_does_not_depend_on_how_prompts_were_grouped(talker32, rows):
-    from moss_cli.engine.scheduler import Engine, GenerationRequest
+    from moss_cli.engine.requests import GenerationRequest
+    from moss_cli.engine.scheduler import Engine
     from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 
     def run(numerics, max_batch):

@@ -124,7 +124,8 @@ def test_a_request_taking_a_finished_ones_place_samples_with_its_own_parameters(
     admitted into a finished one's row (greedy after sampled, another top-k) must not inherit them."""
     import dataclasses
 
-    from moss_cli.engine.scheduler import Engine, GenerationRequest
+    from moss_cli.engine.requests import GenerationRequest
+    from moss_cli.engine.scheduler import Engine
     from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 
     prompt = talker32.prompt("places in a block")

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import torch
 
 from moss_cli.engine.kv_cache import SPARE_SLOTS
-from moss_cli.engine.scheduler import Engine, GenerationRequest
+from moss_cli.engine.requests import GenerationRequest
+from moss_cli.engine.scheduler import Engine
 from moss_cli.numerics import Numerics, kernels, layout, probes
 from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 
@@ -17,7 +18,7 @@ def _layout(talker, numerics: Numerics, max_batch: int) -> layout.EngineLayout:
 
 
 def _one_block(engine) -> bool:
-    return engine.decode.kind is layout.Steps.ONE_BLOCK
+    return engine.step.decode.kind is layout.Steps.ONE_BLOCK
 
 
 def _run(talker, numerics: Numerics, count: int, max_batch: int = 16):
@@ -78,14 +79,11 @@ def test_a_small_batch_is_probed_against_the_fixed_block_too(talker32, monkeypat
 def test_a_lone_request_pays_for_one_padding_unit_not_a_whole_fixed_block(talker32):
     engine = Engine(talker32.model, max_batch=8, layout=_layout(talker32, Numerics(), 8))
     seen = []
-    original = engine._step_block
-    engine._step_block = lambda rows, size, finished, frames: (
-        seen.append(size),
-        original(rows, size, finished, frames),
-    )[1]
+    original = engine.step.frame
+    engine.step.frame = lambda rows, size: (seen.append(size), original(rows, size))[1]
     request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=1)
     list(engine.run([request]))
-    assert _one_block(engine) and engine.decode.unit < 8 and set(seen) == {engine.decode.unit}
+    assert _one_block(engine) and engine.step.decode.unit < 8 and set(seen) == {engine.step.decode.unit}
 
 
 def test_an_unused_max_batch_is_neither_probed_nor_allocated(talker32, monkeypatch):
@@ -121,4 +119,4 @@ def test_a_growing_batch_extends_the_probe_to_its_size(talker32, monkeypatch):
 
     monkeypatch.setattr(probes, "one_block_is_invariant", recorded_probe)
     engine, _, _ = _run(talker32, Numerics(), 13, max_batch=64)
-    assert _one_block(engine) and engine.decode.probed == 16 and max(probed) == 16
+    assert _one_block(engine) and engine.step.decode.probed == 16 and max(probed) == 16
