@@ -118,3 +118,26 @@ def test_vllms_own_schema_error_with_its_raw_locations_is_read_the_same_way():
     assert "HTTP 400 Bad Request: seed: Input should be a valid integer; input: Field required [body.seed]" in str(
         refused
     )
+
+
+def test_a_batch_item_refused_for_the_setting_names_its_request_and_what_to_change():
+    """vllm-omni answers the batch 200 and that item `status: "error"` with vLLM's words
+    (serving_speech.py:2790-2802); the client names the item, its request and the setting."""
+    items = [
+        {"input": "One.", "ref_audio": data_url(reference_wav()), "max_new_tokens": 2},
+        {"input": "Two.", "ref_audio": "file:///srv/voices/a.wav", "max_new_tokens": 2},
+    ]
+    engine = FakeMossLocalEngine(fixed=True)
+
+    async def run(url: str):
+        async with SpeechClient(ServerOptions(url, retries=3, timeout_s=60)) as client:
+            with pytest.raises(ServerError) as refused:
+                await client.speak_batch(["one", "two"], {"items": items}, "batch")
+            return client, refused.value
+
+    with serving_vllm_omni(engine) as url:
+        client, error = asyncio.run(run(url))
+    message = _one_line(str(error))
+    assert error.request == "two" and f"item 1 ('two'): {LOCAL_FILES[:-1]}. That is a setting of the server" in message
+    assert "--allowed-local-media-path DIR" in message
+    assert client.sent == 1 and len(engine.received_batches) == 1
