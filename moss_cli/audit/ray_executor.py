@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable, Iterator
 
-from ..engine.scheduler import LogitsHook
+from ..engine.requests import LogitsHook
 from ..pipeline import Synthesizer, SynthResult
 from ..scaleout.cluster import ClusterOptions, Session, driver_options, ray_session, worker_options
 from ..scaleout.dispatch import Dispatcher, Task, VoiceBytes
