@@ -27,14 +27,18 @@ def path_status(v: dict) -> str:
     return "unseeded" if v["verdict"] == "unseeded" else "pass"
 
 
-def path_rows(server: dict) -> list[list[str]]:
-    """The table path x verdict, one row per path: the detail names the requests that failed on it."""
+def path_rows(server: dict, brief: bool = False) -> list[list[str]]:
+    """The table path x verdict, one row per path: the detail names the requests that failed on it
+    (with their cause where it is not the path's) and where the first did, then, unless `brief`
+    (the terminal, whose request table below says it), what that comparison found."""
     rows = []
     for path, v in server["paths"].items():
         detail = v["detail"]
         if v["failed"]:
-            named = ", ".join(f"{key} ({cause})" for key, cause in v["failed"].items())
-            detail = f"failed: {named}. First: {detail}"
+            named = ", ".join(
+                key if cause == v["verdict"] else f"{key} ({cause})" for key, cause in v["failed"].items()
+            )
+            detail = f"failed: {named}; first in {v['where']}" + ("" if brief else f": {detail}")
         rows.append([path, SERVER_PATHS[path][0], v["verdict"], str(v["requests"]), str(v["comparisons"]), detail])
     return rows
 
@@ -59,9 +63,12 @@ def _in_flight(run: dict) -> str:
 def render_server(console: Console, result: AuditResult) -> None:
     server = result.server
     paths = Table(title=f"server {server['url']}: verdict per path")
-    for column in PATH_COLUMNS:
-        paths.add_column(column, overflow="fold", justify="right" if column in ("requests", "comparisons") else "left")
-    for row in path_rows(server):
+    for column in PATH_COLUMNS:  # the path, its verdict and the counts never wrap; the route and detail fold
+        short = column not in ("route", "detail")
+        paths.add_column(
+            column, overflow="fold", no_wrap=short, justify="right" if column in PATH_COLUMNS[3:5] else "left"
+        )
+    for row in path_rows(server, brief=True):
         style = STYLE.get(row[2], "red")
         paths.add_row(*map(escape, row[:2]), f"[{style}]{escape(row[2])}[/]", *map(escape, row[3:]))
     console.print(paths)

@@ -241,7 +241,7 @@ class SpeechClient:
         and decode each item's audio. The call takes one connection and counts as len(requests)
         requests in flight. vllm-omni answers 200 whatever its items do, each item's result with its
         `index`, `status` "success" (base64 `audio_data`, `media_type`) or "error" (`error`)
-        (protocol/audio.py:537-554, serving_speech.py:2767-2831, api_server.py:1415-1424): an item
+        (protocol/audio.py:537-554, serving_speech.py:2767-2831, api_server.py:1418-1424): an item
         that failed is a ServerError naming its request."""
         async with self._slots:
             keys = [next(self._ids) for _ in requests]
