@@ -25,7 +25,7 @@ LAYERS = {
     "assets": 2,
     "errors": 1,
     "validation": 1,
-    "numerics": 1,  # batch invariance: the policy, kernels, probes, tiles and the layout a run fixes
+    "numerics": 1,  # every place batch invariance is enforced: kernels, attention, tiles, probes, layouts
     "sampling_params": 1,
     "threads": 1,
     "device": 1,
