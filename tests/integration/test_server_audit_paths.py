@@ -10,12 +10,13 @@ import json
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+import httpx
 import pytest
 import soundfile as sf
 from serve_helpers import running  # tests/ is on sys.path
 from speech_servers import Behaviour, serving
 from typer.testing import CliRunner
-from vllm_omni_server import FakeMossLocalEngine, serving_vllm_omni
+from vllm_omni_server import FakeMossLocalEngine, data_url, reference_wav, serving_vllm_omni
 
 from moss_cli.audit.page import audit_view
 from moss_cli.cli.app import app
@@ -192,3 +193,15 @@ def test_a_batch_item_that_fails_is_an_error_naming_its_request_and_the_setting_
     assert "Cannot load local files without `--allowed-local-media-path`" in message
     assert "Start vllm-omni with --allowed-local-media-path DIR" in message
     assert raised.value.request == "the-item" and raised.value.status == 200
+
+
+def test_the_double_drops_a_batch_items_seed_as_vllm_omni_does():
+    # SpeechBatchItem has no seed field (protocol/audio.py:446-463): pydantic drops the key, and the
+    # merged request has none (serving_speech.py:2736-2765). After the fix the item gets the deploy seed.
+    engine = FakeMossLocalEngine(fixed=True)
+    item = {"input": "An item.", "ref_audio": data_url(reference_wav()), "max_new_tokens": 2, "seed": 7}
+    with serving_vllm_omni(engine) as url:
+        answer = httpx.post(url + "/v1/audio/speech/batch", json={"items": [item]}, timeout=30).json()
+    assert answer["succeeded"] == 1 and engine.received_batches[0]["items"][0]["seed"] == 7
+    (job,) = engine.jobs
+    assert (job.seed, job.rng_source) == (42, "deploy")
