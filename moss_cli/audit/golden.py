@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config.effective import SeedSource
 from ..errors import MossError
 from ..io.atomic import write_text_atomic
 from ..report.metrics import describe_change
@@ -157,7 +158,7 @@ def check_golden(path: Path, result: AuditResult) -> GoldenCheck:
         got = now["requests"].get(key)
         if got is None:
             continue
-        if want.get("seed_source") == "none":
+        if want.get("seed_source") == SeedSource.NONE:
             continue  # unseeded: not reproducible by design
         cause = None
         if "seed" in want and want["seed"] != got["seed"]:

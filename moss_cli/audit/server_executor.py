@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Awaitable, Iterator
 
 from .. import __version__
 from ..config.deploy import load_deploy
+from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..errors import MossError
 from ..io.outcome import Outcome
@@ -247,7 +248,7 @@ class ServerExecutor:
         """From --deploy, else as the server reports it for each request."""
         if self.deploy_seed is not None:
             return {key: self.deploy_seed for key in reference}
-        return {key: out.seed if out.seed_source == "deploy" else None for key, out in reference.items()}
+        return {key: out.seed if out.seed_source == SeedSource.DEPLOY else None for key, out in reference.items()}
 
     def evidence(self, run: Run, key: str) -> str:
         reply = self._replies.get((id(run), key))

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..config.effective import SeedSource
 from ..io.outcome import Outcome
 from ..report.metrics import format_db
 from .attribution import Attribution, codec_numeric
@@ -139,7 +140,7 @@ def alone(request, reference: Outcome, repeat: Outcome, rules: Rules) -> Alone:
         return Alone(True)
     if request.id in rules.greedy:
         return Alone(False, RUN_TO_RUN, "greedy decoding, yet two runs alone differ")
-    if reference.seed_source == "none" and not rules.server:  # the local engine: the global RNG
+    if reference.seed_source == SeedSource.NONE and not rules.server:  # the local engine: the global RNG
         return Alone(False, UNSEEDED, "no request seed and no deploy seed: drawn from the global RNG")
     if request.seed is not None:
         return Alone(
@@ -155,12 +156,12 @@ def alone(request, reference: Outcome, repeat: Outcome, rules: Rules) -> Alone:
             f"no explicit seed, and two runs alone differ although the deploy file gives stage-0 seed "
             f"{rules.deploy_seed}; {unseeded_causes(request)}",
         )
-    if reference.seed_source in ("none", "unknown"):
+    if reference.seed_source in (SeedSource.NONE, SeedSource.UNKNOWN):
         return Alone(
             False,
             UNSEEDED,
             f"no explicit seed, and two runs alone differ: no deploy seed reaches it, so the audio varies; "
-            f"{unseeded_causes(request)}" + ("" if reference.seed_source == "none" else f"; {DEPLOY_HINT}"),
+            f"{unseeded_causes(request)}" + ("" if reference.seed_source == SeedSource.NONE else f"; {DEPLOY_HINT}"),
         )
     return Alone(False, RUN_TO_RUN, f"the server reports a {reference.seed_source} seed, yet two runs alone differ")
 
@@ -192,7 +193,7 @@ def judge(
     identical = cmp.pcm_equal and cmp.codes_equal is not False
     if expect == "different":
         if identical:
-            sent = f"seed {reference.seed}" if reference.seed_source == "request" else "no seed"
+            sent = f"seed {reference.seed}" if reference.seed_source == SeedSource.REQUEST else "no seed"
             return _fail(case, SEED_IGNORED, f"{sent} and seed {out.seed} give identical audio: the seed is ignored")
         return case if request_alone.stable else _as_alone(case, request_alone, rules)
     if not violates(cmp, rules.level, rules.min_snr_db):
@@ -216,7 +217,7 @@ def judge(
             f"sent with {where} stage-0 seed {out.seed} explicitly, it gives other audio than without a seed: "
             "unseeded requests do not get the deploy seed as their residual sampler's seed",
         )
-    if reference.seed_source == "none" and rules.deploy_seed is None:  # no seed reached it: not a failure
+    if reference.seed_source == SeedSource.NONE and rules.deploy_seed is None:  # no seed reached it: not a failure
         detail = (
             f"the server reports no seed for it; it differs in {scenario}/{run}"
             if rules.server

@@ -28,6 +28,7 @@ from ..audit.compare import compare
 from ..audit.scenarios import default_voice, with_voice
 from ..audit.verdicts import violates
 from ..config.deploy import load_deploy
+from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..errors import MossError
 from ..remote.client import Retry, ServerError, SpeechClient
@@ -226,7 +227,9 @@ class ServerBench:
                 reported = (
                     [references[("unseeded", r.id)].seed_source for r in self.requests] if "unseeded" in o.arms else []
                 )
-                deploy_known = self.deploy_seed is not None or (bool(reported) and all(s == "deploy" for s in reported))
+                deploy_known = self.deploy_seed is not None or (
+                    bool(reported) and all(s == SeedSource.DEPLOY for s in reported)
+                )
                 if o.warmup:
                     on_phase(f"warm-up: {o.warmup} request(s)")
                     arm = o.arms[0]

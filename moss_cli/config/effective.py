@@ -13,27 +13,43 @@ repetition_penalty say: vllm-omni does not apply them to the audio. A request's 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from ..sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, HeadSampling
 from .deploy_config import DeployConfig
 from .requests import Request
 
 
+class SeedSource(str, Enum):
+    """Where a request's seed came from: the manifest's `seed_source`, moss serve's
+    x-moss-seed-source and the reports' value (each the member's string)."""
+
+    REQUEST = "request"  # its own seed (0 included)
+    DEPLOY = "deploy"  # the deploy's stage-0 default seed
+    NONE = "none"  # neither: an unseeded draw, not reproducible
+    GLOBAL = "global"  # --legacy-global-rng: the run's one global stream
+    UNKNOWN = "unknown"  # a server that does not say, for a request sent without a seed
+    SERVER = "server"  # a --server dry run: the server will decide, for a request without a seed
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Effective:
     seed: int | None
-    seed_source: str  # "request" | "deploy" | "none"
+    seed_source: SeedSource  # REQUEST, DEPLOY or NONE (GLOBAL in the legacy mode)
     audio: HeadSampling
     stop: HeadSampling
     do_sample: bool
 
 
-def effective_seed(request_seed: int | None, deploy_seed: int | None) -> tuple[int | None, str]:
+def effective_seed(request_seed: int | None, deploy_seed: int | None) -> tuple[int | None, SeedSource]:
     if request_seed is not None:
-        return request_seed, "request"
+        return request_seed, SeedSource.REQUEST
     if deploy_seed is not None:
-        return deploy_seed, "deploy"
-    return None, "none"
+        return deploy_seed, SeedSource.DEPLOY
+    return None, SeedSource.NONE
 
 
 def effective(request: Request, deploy: DeployConfig) -> Effective:

@@ -4,14 +4,17 @@ by elimination, the numbers of the machine (the talker's when the codes differ, 
 
 from __future__ import annotations
 
+from ..config.effective import SeedSource
 from .sides import SETTINGS
 
 
 def _seed(row: dict) -> str:
     source = row.get("seed_source")
     if row.get("seed") is None:
-        return "none (unseeded)" if source in (None, "none") else f"none ({source})"
-    return str(row["seed"]) + (f" ({source})" if source and source not in ("request", "deploy") else "")
+        return "none (unseeded)" if source in (None, SeedSource.NONE) else f"none ({source})"
+    return str(row["seed"]) + (
+        f" ({source})" if source and source not in (SeedSource.REQUEST, SeedSource.DEPLOY) else ""
+    )
 
 
 def _same(x, y) -> bool:

@@ -12,6 +12,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from ..config.effective import SeedSource
 from ..io.audio import pcm_sha256
 from ..report.metrics import describe_change, first_differing_sample, log_spectral_distance, max_abs_difference, snr_db
 from .causes import likely_cause
@@ -139,7 +140,7 @@ def _judge(case: DiffCase, pair: _Pair, level: str, min_snr_db: float, environme
         case.detail += "; no audio to measure the SNR on (a golden file keeps hashes only)"
     if case.status == "within-tolerance":
         case.verdict = "pass"
-    elif {r.get("seed_source") for r in pair.rows} == {"none"} and not pair.notes:
+    elif {r.get("seed_source") for r in pair.rows} == {SeedSource.NONE} and not pair.notes:
         case.verdict, case.cause = "unseeded", "unseeded"
         case.detail = "no seed on either side: drawn from the global RNG, expected to vary"
     else:

@@ -19,7 +19,7 @@ class Outcome:
     pcm: np.ndarray  # int16 [samples, channels], what the file stores
     sample_rate: int
     pcm_sha256: str
-    seed_source: str  # request | deploy | none | global (legacy) | unknown (a server that does not say)
+    seed_source: str  # a config.effective.SeedSource, or what a server's header says
     seed: int | None = None
     text: str = ""
     frames: int | None = None

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..io.fingerprint import fingerprint
 from ..remote.client import Retry, SpeechClient
@@ -79,7 +80,9 @@ class ServerSource:
         return Planned(
             fingerprints={r.id: remote_fingerprint(r, self.server, audio_format) for r in requests},
             # The server seeds the requests that carry no seed of their own.
-            seed_sources=dict(Counter("request" if r.seed is not None else "server" for r in requests)),
+            seed_sources=dict(
+                Counter(SeedSource.REQUEST if r.seed is not None else SeedSource.SERVER for r in requests)
+            ),
             frame_budget=sum(r.max_new_frames or 0 for r in requests),
         )
 

@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from ..config.effective import Effective, effective, frame_budget
+from ..config.effective import Effective, SeedSource, effective, frame_budget
 from ..config.requests import (
     DEFAULT_MAX_LINE_BYTES,
     Problem,
@@ -202,7 +202,7 @@ class Synthesizer(Models):
                 continue
             eff = effective(request, self.deploy)
             if self.options.legacy_global_rng:  # record what really drives the draws: the run's global stream
-                eff = dataclasses.replace(eff, seed=self.legacy_seed, seed_source="global")
+                eff = dataclasses.replace(eff, seed=self.legacy_seed, seed_source=SeedSource.GLOBAL)
             prepared.append(
                 Prepared(request, eff, length, frame_budget(request, self.deploy, length), reference=reference)
             )
@@ -222,7 +222,7 @@ class Synthesizer(Models):
             audio=eff.audio,
             stop=eff.stop,
             # The legacy mode's "global" seed seeds the run's global stream (`run`), not a row's.
-            rng=None if eff.seed_source == "global" else eff.seed,
+            rng=None if eff.seed_source == SeedSource.GLOBAL else eff.seed,
             do_sample=eff.do_sample,
             arrival_step=p.arrival_step,
         )

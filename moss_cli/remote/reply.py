@@ -20,6 +20,7 @@ import numpy as np
 import soundfile as sf
 
 from .. import speech_api
+from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..io.audio import pcm_sha256
 from ..io.outcome import Outcome
@@ -94,7 +95,7 @@ class Reply:
             pcm=self.pcm,
             sample_rate=self.sample_rate,
             pcm_sha256=self.pcm_sha256,
-            seed_source=self.seed_source or ("request" if seed is not None else "unknown"),
+            seed_source=self.seed_source or (SeedSource.REQUEST if seed is not None else SeedSource.UNKNOWN),
             seed=self.seed if self.seed is not None else seed,
             text=request.text,
             frames=self.frames,
