@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Keys per block of the decode attention's sums (engine/kv_cache.py: BlockedDecode). Any fixed size
+# Keys per block of the decode attention's sums (attention.py: decode_attention). Any fixed size
 # keeps a row's numbers independent of its neighbours; 64 keeps the keys gathered per step close to
 # the real lengths, and the loop that adds up the blocks' sums is cheap.
 KEY_BLOCK = 64
