@@ -94,7 +94,8 @@ class Run:
     stream: bool = False  # decoded (or asked for) chunk by chunk while generating
     stream_format: str = "sse"  # a server's stream: "sse" (stream: true) or "audio" (raw chunks)
     shards: list[list[Member]] | None = None  # split into engine runs of their own (with --ray, on workers)
-    needs: str | None = None  # what a server may refuse: "ref_audio" | "stream" (the scenario is then skipped)
+    # What a server may refuse (the scenario is then skipped): "ref_audio" | "stream" | "raw-stream" | "batch"
+    needs: str | None = None
     scenario: str = ""  # the scenario it belongs to ("reference": every request alone, the baseline)
 
     @property
