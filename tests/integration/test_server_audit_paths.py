@@ -16,7 +16,7 @@ import soundfile as sf
 from serve_helpers import running  # tests/ is on sys.path
 from speech_servers import Behaviour, serving
 from typer.testing import CliRunner
-from vllm_omni_server import FakeMossLocalEngine, data_url, reference_wav, serving_vllm_omni
+from vllm_omni_server import FakeMossLocalEngine, SpeechBatchItem, data_url, reference_wav, serving_vllm_omni
 
 from moss_cli.audit.page import audit_view
 from moss_cli.cli.app import app
@@ -93,6 +93,7 @@ def test_before_the_fix_the_batch_items_fail_deploy_seed_not_applied_on_every_pa
     (sent,) = engine.received_batches[1:]  # the first: the check that the route exists
     assert [item["input"] for item in sent["items"]] == ["No seed of its own.", " and on it goes."]
     assert not any("seed" in item for item in sent["items"]) and sent["items"][1]["ref_text"] == "It starts"
+    assert all(set(item) <= set(SpeechBatchItem.model_fields) for item in sent["items"])  # nothing is dropped
     assert _batch_run(report)["max_in_flight_client"] == len(UNSEEDED) + 3
     item_jobs = [job for job in engine.jobs if job.conditioning.text == "No seed of its own."]
     assert {job.rng_source for job in item_jobs} == {"shared"} and max(job.max_batch for job in item_jobs) > 3
