@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .vllm_omni import AUDIO_SAMPLER, STOP_GATE
+
 
 @dataclass(frozen=True)
 class HeadSampling:
@@ -16,11 +18,8 @@ class HeadSampling:
     repetition_penalty: float = 1.0
 
 
-# What a MOSS-TTS-Local deployment samples, whatever its deploy file's stage-0 sampling params say:
-# vllm-omni 0.30.0 fixes the audio sampler at the model card's values (temperature 1.7, top_k 25,
-# top_p 0.8, repetition penalty 1.0: modeling_moss_tts_talker.py:1634-1654, "the generic stage
-# SamplingParams are for the backbone token loop") and leaves the continue/stop gate at
-# generate_frame's defaults (1.0 / top_k 50 / top_p 1.0: modeling_moss_tts_local_depth.py:274-276).
-# These are also the OpenMOSS reference generate() defaults, which the Python API mirrors.
-STOP_HEAD_DEFAULTS = HeadSampling(temperature=1.0, top_p=1.0, top_k=50)
-AUDIO_DEFAULTS = HeadSampling(temperature=1.7, top_p=0.8, top_k=25, repetition_penalty=1.0)
+# What a MOSS-TTS-Local deployment samples, whatever its deploy file's stage-0 sampling params say
+# (vllm_omni.py): the audio sampler vllm-omni fixes and its continue/stop gate. These are also the
+# OpenMOSS reference generate() defaults, which the Python API mirrors.
+STOP_HEAD_DEFAULTS = HeadSampling(**STOP_GATE)
+AUDIO_DEFAULTS = HeadSampling(**AUDIO_SAMPLER)

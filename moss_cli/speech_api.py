@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .config.request_fields import SAMPLING_FIELDS, Request
+from .vllm_omni import DROPPED_INSTRUCTION, DROPPED_PROMPT, DROPPED_SAMPLER, EXTRA_PARAMS
 
 SPEECH_PATH = "/v1/audio/speech"
 BATCH_PATH = "/v1/audio/speech/batch"  # several requests in one body; the batch answers each in a result
@@ -26,11 +27,6 @@ HEALTH_PATH = "/health"
 ENVIRONMENT_PATH = "/moss/environment"  # moss serve only: what its engine computes with
 RESPONSE_FORMATS = ("wav", "pcm", "flac")  # what moss serve answers; vllm-omni also has mp3 and opus
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac"}
-
-# Request-file field -> body field, where they differ only by name.
-RENAMED = {"text": "input", "instruction": "instructions", "max_new_frames": "max_new_tokens"}
-TOP_LEVEL = ("seed", "language", "ref_text", *SAMPLING_FIELDS)  # same name in both
-EXTRA_PARAMS = ("tokens", "quality", "sound_event", "ambient_sound")  # MOSS prompt fields, in `extra_params`
 
 # Response headers of `moss serve` (a vllm-omni server sends none of them; an auditor then
 # relies on the audio alone). Lower case, as HTTP/2 and httpx give them back.
@@ -45,24 +41,11 @@ HEADER_CHANNELS = "x-moss-channels"  # interleaved channels of a `pcm` body
 HEADER_REQUEST_ID = "x-request-id"  # the id moss serve gave the request (its logs use it)
 
 
-# Request-file fields a vllm-omni 0.30.0 MOSS-TTS-Local server drops without a word, and why. Its
-# request model ignores unknown body fields (pydantic's default; protocol/audio.py:58), and its
-# MOSS adapter builds the Local prompt from the text, the reference, its transcript and the language
-# only (tts_adapters/moss_tts.py:337-385); `extra_params` reach the stage sampler's extra_args, not
-# the prompt (serving_speech.py:2014-2029). Paths: the vllm_omni package of the 0.30.0 wheel.
-_SAMPLER = (
-    "vllm-omni's speech request has no such field and drops it silently; its MOSS-TTS-Local audio sampler is "
-    "fixed at temperature 1.7, top_p 0.8, top_k 25, repetition penalty 1.0 "
-    "(model_executor/models/moss_tts/modeling_moss_tts_talker.py:1634-1654)"
-)
-_PROMPT = (
-    "vllm-omni's MOSS-TTS-Local prompt ignores it (only text, ref_audio, ref_text and language reach it: "
-    "tts_adapters/moss_tts.py:337-385)"
-)
+# Request-file fields a vllm-omni 0.30.0 MOSS-TTS-Local server drops without a word, and why (vllm_omni.py).
 DROPPED_BY_SERVER = {
-    **{name: _SAMPLER for name in SAMPLING_FIELDS},
-    "instruction": _PROMPT + "; 'instructions' is read for MOSS-VoiceGenerator only (moss_tts.py:359-360)",
-    **{name: _PROMPT for name in ("tokens", "quality", "sound_event", "ambient_sound")},
+    **{name: DROPPED_SAMPLER for name in SAMPLING_FIELDS},
+    "instruction": DROPPED_INSTRUCTION,
+    **{name: DROPPED_PROMPT for name in EXTRA_PARAMS},
 }
 
 

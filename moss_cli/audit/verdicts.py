@@ -34,6 +34,7 @@ from typing import Callable
 from ..config.effective import SeedSource
 from ..io.outcome import Outcome
 from ..report.metrics import format_db
+from ..vllm_omni import BATCH_ITEM_CAUSE, RETRY_CAUSE, UNSEEDED_CAUSES
 from .attribution import Attribution, codec_numeric
 from .compare import Comparison, compare
 from .mixups import MixUp
@@ -46,21 +47,6 @@ BATCH_CAUSES = (BATCH_DEPENDENT, "rng-coupling", "numeric", "codec-numeric")  # 
 # First: a response that is not its request's audio makes every other comparison of it meaningless.
 VERDICTS = (AUDIO_OF_ANOTHER_REQUEST, RUN_TO_RUN, DEPLOY_SEED_NOT_APPLIED, BATCH_DEPENDENT, SEED_IGNORED, UNSEEDED)
 LEVELS = ("codes", "waveform", "bitwise")
-# Why an unseeded request's audio can vary on vllm-omni (paths: the vllm_omni package of its 0.30.0 wheel).
-UNSEEDED_CAUSES = (
-    "the deploy seed does not reach the residual sampler (vllm-omni 0.30.0 gives tts_local_seed to seeded "
-    "requests only, entrypoints/openai/serving_speech.py:2036-2044, and an unseeded request's audio draws from "
-    "the process-wide RNG, worker/gpu_model_runner.py:1968-1979)"
-)
-RETRY_CAUSE = (
-    "or a retry with a random seed (vllm-omni retries an unseeded, non-streaming request without "
-    "max_new_tokens once with a random seed when its adapter rejects the generated audio: "
-    "entrypoints/openai/serving_speech.py:2632-2657; 0.30.0's MOSS adapter rejects none, tts_adapters/base.py:301-314)"
-)
-BATCH_ITEM_CAUSE = (
-    "SpeechBatchItem has no seed field, entrypoints/openai/protocol/audio.py:446-463, and each item is "
-    "merged into a speech request without one, serving_speech.py:2736-2765"
-)
 DEPLOY_HINT = "pass --deploy FILE (the deploy file the server runs) to check that unseeded requests get its seed"
 
 

@@ -11,19 +11,11 @@ from typing import Any
 
 from ..model.template import PROMPT_FIELDS
 from ..validation import file_uri_path, is_int64, is_integer, is_number
+from ..vllm_omni import AUDIO_SAMPLER_TEXT, OPENAI_SAMPLING
 
 # A moss extension for local runs: overrides of the audio sampler, named for what they change (the
-# OpenMOSS reference generate() arguments). vllm-omni has no such fields (see DROPPED_BY_VLLM_OMNI).
+# OpenMOSS reference generate() arguments). vllm-omni has no such fields (vllm_omni.OPENAI_SAMPLING).
 SAMPLING_FIELDS = ("audio_temperature", "audio_top_p", "audio_top_k", "audio_repetition_penalty")
-# Names a user may carry over from an OpenAI-style API: vllm-omni's speech request has no such
-# fields and drops them silently, and its MOSS-TTS-Local audio sampler is fixed
-# (vllm_omni/model_executor/models/moss_tts/modeling_moss_tts_talker.py:1634-1639).
-DROPPED_BY_VLLM_OMNI = {
-    "temperature": "audio_temperature",
-    "top_p": "audio_top_p",
-    "top_k": "audio_top_k",
-    "repetition_penalty": "audio_repetition_penalty",
-}
 FIELDS = ("id", "text", "seed", "max_new_frames", "ref_audio", "ref_text", *PROMPT_FIELDS, *SAMPLING_FIELDS)
 MAX_FRAMES_LIMIT = 1_000_000  # beyond this a value is a typo, not a request
 URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://|data:)")  # a scheme and authority, or a data: URI
@@ -113,12 +105,12 @@ def validate_record(
         problems.append(Problem(line, field_name, message))
 
     for key in record:
-        if key in DROPPED_BY_VLLM_OMNI:
+        if key in OPENAI_SAMPLING:
             bad(
                 str(key),
                 f"{key!r} is not a request field: vllm-omni drops it silently and samples MOSS-TTS-Local audio at "
-                f"fixed values (temperature 1.7, top_p 0.8, top_k 25, repetition_penalty 1.0); for a local run, "
-                f"{DROPPED_BY_VLLM_OMNI[key]!r} overrides the audio sampler",
+                f"fixed values ({AUDIO_SAMPLER_TEXT}); for a local run, "
+                f"{OPENAI_SAMPLING[key]!r} overrides the audio sampler",
             )
         elif key not in FIELDS:
             hint = difflib.get_close_matches(str(key), FIELDS, n=1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 
-from ..speech_api import EXTRA_PARAMS, RENAMED
+from ..vllm_omni import EXTRA_PARAMS, RENAMED
 
 # vLLM's error types where vllm-omni's speech route has one; other statuses carry their HTTP phrase,
 # as vLLM writes the errors it raises with a status of their own.

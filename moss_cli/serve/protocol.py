@@ -17,9 +17,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from ..config.request_fields import DROPPED_BY_VLLM_OMNI, SAMPLING_FIELDS
-from ..speech_api import EXTRA_PARAMS
+from ..config.request_fields import SAMPLING_FIELDS
 from ..validation import INT64_MAX, INT64_MIN
+from ..vllm_omni import EXTRA_PARAMS, OPENAI_SAMPLING
 from .audio import STREAM_FORMATS
 from .errors import ApiError, schema_error
 
@@ -242,7 +242,7 @@ def record_of(speech: SpeechRequest) -> tuple[dict[str, Any], list[tuple[str, st
         else:
             problems.append((where, f"unknown field; expected one of {', '.join((*EXTRA_PARAMS, 'tts_local_seed'))}"))
     for key in speech.model_extra or {}:
-        if key in DROPPED_BY_VLLM_OMNI:  # the request-file check says what vllm-omni does with it
+        if key in OPENAI_SAMPLING:  # the request-file check says what vllm-omni does with it
             record[key] = speech.model_extra[key]
         elif key == "speaker":  # `voice` took the value
             problems.append((key, "'voice' and 'speaker' are one field; give one of them"))

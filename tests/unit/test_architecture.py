@@ -30,6 +30,7 @@ LAYERS = {
     "threads": 1,
     "device": 1,
     "interrupts": 1,
+    "vllm_omni": 1,  # what vllm-omni 0.30.0 does with MOSS-TTS-Local requests, as plain data
 }
 
 

@@ -1,0 +1,64 @@
+"""What vllm-omni 0.30.0 does with MOSS-TTS-Local requests, as plain data: the audio sampler it
+fixes, the speech body's names for request-file fields, the fields it drops, and why an unseeded
+request's audio can vary there. Every fact cites vllm-omni's code (paths: the `vllm_omni` package
+of its 0.30.0 wheel); the modules that act on a fact import it from here."""
+
+from __future__ import annotations
+
+VERSION = "0.30.0"
+
+# The audio sampler, whatever the deploy file's stage-0 sampling params say: the model card's values
+# (model_executor/models/moss_tts/modeling_moss_tts_talker.py:1634-1654, "the generic stage
+# SamplingParams are for the backbone token loop"); the continue/stop gate keeps generate_frame's
+# defaults (modeling_moss_tts_local_depth.py:274-276). Also the OpenMOSS reference generate() defaults.
+AUDIO_SAMPLER = {"temperature": 1.7, "top_p": 0.8, "top_k": 25, "repetition_penalty": 1.0}
+STOP_GATE = {"temperature": 1.0, "top_p": 1.0, "top_k": 50}
+AUDIO_SAMPLER_TEXT = (
+    f"temperature {AUDIO_SAMPLER['temperature']}, top_p {AUDIO_SAMPLER['top_p']}, "
+    f"top_k {AUDIO_SAMPLER['top_k']}, repetition_penalty {AUDIO_SAMPLER['repetition_penalty']}"
+)
+
+# The speech body (entrypoints/openai/protocol/audio.py): request-file field -> body field, where
+# they differ only by name; the MOSS prompt fields that have no body field travel in `extra_params`.
+RENAMED = {"text": "input", "instruction": "instructions", "max_new_frames": "max_new_tokens"}
+EXTRA_PARAMS = ("tokens", "quality", "sound_event", "ambient_sound")
+
+# Names a user may carry over from an OpenAI-style API -> the request-file field that does what they
+# mean for a local run: the speech request has no such fields and drops them silently.
+OPENAI_SAMPLING = {
+    "temperature": "audio_temperature",
+    "top_p": "audio_top_p",
+    "top_k": "audio_top_k",
+    "repetition_penalty": "audio_repetition_penalty",
+}
+
+# Why request-file fields have no effect there. The request model ignores unknown body fields
+# (pydantic's default; protocol/audio.py:58), and the MOSS adapter builds the Local prompt from the
+# text, the reference, its transcript and the language only (tts_adapters/moss_tts.py:337-385);
+# `extra_params` reach the stage sampler's extra_args, not the prompt (serving_speech.py:2014-2029).
+DROPPED_SAMPLER = (
+    "vllm-omni's speech request has no such field and drops it silently; its MOSS-TTS-Local audio sampler is "
+    f"fixed at {AUDIO_SAMPLER_TEXT.replace('repetition_penalty', 'repetition penalty')} "
+    "(model_executor/models/moss_tts/modeling_moss_tts_talker.py:1634-1654)"
+)
+DROPPED_PROMPT = (
+    "vllm-omni's MOSS-TTS-Local prompt ignores it (only text, ref_audio, ref_text and language reach it: "
+    "tts_adapters/moss_tts.py:337-385)"
+)
+DROPPED_INSTRUCTION = DROPPED_PROMPT + "; 'instructions' is read for MOSS-VoiceGenerator only (moss_tts.py:359-360)"
+
+# Why an unseeded request's audio can vary there.
+UNSEEDED_CAUSES = (
+    "the deploy seed does not reach the residual sampler (vllm-omni 0.30.0 gives tts_local_seed to seeded "
+    "requests only, entrypoints/openai/serving_speech.py:2036-2044, and an unseeded request's audio draws from "
+    "the process-wide RNG, worker/gpu_model_runner.py:1968-1979)"
+)
+RETRY_CAUSE = (
+    "or a retry with a random seed (vllm-omni retries an unseeded, non-streaming request without "
+    "max_new_tokens once with a random seed when its adapter rejects the generated audio: "
+    "entrypoints/openai/serving_speech.py:2632-2657; 0.30.0's MOSS adapter rejects none, tts_adapters/base.py:301-314)"
+)
+BATCH_ITEM_CAUSE = (
+    "SpeechBatchItem has no seed field, entrypoints/openai/protocol/audio.py:446-463, and each item is "
+    "merged into a speech request without one, serving_speech.py:2736-2765"
+)
