@@ -144,3 +144,29 @@ def test_audit_at_bitwise_level_passes_on_every_scenario(tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "b.json").read_text())["summary"]
     assert summary["failures"] == 0 and len(summary["scenarios"]) == len(SCENARIOS)
+
+
+def test_a_request_taking_a_finished_ones_place_samples_with_its_own_parameters(talker32):
+    """The engine keeps a block's sampling parameters while the same requests sit in it; a request
+    admitted into a finished one's row (greedy after sampled, another top-k) must not inherit them."""
+    import dataclasses
+
+    from moss_cli.engine.requests import GenerationRequest
+    from moss_cli.engine.scheduler import Engine
+    from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
+
+    prompt = talker32.prompt("places in a block")
+    narrow = dataclasses.replace(AUDIO_DEFAULTS, top_k=1)  # top-k 1 draws the argmax, like greedy
+
+    def request(key, frames, **kw):
+        return GenerationRequest(key, prompt, frames, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=7, **kw)
+
+    def alone(r):
+        return next(iter(Engine(talker32.model, max_batch=1).run([r]))).codes
+
+    later = [request("greedy", 5, do_sample=False), dataclasses.replace(request("narrow", 5), audio=narrow)]
+    first = [request("sampled", 2), request("neighbour", 9)]
+    together = {r.key: r.codes for r in Engine(talker32.model, max_batch=2).run([first[0], first[1], *later])}
+    for r in [*first, *later]:
+        assert torch.equal(together[r.key], alone(r)), r.key
+    assert torch.equal(together["greedy"], together["narrow"])  # both are the argmax of the same logits
