@@ -1,5 +1,6 @@
 """Helpers for the `moss serve` tests: a real uvicorn server on 127.0.0.1 (in this process, on a
-free port, stopped by the fixture), response bodies as PCM, and `moss synth` results to compare."""
+free port, stopped by the fixture), requests to the speech route, response bodies as PCM, and
+`moss synth` results to compare."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import numpy as np
 import soundfile as sf
+from cli_runs import write_rows
 
 from moss_cli.io.audio import pcm_sha256
 from moss_cli.jobs.local import synthesize
 from moss_cli.pipeline import SynthOptions
 from moss_cli.serve.audio import wav_stream_header
 from moss_cli.serve.server import Serving, listen, prepare
-from moss_cli.speech_api import HEALTH_PATH
+from moss_cli.speech_api import HEALTH_PATH, SPEECH_PATH
 
 START_S = 30.0  # bounded waits: a server that does not come up or go down fails the test
 
@@ -27,7 +30,6 @@ START_S = 30.0  # bounded waits: a server that does not come up or go down fails
 @contextmanager
 def running(options: SynthOptions, **start_options):
     """Start a server in this process; yield (base URL, Serving); stop it and its engine."""
-    import httpx
     import uvicorn
 
     serving: Serving = prepare(options, **start_options).start()
@@ -48,6 +50,18 @@ def running(options: SynthOptions, **start_options):
         thread.join(START_S)
         assert not thread.is_alive(), "the server did not stop"
         assert serving.close(START_S), "the engine did not stop"
+
+
+def post_speech(url: str, body, *, timeout: float = 60, expect: int | None = None) -> httpx.Response:
+    """POST `body` as JSON to the speech route of the server at `url`. json.dumps writes it, escaping
+    what httpx would refuse to encode (a lone surrogate is legal JSON); no proxy from the environment
+    (the server is on 127.0.0.1). With `expect`, the answer must have that status."""
+    content = json.dumps(body).encode()
+    headers = {"content-type": "application/json"}
+    response = httpx.post(url + SPEECH_PATH, content=content, headers=headers, timeout=timeout, trust_env=False)
+    if expect is not None:
+        assert response.status_code == expect, response.text
+    return response
 
 
 def pcm_of(content: bytes, response_format: str, *, streamed: bool = False, channels: int = 2) -> np.ndarray:
@@ -94,9 +108,7 @@ def pcm_hash(content: bytes, response_format: str, **kwargs) -> str:
 
 def local_synth(records: list[dict], folder: Path, deploy: Path | None = None) -> dict[str, dict]:
     """`moss synth` of the same requests: manifest rows by id."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "requests.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    path = write_rows(folder / "requests.jsonl", records)
     summary = synthesize(path, folder / "out", SynthOptions(device="cpu", deploy=deploy))
     return {row["id"]: row for row in summary.rows}
 

@@ -3,27 +3,24 @@ every composition, passes every per-request comparison; the audit fails it as
 `audio-of-another-request`, naming both requests, where the server reports no codes. Honest
 servers (the vllm-omni double after the fix, `moss serve`) get no such verdict, twins included."""
 
-import json
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import numpy as np
 import soundfile as sf
-from serve_helpers import running  # tests/ is on sys.path
+from cli_runs import AuditRun, moss_audit, write_rows  # tests/ is on sys.path
+from serve_helpers import running
 from speech_servers import Behaviour, serving
-from typer.testing import CliRunner
 from vllm_omni_server import FakeMossLocalEngine, serving_vllm_omni
 
 from moss_cli.audit import mixups
 from moss_cli.audit.mixups import MixUpLog
 from moss_cli.audit.verdicts import AUDIO_OF_ANOTHER_REQUEST
-from moss_cli.cli.app import app
 from moss_cli.io.audio import pcm_sha256
 from moss_cli.io.outcome import Outcome
 from moss_cli.io.reference_audio import synthetic_voice
 from moss_cli.pipeline import SynthOptions
 
-runner = CliRunner()
 ROWS = [
     {"id": "first", "text": "The first request of the batch.", "seed": 5, "max_new_frames": 3},
     {"id": "other-text", "text": "Another text, with the same seed.", "seed": 5, "max_new_frames": 3},
@@ -34,17 +31,8 @@ STRANGERS = {"other-text", "unseeded"}  # what the talker reads differs from the
 FEW = ("--scenarios", "repeat,concurrent")  # without the seed probes, which catch this server's seeds too
 
 
-def _file(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def _audit(url: str, requests: Path, tmp_path: Path, *extra) -> tuple[int, dict, str]:
-    report = tmp_path / "audit.json"
-    report.unlink(missing_ok=True)
-    args = ["audit-determinism", str(requests), "--server", url, "--stagger-ms", "5", "--json", str(report)]
-    result = runner.invoke(app, args + [str(a) for a in extra])
-    return result.exit_code, json.loads(report.read_text()) if report.exists() else {}, " ".join(result.output.split())
+def _audit(url: str, requests: Path, tmp_path: Path, *extra) -> AuditRun:
+    return moss_audit(requests, *extra, server=url, stagger_ms=5, report=tmp_path / "audit.json", flat_output=True)
 
 
 def _flagged(report: dict) -> dict[tuple[str, str], str]:
@@ -57,7 +45,7 @@ def _flagged(report: dict) -> dict[tuple[str, str], str]:
 
 
 def test_a_server_answering_every_request_with_the_first_ones_audio_fails_naming_both(tmp_path):
-    requests = _file(tmp_path / "r.jsonl", ROWS)
+    requests = write_rows(tmp_path / "r.jsonl", ROWS)
     folder = tmp_path / "r"
     with serving(Behaviour(cache_by_budget=True)) as url:
         code, report, output = _audit(url, requests, tmp_path, *FEW, "--level", "bitwise", "--report-dir", folder)
@@ -100,7 +88,7 @@ def test_a_server_answering_every_request_with_the_first_ones_audio_fails_naming
 
 def test_nearly_the_same_audio_counts_too(tmp_path):
     # The cached audio comes back a last bit off: not identical, SNR far above 60 dB.
-    requests = _file(tmp_path / "r.jsonl", ROWS[:2])
+    requests = write_rows(tmp_path / "r.jsonl", ROWS[:2])
     with serving(Behaviour(cache_by_budget=True, cache_rounding=True)) as url:
         code, report, output = _audit(url, requests, tmp_path, *FEW, "--level", "waveform")
     assert code == 1, output
@@ -113,7 +101,7 @@ def test_nearly_the_same_audio_counts_too(tmp_path):
 
 
 def test_an_honest_server_without_codes_is_not_flagged_twins_included(tmp_path):
-    requests = _file(tmp_path / "r.jsonl", ROWS)
+    requests = write_rows(tmp_path / "r.jsonl", ROWS)
     with serving(Behaviour()) as url:
         code, report, output = _audit(url, requests, tmp_path, *FEW, "--level", "bitwise")
     assert code == 0, output
@@ -136,7 +124,7 @@ def test_the_vllm_omni_double_after_the_fix_is_not_flagged(tmp_path):
             "max_new_frames": 8,
         },
     ]
-    requests = _file(tmp_path / "r.jsonl", rows)
+    requests = write_rows(tmp_path / "r.jsonl", rows)
     with serving_vllm_omni(FakeMossLocalEngine(fixed=True)) as url:
         code, report, output = _audit(url, requests, tmp_path, *FEW, "--level", "bitwise")
     assert code == 0, output
@@ -153,7 +141,7 @@ def test_moss_serve_is_not_flagged_twins_included(tmp_path):
         {"id": "a-twin", "text": "One text.", "seed": 3, "max_new_frames": 6},
         {"id": "unseeded", "text": "One text.", "max_new_frames": 6},
     ]
-    requests = _file(tmp_path / "r.jsonl", rows)
+    requests = write_rows(tmp_path / "r.jsonl", rows)
     with running(SynthOptions(device="cpu")) as (url, _):
         code, report, output = _audit(url, requests, tmp_path, *FEW, "--level", "bitwise")
     assert code == 0, output
@@ -163,7 +151,7 @@ def test_moss_serve_is_not_flagged_twins_included(tmp_path):
 
 def test_where_the_server_reports_codes_identical_codes_stay_a_warning(tmp_path):
     # The codes hash says the model made the same codes: a model can ignore a text (the tiny checkpoints can).
-    requests = _file(tmp_path / "r.jsonl", ROWS[:2])
+    requests = write_rows(tmp_path / "r.jsonl", ROWS[:2])
     with serving(Behaviour(cache_by_budget=True, moss_headers=True)) as url:
         code, report, output = _audit(url, requests, tmp_path, *FEW, "--level", "bitwise")
     assert code == 0, output

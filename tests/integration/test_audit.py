@@ -7,28 +7,22 @@ from xml.etree import ElementTree as ET
 
 import pytest
 import torch
+from cli_runs import moss_audit  # tests/ is on sys.path
 from safetensors.torch import load_file, save_file
-from typer.testing import CliRunner
 
 from moss_cli.assets import TINY_CODEC, TINY_TALKER
 from moss_cli.audit.runner import AuditOptions, run_audit
 from moss_cli.audit.scenarios import SCENARIOS
-from moss_cli.cli.app import app
 from moss_cli.numerics import probes
 from moss_cli.pipeline import Synthesizer, SynthOptions
 from moss_cli.report.metrics import describe_change
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-runner = CliRunner()
-
-
-def _audit(*args):
-    return runner.invoke(app, ["audit-determinism", *map(str, args)])
 
 
 @pytest.mark.slow
 def test_default_audit_passes_at_codes_level_and_writes_parseable_reports(tmp_path):
-    result = _audit("--json", tmp_path / "a.json", "--junit", tmp_path / "a.xml", "--markdown", tmp_path / "a.md")
+    result = moss_audit("--json", tmp_path / "a.json", "--junit", tmp_path / "a.xml", "--markdown", tmp_path / "a.md")
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "a.json").read_text())
     assert report["summary"]["passed"] and report["summary"]["failures"] == 0
@@ -41,7 +35,7 @@ def test_default_audit_passes_at_codes_level_and_writes_parseable_reports(tmp_pa
 
 
 def test_legacy_global_rng_fails_with_rng_coupling_and_the_first_diverging_draw(tmp_path):
-    result = _audit(
+    result = moss_audit(
         "--legacy-global-rng",
         "--scenarios",
         "repeat,batched",
@@ -95,27 +89,29 @@ def test_unseeded_requests_are_reported_unseeded_and_fail_only_when_strict(tmp_p
         '{"id": "pinned", "text": "This one is seeded.", "seed": 5, "max_new_frames": 20}\n'
     )
     deploy = RECIPES / "moss_tts_local_tiny_unseeded.yaml"
-    relaxed = _audit(requests, "--deploy", deploy, "--scenarios", "repeat,batched", "--json", tmp_path / "r.json")
+    relaxed = moss_audit(requests, "--deploy", deploy, "--scenarios", "repeat,batched", "--json", tmp_path / "r.json")
     assert relaxed.exit_code == 0, relaxed.output
     cases = json.loads((tmp_path / "r.json").read_text())["cases"]
     assert {c["verdict"] for c in cases if c["request"] == "free"} == {"unseeded"}
     assert {c["verdict"] for c in cases if c["request"] == "pinned"} == {"pass"}
-    strict = _audit(requests, "--deploy", deploy, "--scenarios", "repeat", "--strict-unseeded")
+    strict = moss_audit(requests, "--deploy", deploy, "--scenarios", "repeat", "--strict-unseeded")
     assert strict.exit_code == 1
 
 
 @pytest.mark.slow
 def test_golden_baseline_passes_on_the_same_machine_and_reports_drift_for_a_changed_checkpoint(tmp_path):
     golden = tmp_path / "golden.json"
-    saved = _audit("--scenarios", "repeat", "--save-golden", golden)
+    saved = moss_audit("--scenarios", "repeat", "--save-golden", golden)
     assert saved.exit_code == 0, saved.output
     data = json.loads(golden.read_text())
     assert {"torch_version", "device", "dtype", "threads", "talker_checkpoint"} <= set(data["environment"])
     assert data["environment"]["codec_tiles"] == "256 rows, the last padded to 4 up to 64, to 64 beyond"
     assert data["environment"]["prefill"] == "prompts share forwards of up to 256 rows, padded to 32"
-    same = _audit("--scenarios", "repeat", "--golden", golden)
+    same = moss_audit("--scenarios", "repeat", "--golden", golden)
     assert same.exit_code == 0, same.output
-    pinned = _audit("--scenarios", "repeat", "--golden", golden, "--layout", "blocks:3", "--json", tmp_path / "p.json")
+    pinned = moss_audit(
+        "--scenarios", "repeat", "--golden", golden, "--layout", "blocks:3", "--json", tmp_path / "p.json"
+    )
     layout_change = json.loads((tmp_path / "p.json").read_text())["golden"]["environment_changes"]["engine_steps"]
     assert layout_change == {"golden": data["environment"]["engine_steps"], "now": "blocks of 3"}
     assert pinned.exit_code in (0, 1)  # drift or not: this CPU may give 3-row blocks the same bits
@@ -127,7 +123,7 @@ def test_golden_baseline_passes_on_the_same_machine_and_reports_drift_for_a_chan
     # (a tiny nudge to some weight may leave every sampled code as it was).
     tensors["audio_embeddings.0.weight"] = tensors["audio_embeddings.0.weight"].flip(0).contiguous()
     save_file(tensors, str(talker / "model.safetensors"))
-    changed = _audit(
+    changed = moss_audit(
         "--scenarios",
         "repeat",
         "--golden",
@@ -147,7 +143,7 @@ def test_golden_baseline_passes_on_the_same_machine_and_reports_drift_for_a_chan
 
 
 def test_report_dir_holds_every_report_and_the_audio_of_diverging_pairs(tmp_path):
-    result = _audit("--legacy-global-rng", "--scenarios", "batched", "--report-dir", tmp_path / "rep")
+    result = moss_audit("--legacy-global-rng", "--scenarios", "batched", "--report-dir", tmp_path / "rep")
     assert result.exit_code == 1
     names = {p.name for p in (tmp_path / "rep").iterdir()}
     assert {"audit.json", "junit.xml", "summary.md", "diverging"} <= names
@@ -158,7 +154,7 @@ def test_report_dir_holds_every_report_and_the_audio_of_diverging_pairs(tmp_path
 def test_markdown_goes_to_the_github_step_summary_when_set(tmp_path, monkeypatch):
     summary = tmp_path / "step.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    result = _audit("--scenarios", "repeat")
+    result = moss_audit("--scenarios", "repeat")
     assert result.exit_code == 0
     assert "moss audit-determinism" in summary.read_text()
 
@@ -173,7 +169,7 @@ def test_markdown_goes_to_the_github_step_summary_when_set(tmp_path, monkeypatch
     ],
 )
 def test_bad_audit_options_exit_2(args, message):
-    result = _audit(*args)
+    result = moss_audit(*args)
     assert result.exit_code == 2 and message in result.output
 
 
@@ -182,7 +178,7 @@ def test_the_audit_passes_bitwise_with_fixed_blocks_forced(tmp_path):
     """Every scenario (alone, batched, other batch sizes, neighbours, arrivals, streaming, shards)
     gives each request the bits it gets alone under the fixed-block fallback too."""
     out = tmp_path / "a.json"
-    result = _audit("--layout", "blocks", "--level", "bitwise", "--max-batch", 5, "--json", out)
+    result = moss_audit("--layout", "blocks", "--level", "bitwise", "--max-batch", 5, "--json", out)
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["summary"]["passed"] and set(report["summary"]["scenarios"]) == set(SCENARIOS)

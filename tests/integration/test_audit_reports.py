@@ -11,8 +11,8 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 import torch
+from cli_runs import flat, moss_audit, write_rows  # tests/ is on sys.path
 from rich.console import Console
-from typer.testing import CliRunner
 
 import moss_cli.audit.runner as audit_runner
 from moss_cli.audit.attribution import codec_numeric
@@ -21,7 +21,6 @@ from moss_cli.audit.mixups import MixUpLog, request_content
 from moss_cli.audit.report import junit_xml, markdown, render, to_json
 from moss_cli.audit.runner import AuditOptions, AuditResult
 from moss_cli.audit.verdicts import Case
-from moss_cli.cli.app import app
 from moss_cli.config.requests import Request
 from moss_cli.engine.step import STOP_HEAD
 from moss_cli.io.outcome import Outcome
@@ -29,21 +28,6 @@ from moss_cli.model.talker import STOP
 from moss_cli.pipeline import Synthesizer, SynthOptions
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-runner = CliRunner()
-
-
-def _audit(*args):
-    return runner.invoke(app, ["audit-determinism", *map(str, args)])
-
-
-def _flat(text: str) -> str:
-    """Rich wraps long lines at the terminal width; compare text with whitespace collapsed."""
-    return " ".join(text.split())
-
-
-def _requests(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
 
 
 # --- mix-up warnings ---------------------------------------------------------------------------
@@ -62,7 +46,7 @@ def _force_same_codes(key, frame, codebook, logits, batch, generator):
 
 
 def test_different_requests_with_identical_codes_warn_in_every_report_but_twins_do_not(tmp_path, monkeypatch):
-    requests = _requests(
+    requests = write_rows(
         tmp_path / "r.jsonl",
         [
             {"id": "a", "text": "The first request.", "seed": 1, "max_new_frames": 8},
@@ -78,7 +62,7 @@ def test_different_requests_with_identical_codes_warn_in_every_report_but_twins_
         return real_run_audit(options)
 
     monkeypatch.setattr(audit_runner, "run_audit", perturbed)
-    result = _audit(
+    result = moss_audit(
         requests,
         "--scenarios",
         "repeat,batched",
@@ -99,7 +83,7 @@ def test_different_requests_with_identical_codes_warn_in_every_report_but_twins_
     assert {"reference/alone", "repeat/repeat"} <= set(warnings[0]["runs"])
     assert report["summary"]["warnings"] == 1 and report["summary"]["passed"]
 
-    terminal = _flat(result.output)
+    terminal = flat(result.output)
     assert "warning: requests 'a' and 'b' differ" in terminal and "twin-1" not in terminal
 
     suites = ET.parse(tmp_path / "a.xml").getroot()
@@ -177,24 +161,24 @@ def test_unusable_output_paths_exit_2_naming_the_option_before_the_audit_runs(tm
     monkeypatch.setattr(audit_runner, "run_audit", must_not_run)
     monkeypatch.setattr(audit_runner, "AuditOptions", lambda **kw: pytest.fail("options built before the check"))
     path = make(tmp_path)
-    result = _audit("--scenarios", "repeat", option, path)
+    result = moss_audit("--scenarios", "repeat", option, path)
     assert result.exit_code == 2, result.output
-    out = _flat(result.output)
+    out = flat(result.output)
     assert f"[{option}]" in out and str(path) in out and "Traceback" not in out
 
 
 def test_report_dir_with_a_directory_where_a_report_file_goes_exits_2(tmp_path, monkeypatch):
     monkeypatch.setattr(audit_runner, "run_audit", lambda options: pytest.fail("the audit ran"))
     (tmp_path / "reports" / "junit.xml").mkdir(parents=True)
-    result = _audit("--report-dir", tmp_path / "reports")
-    assert result.exit_code == 2 and f"{tmp_path / 'reports' / 'junit.xml'} [--report-dir]" in _flat(result.output)
+    result = moss_audit("--report-dir", tmp_path / "reports")
+    assert result.exit_code == 2 and f"{tmp_path / 'reports' / 'junit.xml'} [--report-dir]" in flat(result.output)
 
 
 def test_report_dir_holds_every_report_when_they_are_also_written_elsewhere(tmp_path):
-    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Hello there.", "seed": 3, "max_new_frames": 4}])
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "r", "text": "Hello there.", "seed": 3, "max_new_frames": 4}])
     elsewhere = {"--json": tmp_path / "a.json", "--junit": tmp_path / "j.xml", "--markdown": tmp_path / "s.md"}
     options = [str(x) for pair in elsewhere.items() for x in pair]
-    result = _audit(requests, "--scenarios", "repeat", "--report-dir", tmp_path / "rep", *options)
+    result = moss_audit(requests, "--scenarios", "repeat", "--report-dir", tmp_path / "rep", *options)
     assert result.exit_code == 0, result.output
     rep = tmp_path / "rep"
     assert {"audit.json", "junit.xml", "summary.md", "index.html"} <= {p.name for p in rep.iterdir()}
@@ -203,10 +187,10 @@ def test_report_dir_holds_every_report_when_they_are_also_written_elsewhere(tmp_
 
 
 def test_missing_parent_folders_of_outputs_are_created(tmp_path):
-    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Hello there.", "seed": 3, "max_new_frames": 8}])
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "r", "text": "Hello there.", "seed": 3, "max_new_frames": 8}])
     golden = tmp_path / "new" / "golden" / "g.json"
     junit = tmp_path / "ci" / "reports" / "junit.xml"
-    result = _audit(requests, "--scenarios", "repeat", "--save-golden", golden, "--junit", junit)
+    result = moss_audit(requests, "--scenarios", "repeat", "--save-golden", golden, "--junit", junit)
     assert result.exit_code == 0, result.output
     assert json.loads(golden.read_text())["requests"]["r"]["seed"] == 3
     assert ET.parse(junit).getroot().get("tests") == "1"
@@ -218,15 +202,17 @@ def test_missing_parent_folders_of_outputs_are_created(tmp_path):
 def test_requests_added_or_removed_since_the_baseline_are_listed_and_are_not_drift(tmp_path):
     golden = tmp_path / "golden.json"
     kept = {"id": "kept", "text": "In both.", "seed": 5, "max_new_frames": 6}
-    before = _requests(
+    before = write_rows(
         tmp_path / "before.jsonl", [kept, {"id": "old", "text": "Gone now.", "seed": 1, "max_new_frames": 6}]
     )
-    assert _audit(before, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
-    after = _requests(tmp_path / "after.jsonl", [kept, {"id": "new", "text": "Added.", "seed": 2, "max_new_frames": 6}])
+    assert moss_audit(before, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
+    after = write_rows(
+        tmp_path / "after.jsonl", [kept, {"id": "new", "text": "Added.", "seed": 2, "max_new_frames": 6}]
+    )
     reports = ["--json", tmp_path / "d.json", "--markdown", tmp_path / "d.md", "--junit", tmp_path / "d.xml"]
-    result = _audit(after, "--scenarios", "repeat", "--golden", golden, *reports)
+    result = moss_audit(after, "--scenarios", "repeat", "--golden", golden, *reports)
     assert result.exit_code == 0, result.output  # nothing to compare is not drift
-    out = _flat(result.output)
+    out = flat(result.output)
     assert "no drift" in out and "1 not in the baseline: new" in out and "1 removed since the baseline: old" in out
     checked = json.loads((tmp_path / "d.json").read_text())["golden"]
     assert (checked["drifts"], checked["not_in_baseline"], checked["removed"]) == ([], ["new"], ["old"])
@@ -239,24 +225,24 @@ def test_requests_added_or_removed_since_the_baseline_are_listed_and_are_not_dri
 
 def test_golden_drift_from_a_changed_seed_names_the_seed_and_is_not_called_a_violation(tmp_path):
     golden = tmp_path / "golden.json"
-    before = _requests(
+    before = write_rows(
         tmp_path / "before.jsonl",
         [
             {"id": "r", "text": "Seeded text.", "seed": 42, "max_new_frames": 12},
             {"id": "same", "text": "Unchanged.", "seed": 5, "max_new_frames": 12},
         ],
     )
-    saved = _audit(before, "--scenarios", "repeat", "--save-golden", golden)
+    saved = moss_audit(before, "--scenarios", "repeat", "--save-golden", golden)
     assert saved.exit_code == 0, saved.output
 
-    after = _requests(
+    after = write_rows(
         tmp_path / "after.jsonl",
         [
             {"id": "r", "text": "Seeded text.", "seed": 7, "max_new_frames": 12},
             {"id": "same", "text": "Unchanged.", "seed": 5, "max_new_frames": 12},
         ],
     )
-    result = _audit(
+    result = moss_audit(
         after,
         "--scenarios",
         "repeat",
@@ -270,7 +256,7 @@ def test_golden_drift_from_a_changed_seed_names_the_seed_and_is_not_called_a_vio
         tmp_path / "d.xml",
     )
     assert result.exit_code == 1, result.output
-    out = _flat(result.output)
+    out = flat(result.output)
     assert "audit found violations" not in out and "0 violation(s)" in out
     assert "FAILED (golden drift)" in out and "golden drift:" in out and "r: seed 42 -> 7" in out
 
@@ -287,15 +273,15 @@ def test_golden_records_the_deploy_files_content_and_names_a_change_in_its_base_
     base = Path(shutil.copy(RECIPES / "moss_tts_local_tiny.yaml", tmp_path / "base.yaml"))
     deploy = tmp_path / "deploy.yaml"
     deploy.write_text("base_config: base.yaml\n")
-    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 9, "max_new_frames": 12}])
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 9, "max_new_frames": 12}])
     golden = tmp_path / "golden.json"
-    assert _audit(requests, "--deploy", deploy, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
+    assert moss_audit(requests, "--deploy", deploy, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
     recorded = json.loads(golden.read_text())["environment"]["deploy_sha256"]
     assert re.fullmatch(r"[0-9a-f]{64}", recorded)
 
     # Same path, same top file: only the base it inherits from changes (the frame budget).
     base.write_text(base.read_text().replace("max_tokens: 200", "max_tokens: 1", 1))
-    result = _audit(
+    result = moss_audit(
         requests, "--deploy", deploy, "--scenarios", "repeat", "--golden", golden, "--json", tmp_path / "d.json"
     )
     assert result.exit_code == 1, result.output
@@ -303,13 +289,13 @@ def test_golden_records_the_deploy_files_content_and_names_a_change_in_its_base_
     assert report["drifts"] and "deploy" not in report["environment_changes"]
     assert report["environment_changes"]["deploy_sha256"]["golden"] == recorded
     assert any(c.startswith("deploy file content changed") for c in report["causes"])
-    assert "deploy file content changed" in _flat(result.output)
+    assert "deploy file content changed" in flat(result.output)
 
 
 def test_an_old_golden_without_the_new_fields_still_compares_and_missing_fields_are_unknown(tmp_path):
-    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 42, "max_new_frames": 12}])
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 42, "max_new_frames": 12}])
     golden = tmp_path / "golden.json"
-    assert _audit(requests, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
+    assert moss_audit(requests, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
     old = json.loads(golden.read_text())
     for key in ("deploy_sha256", "batch_invariant"):
         del old["environment"][key]
@@ -317,16 +303,16 @@ def test_an_old_golden_without_the_new_fields_still_compares_and_missing_fields_
         del row["seed"]
     golden.write_text(json.dumps(old))
 
-    same = _audit(requests, "--scenarios", "repeat", "--golden", golden, "--json", tmp_path / "s.json")
+    same = moss_audit(requests, "--scenarios", "repeat", "--golden", golden, "--json", tmp_path / "s.json")
     assert same.exit_code == 0, same.output
     check = json.loads((tmp_path / "s.json").read_text())["golden"]
     assert check["passed"] and check["environment_changes"] == {}
     assert {"deploy_sha256", "batch_invariant"} <= set(check["environment_unknown"])
 
-    reseeded = _requests(tmp_path / "r2.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 7, "max_new_frames": 12}])
-    drifted = _audit(reseeded, "--scenarios", "repeat", "--golden", golden)
+    reseeded = write_rows(tmp_path / "r2.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 7, "max_new_frames": 12}])
+    drifted = moss_audit(reseeded, "--scenarios", "repeat", "--golden", golden)
     assert drifted.exit_code == 1
-    out = _flat(drifted.output)
+    out = flat(drifted.output)
     assert "cause unknown" in out and "not recorded in the golden file: deploy_sha256" in out
 
 
@@ -373,8 +359,8 @@ def test_junit_times_are_the_measured_seconds_not_zero():
 
 
 def test_a_real_audit_records_positive_junit_times(tmp_path):
-    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Timed.", "seed": 1, "max_new_frames": 8}])
-    assert _audit(requests, "--scenarios", "batched", "--junit", tmp_path / "j.xml").exit_code == 0
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "r", "text": "Timed.", "seed": 1, "max_new_frames": 8}])
+    assert moss_audit(requests, "--scenarios", "batched", "--junit", tmp_path / "j.xml").exit_code == 0
     root = ET.parse(tmp_path / "j.xml").getroot()
     cases = list(root.iter("testcase"))
     assert cases and all(float(c.get("time")) > 0 for c in cases)
@@ -402,14 +388,14 @@ def test_terminal_tables_do_not_break_words_at_80_columns():
 
 
 def test_a_golden_from_the_old_sampler_is_refused_with_a_clear_message(tmp_path):
-    requests = _requests(tmp_path / "r.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 42, "max_new_frames": 4}])
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 42, "max_new_frames": 4}])
     golden = tmp_path / "golden.json"
-    assert _audit(requests, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
+    assert moss_audit(requests, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
     old = json.loads(golden.read_text())
     assert old["format"] == "moss-golden/3"
     for older, why in (("moss-golden/1", "drew other codes"), ("moss-golden/2", "stage 0's sampling values")):
         golden.write_text(json.dumps({**old, "format": older}))
-        result = _audit(requests, "--scenarios", "repeat", "--golden", golden)
+        result = moss_audit(requests, "--scenarios", "repeat", "--golden", golden)
         assert result.exit_code == 2
-        out = _flat(result.output)
+        out = flat(result.output)
         assert older in out and why in out and "--save-golden" in out and "Traceback" not in out

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_runs import write_rows  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from moss_cli.assets import TINY_CODEC, TINY_TALKER
@@ -205,7 +206,7 @@ def test_every_layer_of_problems_is_reported_at_once(tmp_path):
         {"id": "long", "text": "word " * 3000},
         {"id": "no-voice-2", "text": "x", "ref_audio": "missing-too.wav"},
     ]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    write_rows(path, lines)
     _run_and_check(
         [path],
         tmp_path / "out",

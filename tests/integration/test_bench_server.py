@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_runs import write_rows
 from serve_helpers import running  # tests/ is on sys.path
 from typer.testing import CliRunner
 from vllm_omni_server import FakeMossLocalEngine, serving_vllm_omni
@@ -38,9 +39,7 @@ def _request_file(tmp_path: Path) -> Path:
         {"id": "own-seed", "text": "Another, with its own seed.", "seed": 5},
         {"id": "third", "text": "And a third, a little longer than the others."},
     ]
-    path = tmp_path / "requests.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_rows(tmp_path / "requests.jsonl", rows)
 
 
 @pytest.mark.slow  # moss serve starts its engine (about 10 s here)

@@ -9,13 +9,11 @@ from xml.etree import ElementTree as ET
 
 import pytest
 import soundfile as sf
+from cli_runs import flat, moss, write_rows  # tests/ is on sys.path
 from page import is_png, parse_page
-from typer.testing import CliRunner
 
-from moss_cli.cli.app import app
 from moss_cli.io.audio import pcm_sha256
 
-runner = CliRunner()
 ROWS = [
     {"id": "alpha", "text": "The first sentence.", "seed": 1, "max_new_frames": 10},
     {"id": "beta", "text": "A second sentence, a little longer.", "seed": 2, "max_new_frames": 10},
@@ -23,18 +21,9 @@ ROWS = [
 ]
 
 
-def _moss(*args):
-    return runner.invoke(app, [*map(str, args)])
-
-
-def _flat(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _synth(base: Path, name: str, rows) -> Path:
-    requests = base / f"{name}.jsonl"
-    requests.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    result = _moss("synth", requests, "--out", base / name)
+    requests = write_rows(base / f"{name}.jsonl", rows)
+    result = moss("synth", requests, "--out", base / name)
     assert result.exit_code == 0, result.output
     return base / name
 
@@ -71,7 +60,7 @@ def _cases(path: Path) -> dict[str, dict]:
 
 
 def test_two_runs_of_the_same_requests_are_identical_and_no_audio_is_decoded(runs, tmp_path):
-    result = _moss("diff", runs["a"], runs["again"], "--json", tmp_path / "d.json")
+    result = moss("diff", runs["a"], runs["again"], "--json", tmp_path / "d.json")
     assert result.exit_code == 0, result.output
     assert "IDENTICAL" in result.output
     cases = _cases(tmp_path / "d.json")
@@ -80,9 +69,9 @@ def test_two_runs_of_the_same_requests_are_identical_and_no_audio_is_decoded(run
 
 
 def test_one_changed_seed_exits_1_and_names_the_seed_as_the_likely_cause(runs, tmp_path):
-    result = _moss("diff", runs["a"], runs["reseeded"], "--json", tmp_path / "d.json", "--junit", tmp_path / "d.xml")
+    result = moss("diff", runs["a"], runs["reseeded"], "--json", tmp_path / "d.json", "--junit", tmp_path / "d.xml")
     assert result.exit_code == 1, result.output
-    assert "beta: seed 2 -> 5" in _flat(result.output)
+    assert "beta: seed 2 -> 5" in flat(result.output)
     cases = _cases(tmp_path / "d.json")
     beta = cases["beta"]
     assert beta["status"] == "differs" and beta["cause"] == "seed" and beta["detail"] == "seed 2 -> 5"
@@ -93,23 +82,23 @@ def test_one_changed_seed_exits_1_and_names_the_seed_as_the_likely_cause(runs, t
 
 
 def test_a_missing_directory_or_a_directory_without_manifest_exits_2(runs, tmp_path):
-    missing = _moss("diff", runs["a"], tmp_path / "nowhere")
-    assert missing.exit_code == 2 and "[B]: does not exist" in _flat(missing.output)
+    missing = moss("diff", runs["a"], tmp_path / "nowhere")
+    assert missing.exit_code == 2 and "[B]: does not exist" in flat(missing.output)
     (tmp_path / "empty").mkdir()
-    empty = _moss("diff", tmp_path / "empty", runs["a"])
-    assert empty.exit_code == 2 and "[A]: no manifest.csv" in _flat(empty.output)
+    empty = moss("diff", tmp_path / "empty", runs["a"])
+    assert empty.exit_code == 2 and "[A]: no manifest.csv" in flat(empty.output)
     assert "Traceback" not in missing.output + empty.output
 
 
 def test_a_bad_manifest_exits_2_listing_every_problem_with_its_line(runs, tmp_path):
     bad = _copy(runs["a"], tmp_path, "bad")
     _edit_manifest(bad, lambda r: {**r, "pcm_sha256": "nope"} if r["id"] == "beta" else {**r, "id": "alpha"})
-    result = _moss("diff", runs["a"], bad)
-    out = _flat(result.output)
+    result = moss("diff", runs["a"], bad)
+    out = flat(result.output)
     assert result.exit_code == 2, result.output
     assert "manifest.csv:3 [pcm_sha256]: not a sha256" in out and "manifest.csv:4 [id]: duplicate id 'alpha'" in out
     _edit_manifest(bad, lambda r: {k: v for k, v in r.items() if k != "codes_sha256"})
-    assert "missing column(s) codes_sha256" in _flat(_moss("diff", runs["a"], bad).output)
+    assert "missing column(s) codes_sha256" in flat(moss("diff", runs["a"], bad).output)
 
 
 def _requantise(run: Path, key: str, delta: int, update_manifest: bool) -> None:
@@ -125,14 +114,14 @@ def _requantise(run: Path, key: str, delta: int, update_manifest: bool) -> None:
 def test_same_codes_with_slightly_other_pcm_fail_bitwise_and_pass_the_waveform_level(runs, tmp_path):
     other = _copy(runs["a"], tmp_path, "other")
     _requantise(other, "gamma", 3, update_manifest=True)
-    bitwise = _moss("diff", runs["a"], other, "--json", tmp_path / "b.json")
+    bitwise = moss("diff", runs["a"], other, "--json", tmp_path / "b.json")
     assert bitwise.exit_code == 1
     gamma = _cases(tmp_path / "b.json")["gamma"]
     assert gamma["cause"] == "codec-numeric" and gamma["codes_equal"] and not gamma["pcm_equal"]
     assert 60 < gamma["snr_db"] and gamma["max_abs_diff"] == pytest.approx(3 / 32767)
-    assert _moss("diff", runs["a"], other, "--level", "waveform").exit_code == 0
-    assert _moss("diff", runs["a"], other, "--level", "waveform", "--min-snr-db", "1000").exit_code == 1
-    assert _moss("diff", runs["a"], other, "--level", "loose").exit_code == 2
+    assert moss("diff", runs["a"], other, "--level", "waveform").exit_code == 0
+    assert moss("diff", runs["a"], other, "--level", "waveform", "--min-snr-db", "1000").exit_code == 1
+    assert moss("diff", runs["a"], other, "--level", "loose").exit_code == 2
 
 
 def test_runs_from_two_machines_name_the_environment_fields_that_differ(runs, tmp_path):
@@ -142,7 +131,7 @@ def test_runs_from_two_machines_name_the_environment_fields_that_differ(runs, tm
     other = {**recorded, "threads": 8, "torch_version": "9.9"}
     (elsewhere / ".moss" / "environment.json").write_text(json.dumps(other))
     _requantise(elsewhere, "gamma", 3, update_manifest=True)
-    result = _moss("diff", runs["a"], elsewhere, "--json", tmp_path / "e.json")
+    result = moss("diff", runs["a"], elsewhere, "--json", tmp_path / "e.json")
     assert result.exit_code == 1
     report = json.loads((tmp_path / "e.json").read_text())
     assert set(report["environment_changes"]) == {"threads", "torch_version"}
@@ -154,7 +143,7 @@ def test_a_file_changed_after_synthesis_and_ids_on_one_side_only_fail(runs, tmp_
     touched = _copy(runs["a"], tmp_path, "touched")
     _requantise(touched, "alpha", 1, update_manifest=False)
     _edit_manifest(touched, lambda r: None if r["id"] == "gamma" else r)
-    result = _moss("diff", runs["a"], touched, "--json", tmp_path / "d.json", "--markdown", tmp_path / "d.md")
+    result = moss("diff", runs["a"], touched, "--json", tmp_path / "d.json", "--markdown", tmp_path / "d.md")
     assert result.exit_code == 1
     cases = _cases(tmp_path / "d.json")
     assert cases["alpha"]["cause"] == "file-changed" and cases["alpha"]["detail"] == (
@@ -167,26 +156,26 @@ def test_a_file_changed_after_synthesis_and_ids_on_one_side_only_fail(runs, tmp_
 def test_a_missing_audio_file_is_named_as_such_not_as_the_codecs_numbers(runs, tmp_path):
     gone = _copy(runs["a"], tmp_path, "gone")
     (gone / "beta.wav").unlink()
-    result = _moss("diff", runs["a"], gone, "--json", tmp_path / "d.json")
+    result = moss("diff", runs["a"], gone, "--json", tmp_path / "d.json")
     assert result.exit_code == 1
     beta = _cases(tmp_path / "d.json")["beta"]
     assert beta["cause"] == "file-changed" and beta["detail"] == (
         "B: audio file beta.wav is missing or unreadable; both manifests list the same audio"
     )
-    assert "codec" not in _flat(result.output) and "missing or unreadable" in _flat(result.output)
+    assert "codec" not in flat(result.output) and "missing or unreadable" in flat(result.output)
 
 
 def test_a_golden_file_compares_with_a_run_of_the_same_requests(runs, tmp_path):
     golden = tmp_path / "golden.json"
-    saved = _moss("audit-determinism", runs["a"].parent / "a.jsonl", "--scenarios", "repeat", "--save-golden", golden)
+    saved = moss("audit-determinism", runs["a"].parent / "a.jsonl", "--scenarios", "repeat", "--save-golden", golden)
     assert saved.exit_code == 0, saved.output
-    assert _moss("diff", golden, runs["a"]).exit_code == 0  # the audit's reference is what synth wrote
-    result = _moss("diff", golden, runs["reseeded"], "--json", tmp_path / "d.json")
+    assert moss("diff", golden, runs["a"]).exit_code == 0  # the audit's reference is what synth wrote
+    result = moss("diff", golden, runs["reseeded"], "--json", tmp_path / "d.json")
     assert result.exit_code == 1
     assert _cases(tmp_path / "d.json")["beta"]["detail"] == "seed 2 -> 5"
     not_golden = tmp_path / "x.json"
     not_golden.write_text("{}")
-    assert "[A]: not a golden file" in _flat(_moss("diff", not_golden, runs["a"]).output)
+    assert "[A]: not a golden file" in flat(moss("diff", not_golden, runs["a"]).output)
 
 
 def test_report_dir_holds_the_page_the_clips_and_plots_of_each_differing_id_with_ids_escaped(runs, tmp_path):
@@ -195,7 +184,7 @@ def test_report_dir_holds_the_page_the_clips_and_plots_of_each_differing_id_with
     for side in sides:
         _edit_manifest(side, lambda r: {**r, "id": odd, "file": "beta.wav"} if r["id"] == "beta" else r)
     elsewhere = tmp_path / "d.json", tmp_path / "j.xml"  # written there too, not instead
-    result = _moss("diff", *sides, "--report-dir", tmp_path / "rep", "--json", elsewhere[0], "--junit", elsewhere[1])
+    result = moss("diff", *sides, "--report-dir", tmp_path / "rep", "--json", elsewhere[0], "--junit", elsewhere[1])
     assert result.exit_code == 1, result.output
     rep = tmp_path / "rep"
     assert {"index.html", "diff.json", "junit.xml", "summary.md"} <= {p.name for p in rep.iterdir()}
@@ -214,10 +203,10 @@ def test_runs_through_a_server_without_codes_hashes_are_compared_by_their_audio(
     a, b = _copy(runs["a"], tmp_path, "a"), _copy(runs["reseeded"], tmp_path, "b")
     for run in (a, b):
         _edit_manifest(run, lambda r: {**r, "codes_sha256": ""})
-    same = _moss("diff", a, a, "--json", tmp_path / "same.json")
+    same = moss("diff", a, a, "--json", tmp_path / "same.json")
     assert same.exit_code == 0, same.output
     assert {c["codes_equal"] for c in _cases(tmp_path / "same.json").values()} == {None}
-    differ = _moss("diff", a, b, "--json", tmp_path / "d.json")
+    differ = moss("diff", a, b, "--json", tmp_path / "d.json")
     assert differ.exit_code == 1, differ.output
     cases = _cases(tmp_path / "d.json")
     assert cases["beta"]["status"] == "differs" and cases["beta"]["cause"] == "seed"

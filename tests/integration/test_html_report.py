@@ -8,19 +8,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_runs import flat, moss_audit, write_rows  # tests/ is on sys.path
 from page import is_png, parse_page
-from typer.testing import CliRunner
 
 import moss_cli.audit.runner as audit_runner
 import moss_cli.report.page as report_page
 from moss_cli.audit.page import audit_view, pair_files
 from moss_cli.audit.report import write_reports
 from moss_cli.audit.runner import AuditOptions, run_audit
-from moss_cli.cli.app import app
 from moss_cli.pipeline import SynthOptions
 from moss_cli.report.page import write_page
 
-runner = CliRunner()
 ROWS = [
     {"id": "first", "text": "The first request of the page.", "seed": 11, "max_new_frames": 10},
     {"id": "second", "text": "A second one, somewhat longer.", "seed": 12, "max_new_frames": 10},
@@ -28,23 +26,13 @@ ROWS = [
 ]
 
 
-def _audit(*args):
-    return runner.invoke(app, ["audit-determinism", *map(str, args)])
-
-
-def _requests(path: Path, rows=ROWS) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory) -> Path:
     """The report of a failing --legacy-global-rng audit; the request file lies in a folder whose
     name a page must escape."""
     base = tmp_path_factory.mktemp("html")
-    requests = _requests(base / "a<b>&'c" / "r.jsonl")
-    result = _audit(requests, "--legacy-global-rng", "--scenarios", "repeat,batched", "--report-dir", base / "rep")
+    requests = write_rows(base / "a<b>&'c" / "r.jsonl", ROWS)
+    result = moss_audit(requests, "--legacy-global-rng", "--scenarios", "repeat,batched", "--report-dir", base / "rep")
     assert result.exit_code == 1, result.output
     return base / "rep"
 
@@ -78,8 +66,8 @@ def test_ids_and_paths_from_users_are_escaped(failing):
 
 
 def test_a_passing_audit_draws_no_plots(tmp_path):
-    requests = _requests(tmp_path / "r.jsonl", ROWS[:2])
-    result = _audit(requests, "--scenarios", "repeat,batched", "--report-dir", tmp_path / "rep")
+    requests = write_rows(tmp_path / "r.jsonl", ROWS[:2])
+    result = moss_audit(requests, "--scenarios", "repeat,batched", "--report-dir", tmp_path / "rep")
     assert result.exit_code == 0, result.output
     page = parse_page(tmp_path / "rep" / "index.html")
     assert not page.all("img") and not page.all("audio")
@@ -108,7 +96,7 @@ def _nudge_batched_rows(key, frame, codebook, logits, batch, generator):
 
 def test_numeric_attributions_show_the_top_logits_of_both_compositions(tmp_path):
     options = AuditOptions(
-        requests=_requests(tmp_path / "r.jsonl"),
+        requests=write_rows(tmp_path / "r.jsonl", ROWS),
         scenarios=("batched",),
         synth=SynthOptions(device="cpu"),
         perturb=_nudge_batched_rows,
@@ -132,13 +120,13 @@ def test_numeric_attributions_show_the_top_logits_of_both_compositions(tmp_path)
 
 def test_golden_drift_shows_the_changed_requests_next_to_the_changed_environment(tmp_path):
     golden = tmp_path / "golden.json"
-    before = _requests(tmp_path / "before.jsonl", ROWS[:2])
-    assert _audit(before, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
+    before = write_rows(tmp_path / "before.jsonl", ROWS[:2])
+    assert moss_audit(before, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
     recorded = json.loads(golden.read_text())
     recorded["environment"]["threads"] = 99  # as if the baseline came from a bigger machine
     golden.write_text(json.dumps(recorded))
-    after = _requests(tmp_path / "after.jsonl", [{**ROWS[0], "seed": 7}, ROWS[1]])
-    result = _audit(after, "--scenarios", "repeat", "--golden", golden, "--report-dir", tmp_path / "rep")
+    after = write_rows(tmp_path / "after.jsonl", [{**ROWS[0], "seed": 7}, ROWS[1]])
+    result = moss_audit(after, "--scenarios", "repeat", "--golden", golden, "--report-dir", tmp_path / "rep")
     assert result.exit_code == 1, result.output
     page = parse_page(tmp_path / "rep" / "index.html")
     tables = page.words.split("Golden baseline")[1:]
@@ -150,18 +138,18 @@ def test_golden_drift_shows_the_changed_requests_next_to_the_changed_environment
 
 def test_a_report_folder_is_replaced_whole_and_a_failed_write_leaves_the_old_one(failing, tmp_path, monkeypatch):
     rep = Path(shutil.copytree(failing, tmp_path / "rep"))
-    requests = _requests(tmp_path / "r.jsonl", ROWS[:1])
+    requests = write_rows(tmp_path / "r.jsonl", ROWS[:1])
 
     def broken(folder, view, max_plots=20):
         raise OSError("disk full")
 
     monkeypatch.setattr(report_page, "write_page", broken)
-    assert _audit(requests, "--scenarios", "repeat", "--report-dir", rep).exit_code == 2
+    assert moss_audit(requests, "--scenarios", "repeat", "--report-dir", rep).exit_code == 2
     assert (rep / "diverging").is_dir() and (rep / "index.html").is_file()  # the old report, untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl", "rep"]  # no half-built folder left
     monkeypatch.undo()
 
-    assert _audit(requests, "--scenarios", "repeat", "--report-dir", rep).exit_code == 0
+    assert moss_audit(requests, "--scenarios", "repeat", "--report-dir", rep).exit_code == 0
     assert not (rep / "diverging").exists() and not (rep / "plots").exists()  # nothing stale from before
     assert parse_page(rep / "index.html").words.count("No diverging pairs") == 2
 
@@ -170,8 +158,8 @@ def test_a_report_dir_holding_other_files_is_refused_before_the_audit(tmp_path, 
     monkeypatch.setattr(audit_runner, "run_audit", lambda options: pytest.fail("the audit ran"))
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
-    result = _audit("--report-dir", tmp_path / "mine")
-    out = " ".join(result.output.split())
+    result = moss_audit("--report-dir", tmp_path / "mine")
+    out = flat(result.output)
     assert result.exit_code == 2 and "[--report-dir]" in out and "notes.txt" in out
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 

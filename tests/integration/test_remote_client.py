@@ -1,12 +1,12 @@
 """The speech-API client behind `--server`: every way a server can fail is a clear exit 2 naming
 the request and the status; re-sends are reported; auth headers never reach any output."""
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
+from cli_runs import write_rows
 from speech_servers import (  # tests/ is on sys.path
     RATE,
     Behaviour,
@@ -28,14 +28,8 @@ runner = CliRunner()
 
 
 def _requests(tmp_path: Path, n: int = 2) -> Path:
-    path = tmp_path / "r.jsonl"
-    path.write_text(
-        "".join(
-            json.dumps({"id": f"r{i}", "text": f"Request number {i}.", "seed": i, "max_new_frames": 3}) + "\n"
-            for i in range(n)
-        )
-    )
-    return path
+    rows = [{"id": f"r{i}", "text": f"Request number {i}.", "seed": i, "max_new_frames": 3} for i in range(n)]
+    return write_rows(tmp_path / "r.jsonl", rows)
 
 
 def _synth(requests: Path, out: Path, url: str, *extra):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import soundfile as sf
+from cli_runs import write_rows
 from speech_servers import RATE, Behaviour, serving, synthesize  # tests/ is on sys.path
 from typer.testing import CliRunner
 
@@ -24,13 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _requests(tmp_path: Path, n: int, frames: int = 3) -> Path:
-    path = tmp_path / "r.jsonl"
     rows = [{"id": f"r{i:02d}", "text": f"Request {i} of a job.", "max_new_frames": frames} for i in range(n)]
     for i, row in enumerate(rows):
         if i % 2 == 0:
             row["seed"] = i
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
+    return write_rows(tmp_path / "r.jsonl", rows)
 
 
 def _synth(requests: Path, out: Path, url: str, *extra):

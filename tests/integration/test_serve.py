@@ -9,7 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import local_synth, pcm_hash, running, sse_audio
+from cli_runs import write_rows  # tests/ is on sys.path
+from serve_helpers import local_synth, pcm_hash, post_speech, running, sse_audio
 
 from moss_cli.config.requests import read_requests
 from moss_cli.pipeline import SynthOptions
@@ -54,13 +55,8 @@ def local(tmp_path_factory):
 @pytest.fixture(scope="module")
 def speech_bodies(tmp_path_factory):
     """Each record as the JSON body a client sends (the speech API's own mapping)."""
-    path = tmp_path_factory.mktemp("bodies") / "requests.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    path = write_rows(tmp_path_factory.mktemp("bodies") / "requests.jsonl", RECORDS)
     return {r.id: body_from_request(r) for r in read_requests(path)}
-
-
-def _post(url: str, body: dict, **kwargs) -> httpx.Response:
-    return httpx.post(url + SPEECH_PATH, json=body, timeout=60, **kwargs)
 
 
 def test_health_and_models_answer_in_the_openai_shapes(server):
@@ -82,7 +78,7 @@ def test_the_server_reports_the_environment_a_local_run_of_the_same_model_record
 @pytest.mark.parametrize("response_format", ["wav", "pcm", "flac"])
 def test_a_response_holds_exactly_the_audio_and_codes_of_moss_synth(server, local, speech_bodies, response_format):
     for rid in ("unseeded", "calm"):
-        response = _post(server, {**speech_bodies[rid], "response_format": response_format})
+        response = post_speech(server, {**speech_bodies[rid], "response_format": response_format})
         assert response.status_code == 200, response.text
         assert response.headers["content-type"] == MEDIA_TYPES[response_format]
         row = local[rid]
@@ -134,12 +130,12 @@ def test_a_streamed_response_arrives_in_chunks_and_equals_moss_synth(
 def test_concurrent_requests_share_the_batch_and_each_gets_its_audio_alone(server, local, speech_bodies):
     alone = {}
     for rid, body in speech_bodies.items():  # one at a time: the reference
-        response = _post(server, body)
+        response = post_speech(server, body)
         assert response.headers[HEADER_MAX_IN_FLIGHT] == "1"
         alone[rid] = pcm_hash(response.content, "wav")
         assert alone[rid] == local[rid]["pcm_sha256"], rid
     with ThreadPoolExecutor(len(speech_bodies)) as pool:  # 6 at once, max batch 4
-        together = dict(zip(speech_bodies, pool.map(lambda b: _post(server, b), speech_bodies.values())))
+        together = dict(zip(speech_bodies, pool.map(lambda b: post_speech(server, b), speech_bodies.values())))
     for rid, response in together.items():
         assert response.status_code == 200
         assert pcm_hash(response.content, "wav") == alone[rid], rid
@@ -149,7 +145,7 @@ def test_concurrent_requests_share_the_batch_and_each_gets_its_audio_alone(serve
 
 
 def test_seed_headers_follow_the_precedence_of_moss_synth(server, speech_bodies):
-    seeded = _post(server, speech_bodies["seed-zero"]).headers
+    seeded = post_speech(server, speech_bodies["seed-zero"]).headers
     assert (seeded[HEADER_SEED], seeded[HEADER_SEED_SOURCE]) == ("0", "request")  # 0 is a seed
-    unseeded = _post(server, speech_bodies["unseeded"]).headers
+    unseeded = post_speech(server, speech_bodies["unseeded"]).headers
     assert (unseeded[HEADER_SEED], unseeded[HEADER_SEED_SOURCE]) == ("42", "deploy")  # the tiny recipe's seed

@@ -15,15 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from serve_helpers import serve_load  # tests/ is on sys.path
-from typer.testing import CliRunner
-
-from moss_cli.cli.app import app
+from cli_runs import flat, moss, moss_audit, write_rows  # tests/ is on sys.path
+from serve_helpers import serve_load
 
 pytestmark = pytest.mark.slow  # real server processes
 ROOT = Path(__file__).resolve().parents[2]
 load = serve_load()
-runner = CliRunner()
 RECORDS = [
     {"id": "seeded-a", "text": "A request with its own seed.", "seed": 11, "max_new_frames": 16},
     {"id": "seeded-zero", "text": "Seed zero is a seed too.", "seed": 0, "max_new_frames": 12},
@@ -34,11 +31,6 @@ JOB = [
     {"id": f"job-{i:02d}", "text": f"Line {i} of a batch job.", "max_new_frames": 40, **({"seed": i} if i % 2 else {})}
     for i in range(16)
 ]
-
-
-def _file(path: Path, records: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
 
 
 @contextmanager
@@ -55,14 +47,6 @@ def moss_serve(folder: Path, *options: str):
         assert code == 0, (folder / f"serve-{port}.log").read_text()
 
 
-def _audit(url: str, requests: Path, report: Path, *extra, stagger_ms: str | None = "30") -> tuple[int, dict, str]:
-    stagger = ["--stagger-ms", stagger_ms] if stagger_ms is not None else []
-    result = runner.invoke(
-        app, ["audit-determinism", str(requests), "--server", url, *stagger, "--json", str(report), *map(str, extra)]
-    )
-    return result.exit_code, json.loads(report.read_text()) if report.exists() else {}, result.output
-
-
 @pytest.fixture(scope="module")
 def seeded_server(tmp_path_factory):
     with moss_serve(tmp_path_factory.mktemp("serve")) as url:
@@ -70,8 +54,8 @@ def seeded_server(tmp_path_factory):
 
 
 def test_moss_serve_passes_bitwise_with_requests_that_really_ran_together(seeded_server, tmp_path):
-    requests = _file(tmp_path / "r.jsonl", RECORDS)
-    code, report, output = _audit(seeded_server, requests, tmp_path / "a.json", "--level", "bitwise", stagger_ms=None)
+    requests = write_rows(tmp_path / "r.jsonl", RECORDS)
+    code, report, output = moss_audit(requests, "--level", "bitwise", server=seeded_server, report=tmp_path / "a.json")
     assert code == 0, output
     assert {v["verdict"] for v in report["server"]["requests"].values()} == {"identical"}
     assert report["server"]["stagger"].startswith("auto")  # spaced by the measured time alone: they overlap
@@ -87,15 +71,12 @@ def test_moss_serve_passes_bitwise_with_requests_that_really_ran_together(seeded
 def test_a_baseline_of_the_local_audit_is_met_bitwise_by_moss_serve(seeded_server, tmp_path):
     """The same model, deploy and numerics behind a server give the local engine's codes and PCM,
     so a baseline saved on a laptop can gate a deployment."""
-    requests = _file(tmp_path / "r.jsonl", RECORDS)
+    requests = write_rows(tmp_path / "r.jsonl", RECORDS)
     golden = tmp_path / "local-golden.json"
-    local = runner.invoke(
-        app, ["audit-determinism", str(requests), "--scenarios", "batched", "--save-golden", str(golden)]
-    )
+    local = moss_audit(requests, "--scenarios", "batched", "--save-golden", golden)
     assert local.exit_code == 0, local.output
-    code, report, output = _audit(
-        seeded_server, requests, tmp_path / "a.json", "--scenarios", "concurrent", "--golden", golden
-    )
+    gated = (requests, "--scenarios", "concurrent", "--golden", golden)
+    code, report, output = moss_audit(*gated, server=seeded_server, stagger_ms=30, report=tmp_path / "a.json")
     assert code == 0 and report["golden"]["passed"], output
     assert report["golden"]["environment_changes"] == {}  # moss serve reports its engine: the same one
     assert (
@@ -104,20 +85,15 @@ def test_a_baseline_of_the_local_audit_is_met_bitwise_by_moss_serve(seeded_serve
     # The same model served in another dtype: every batch agrees with itself, the baseline does not,
     # and the server's own account of its engine names the cause.
     with moss_serve(tmp_path, "--dtype", "float64") as url:
-        code, report, output = _audit(
-            url, requests, tmp_path / "b.json", "--scenarios", "concurrent", "--golden", golden
-        )
+        code, report, output = moss_audit(*gated, server=url, stagger_ms=30, report=tmp_path / "b.json")
     assert code == 1 and report["summary"]["failures"] == 0, output
     assert "dtype float32 -> float64" in report["golden"]["causes"]
 
 
 def test_synth_through_moss_serve_equals_local_synth_bitwise(seeded_server, tmp_path):
-    requests = _file(tmp_path / "job.jsonl", JOB)
-    local = runner.invoke(app, ["synth", str(requests), "--out", str(tmp_path / "local")])
-    served = runner.invoke(
-        app,
-        ["synth", str(requests), "--out", str(tmp_path / "served"), "--server", seeded_server, "--concurrency", "4"],
-    )
+    requests = write_rows(tmp_path / "job.jsonl", JOB)
+    local = moss("synth", requests, "--out", tmp_path / "local")
+    served = moss("synth", requests, "--out", tmp_path / "served", "--server", seeded_server, "--concurrency", 4)
     assert local.exit_code == 0 and served.exit_code == 0, local.output + served.output
     same = [
         "id",
@@ -138,17 +114,14 @@ def test_synth_through_moss_serve_equals_local_synth_bitwise(seeded_server, tmp_
     for row in a.itertuples():
         assert (tmp_path / "local" / row.file).read_bytes() == (tmp_path / "served" / row.file).read_bytes()
     # Raw PCM (stereo here) decodes by the server's rate and channel headers to the same samples.
-    pcm = runner.invoke(
-        app,
-        ["synth", str(requests), "--out", str(tmp_path / "pcm"), "--server", seeded_server, "--response-format", "pcm"],
-    )
+    pcm = moss("synth", requests, "--out", tmp_path / "pcm", "--server", seeded_server, "--response-format", "pcm")
     assert pcm.exit_code == 0, pcm.output
     c = pd.read_csv(tmp_path / "pcm" / "manifest.csv", dtype={"id": str})[same]
     pd.testing.assert_frame_equal(a, c)
 
 
 def test_synth_through_moss_serve_resumes_after_the_client_is_killed(seeded_server, tmp_path):
-    requests = _file(tmp_path / "job.jsonl", JOB)
+    requests = write_rows(tmp_path / "job.jsonl", JOB)
     out = tmp_path / "out"
     command = [sys.executable, "-m", "moss_cli", "synth", str(requests), "--out", str(out), "--server", seeded_server]
     env = {**load.os.environ, "PYTHONPATH": str(ROOT), "CI": "1"}
@@ -168,7 +141,7 @@ def test_synth_through_moss_serve_resumes_after_the_client_is_killed(seeded_serv
     assert sorted(p.name for p in out.iterdir() if p.is_file()) == sorted(f"{r['id']}.wav" for r in JOB) + [
         "manifest.csv"
     ]
-    clean = runner.invoke(app, ["synth", str(requests), "--out", str(tmp_path / "clean"), "--server", seeded_server])
+    clean = moss("synth", requests, "--out", tmp_path / "clean", "--server", seeded_server)
     assert clean.exit_code == 0
     expected = pd.read_csv(tmp_path / "clean" / "manifest.csv", dtype={"id": str})
     assert list(manifest["pcm_sha256"]) == list(expected["pcm_sha256"])
@@ -176,28 +149,37 @@ def test_synth_through_moss_serve_resumes_after_the_client_is_killed(seeded_serv
 
 def test_legacy_global_rng_is_batch_dependent(tmp_path):
     with moss_serve(tmp_path, "--legacy-global-rng") as url:
-        code, report, output = _audit(
-            url,
-            _file(tmp_path / "r.jsonl", RECORDS),
-            tmp_path / "a.json",
+        code, report, output = moss_audit(
+            write_rows(tmp_path / "r.jsonl", RECORDS),
             "--level",
             "bitwise",
             "--scenarios",
             "concurrent,seeded-neighbours",
+            server=url,
+            stagger_ms=30,
+            report=tmp_path / "a.json",
         )
     assert code == 1, output
     assert "batch-dependent" in report["summary"]["causes"]
     assert all(case["verdict"] == "pass" for case in report["cases"] if case["scenario"] == "repeat")
-    assert "batch-dependent" in " ".join(output.split())
+    assert "batch-dependent" in flat(output)
 
 
 def test_a_deploy_without_a_seed_is_unseeded_and_fails_only_when_strict(tmp_path):
     deploy = ROOT / "recipes" / "moss_tts_local_tiny_unseeded.yaml"
-    requests = _file(tmp_path / "r.jsonl", RECORDS)
+    requests = write_rows(tmp_path / "r.jsonl", RECORDS)
     with moss_serve(tmp_path, "--deploy", str(deploy)) as url:
-        code, report, output = _audit(url, requests, tmp_path / "a.json", "--scenarios", "repeat,concurrent")
-        strict, strict_report, _ = _audit(
-            url, requests, tmp_path / "s.json", "--scenarios", "repeat", "--strict-unseeded"
+        code, report, output = moss_audit(
+            requests, "--scenarios", "repeat,concurrent", server=url, stagger_ms=30, report=tmp_path / "a.json"
+        )
+        strict, strict_report, _ = moss_audit(
+            requests,
+            "--scenarios",
+            "repeat",
+            "--strict-unseeded",
+            server=url,
+            stagger_ms=30,
+            report=tmp_path / "s.json",
         )
     assert code == 0, output
     verdicts = {key: v["verdict"] for key, v in report["server"]["requests"].items()}

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import soundfile as sf
-from serve_helpers import running, sse_events
+from serve_helpers import post_speech, running, sse_events
 from vllm_omni_server import DEFAULT_MODEL, FakeMossLocalEngine, data_url, reference_wav, serving_vllm_omni
 
 from moss_cli.pipeline import SynthOptions
@@ -183,7 +183,7 @@ def servers():
 def _post(url: str, sent: Any, model: str) -> httpx.Response:
     if isinstance(sent, dict) and sent.get("model") == SERVED:
         sent = {**sent, "model": model}
-    return httpx.post(url + SPEECH_PATH, json=sent, timeout=60, trust_env=False)
+    return post_speech(url, sent)
 
 
 def _both(servers, sent: Any) -> tuple[httpx.Response, httpx.Response]:

@@ -5,14 +5,13 @@ does not honour and malformed JSON; 413 sizes), `ref_audio` reads only inline da
 from __future__ import annotations
 
 import base64
-import json
 import os
 import socket
 from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import local_synth, pcm_hash, running
+from serve_helpers import local_synth, pcm_hash, post_speech, running
 
 from moss_cli.pipeline import Synthesizer, SynthOptions
 from moss_cli.serve.requests import Limits
@@ -40,12 +39,6 @@ def server(media):
     limits = Limits.of(Synthesizer(options), ref_audio_bytes=REF_LIMIT)
     with running(options, allowed_media_dir=media, limits=limits) as (url, serving):
         yield url, serving
-
-
-def _post(url: str, body) -> httpx.Response:
-    # json.dumps escapes what httpx would refuse to encode (a lone surrogate is legal JSON)
-    content = json.dumps(body).encode()
-    return httpx.post(url + SPEECH_PATH, content=content, headers={"content-type": "application/json"}, timeout=60)
 
 
 def _error(response: httpx.Response, status: int, param: str | None) -> str:
@@ -105,7 +98,7 @@ def _error(response: httpx.Response, status: int, param: str | None) -> str:
     ],
 )
 def test_a_bad_value_or_a_field_moss_does_not_honour_is_a_400_naming_it(server, change, param):
-    _error(_post(server[0], {**GOOD, **change}), 400, param)
+    _error(post_speech(server[0], {**GOOD, **change}), 400, param)
 
 
 @pytest.mark.parametrize(
@@ -123,7 +116,7 @@ def test_a_bad_value_or_a_field_moss_does_not_honour_is_a_400_naming_it(server, 
     ],
 )
 def test_a_wrong_type_is_a_400_naming_its_field_as_in_vllm_omni(server, body, param):
-    _error(_post(server[0], body), 400, param)
+    _error(post_speech(server[0], body), 400, param)
 
 
 @pytest.mark.parametrize(
@@ -139,7 +132,7 @@ def test_a_wrong_type_is_a_400_naming_its_field_as_in_vllm_omni(server, body, pa
     ],
 )
 def test_values_vllm_omni_takes_at_their_meaning_are_taken(server, change, seed):
-    response = _post(server[0], {**GOOD, **change})
+    response = post_speech(server[0], {**GOOD, **change})
     assert response.status_code == 200, response.text
     assert response.headers["x-moss-seed"] == seed
 
@@ -155,7 +148,7 @@ def test_malformed_json_another_content_type_and_invalid_utf8_are_400s(server):
 
 
 def test_an_unknown_model_is_a_404_and_unknown_routes_a_plain_404_in_the_error_shape(server):
-    response = _post(server[0], {**GOOD, "model": "tts-1"})
+    response = post_speech(server[0], {**GOOD, "model": "tts-1"})
     _error(response, 404, "model")
     assert (response.json()["error"]["type"], response.json()["error"]["code"]) == ("NotFoundError", 404)
     response = httpx.get(server[0] + "/v1/nothing", timeout=5)
@@ -172,13 +165,13 @@ def test_an_unknown_model_is_a_404_and_unknown_routes_a_plain_404_in_the_error_s
     ],
 )
 def test_messages_name_the_bodys_fields_not_the_request_files(server, change, param, words, file_words):
-    message = _error(_post(server[0], {**GOOD, **change}), 400, param)
+    message = _error(post_speech(server[0], {**GOOD, **change}), 400, param)
     assert words in message and file_words not in message
 
 
 def test_a_text_longer_than_the_model_can_hold_is_a_413(server):
     too_long = server[1].intake.limits.text_bytes + 1
-    _error(_post(server[0], {**GOOD, "input": "a" * too_long}), 413, "input")
+    _error(post_speech(server[0], {**GOOD, "input": "a" * too_long}), 413, "input")
 
 
 def test_a_body_over_the_limit_is_a_413_whether_declared_or_streamed(server):
@@ -204,15 +197,16 @@ def test_a_body_over_the_limit_is_a_413_whether_declared_or_streamed(server):
 
 def test_reference_paths_are_refused_outside_the_allowed_folder(server, media):
     url = server[0]
-    assert "allowed-media-dir" in _error(_post(url, {**GOOD, "ref_audio": str(VOICE)}), 400, "ref_audio")
+    assert "allowed-media-dir" in _error(post_speech(url, {**GOOD, "ref_audio": str(VOICE)}), 400, "ref_audio")
     for escape in ("../outside/secret.wav", "voices/escape.wav", "voices/../../x.wav", "voices/missing.wav"):
-        _error(_post(url, {**GOOD, "ref_audio": escape}), 400, "ref_audio")
+        _error(post_speech(url, {**GOOD, "ref_audio": escape}), 400, "ref_audio")
     for url_ref in ("http://127.0.0.1:1/voice.wav", "https://example.com/voice.wav"):
-        assert "never fetches" in _error(_post(url, {**GOOD, "ref_audio": url_ref}), 400, "ref_audio")
-    _error(_post(url, {**GOOD, "ref_audio": "data:audio/wav;base64,!!!"}), 400, "ref_audio")
-    _error(_post(url, {**GOOD, "ref_audio": "data:audio/wav;base64,UklGRjAwMDBXQVZF"}), 400, "ref_audio")  # not audio
+        assert "never fetches" in _error(post_speech(url, {**GOOD, "ref_audio": url_ref}), 400, "ref_audio")
+    _error(post_speech(url, {**GOOD, "ref_audio": "data:audio/wav;base64,!!!"}), 400, "ref_audio")
+    not_audio = "data:audio/wav;base64,UklGRjAwMDBXQVZF"  # base64 fine, but no audio in it
+    _error(post_speech(url, {**GOOD, "ref_audio": not_audio}), 400, "ref_audio")
     big = "data:audio/wav;base64," + base64.b64encode(b"\0" * (REF_LIMIT + 10)).decode()
-    _error(_post(url, {**GOOD, "ref_audio": big}), 413, "ref_audio")
+    _error(post_speech(url, {**GOOD, "ref_audio": big}), 413, "ref_audio")
 
 
 def test_reference_voices_inline_or_allowed_clone_exactly_as_moss_synth(server, media, tmp_path):
@@ -220,7 +214,7 @@ def test_reference_voices_inline_or_allowed_clone_exactly_as_moss_synth(server, 
     record = {"id": "voice", "text": "Hello there.", "seed": 1, "max_new_frames": 12, "ref_audio": str(VOICE)}
     local = local_synth([record], tmp_path)["voice"]
     for ref in (data_uri(VOICE), "voices/voice.wav", f"file://{media / 'voices' / 'voice.wav'}"):
-        response = _post(url, {**GOOD, "ref_audio": ref})
+        response = post_speech(url, {**GOOD, "ref_audio": ref})
         assert response.status_code == 200, response.text
         assert pcm_hash(response.content, "wav") == local["pcm_sha256"], ref
         assert response.headers[HEADER_CODES_SHA256] == local["codes_sha256"]
@@ -231,6 +225,6 @@ def test_reference_voices_inline_or_allowed_clone_exactly_as_moss_synth(server, 
 def test_the_server_still_serves_after_every_bad_request(server):
     url = server[0]
     for bad in ({"top_p": 9}, {"seed": "x"}, {"ref_audio": "/etc/passwd"}):
-        assert _post(url, {**GOOD, **bad}).status_code == 400
+        assert post_speech(url, {**GOOD, **bad}).status_code == 400
     assert httpx.get(url + "/health", timeout=5).status_code == 200
-    assert _post(url, GOOD).status_code == 200
+    assert post_speech(url, GOOD).status_code == 200

@@ -4,17 +4,15 @@ shown), up to --retries."""
 
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import running_long, sse_events
-from typer.testing import CliRunner
+from cli_runs import moss, write_rows  # tests/ is on sys.path
+from serve_helpers import post_speech, running_long, sse_events
 
-from moss_cli.cli.app import app
 from moss_cli.speech_api import SPEECH_PATH
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -27,14 +25,13 @@ def queued(tmp_path_factory):
         yield url
 
 
-def _post(url: str, seed: int) -> httpx.Response:
-    body = {"input": f"Request {seed}.", "seed": seed, "max_new_tokens": FRAMES, "response_format": "pcm"}
-    return httpx.post(url + SPEECH_PATH, json=body, timeout=120)
-
-
 def test_past_the_queue_the_answer_is_503_with_retry_after_and_the_queue_stays_bounded(queued):
+    bodies = [
+        {"input": f"Request {seed}.", "seed": seed, "max_new_tokens": FRAMES, "response_format": "pcm"}
+        for seed in range(6)
+    ]
     with ThreadPoolExecutor(6) as pool:
-        answers = list(pool.map(lambda seed: _post(queued, seed), range(6)))
+        answers = list(pool.map(lambda body: post_speech(queued, body, timeout=120), bodies))
     statuses = sorted(a.status_code for a in answers)
     assert statuses.count(200) >= 2 and statuses.count(503) >= 1, statuses
     assert set(statuses) <= {200, 503}
@@ -48,9 +45,9 @@ def test_past_the_queue_the_answer_is_503_with_retry_after_and_the_queue_stays_b
 def test_the_client_waits_as_retry_after_says_and_sends_again(queued, tmp_path):
     requests = tmp_path / "r.jsonl"
     rows = [{"id": f"r{i}", "text": f"Request {i}.", "seed": i, "max_new_frames": FRAMES} for i in range(4)]
-    requests.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(requests, rows)
     args = ["synth", str(requests), "--server", queued, "-o", str(tmp_path / "out"), "--concurrency", "4"]
-    result = CliRunner().invoke(app, [*args, "--retries", "20"])
+    result = moss(*args, "--retries", 20)
     assert result.exit_code == 0, result.output
     assert "retry:" in result.output and "--max-queue" in result.output
     assert len(list((tmp_path / "out").glob("r*.wav"))) == 4
@@ -65,7 +62,7 @@ def timed(tmp_path_factory):
 def test_a_request_past_its_time_is_cancelled_frees_its_place_and_gets_a_clear_error(timed):
     url, serving = timed
     long = {"input": "A long request.", "seed": 1, "max_new_tokens": 3000}
-    answer = httpx.post(url + SPEECH_PATH, json=long, timeout=60)
+    answer = post_speech(url, long)
     assert answer.status_code == 504
     assert "--request-timeout" in answer.json()["error"]["message"]
     with httpx.stream("POST", url + SPEECH_PATH, json={**long, "stream_format": "audio"}, timeout=60) as streamed:
@@ -73,7 +70,7 @@ def test_a_request_past_its_time_is_cancelled_frees_its_place_and_gets_a_clear_e
         with pytest.raises(httpx.HTTPError):  # a raw stream is cut, not finished
             for _ in streamed.iter_raw():
                 pass
-    events = sse_events(httpx.post(url + SPEECH_PATH, json={**long, "stream": True}, timeout=60).content)
+    events = sse_events(post_speech(url, {**long, "stream": True}).content)
     name, error = events[-1]  # an event stream says so in its last event
     assert name == "speech.audio.error" and "--request-timeout" in error["error"]["message"]
     assert error["error"]["code"] == 504
@@ -81,5 +78,5 @@ def test_a_request_past_its_time_is_cancelled_frees_its_place_and_gets_a_clear_e
     while serving.engine.in_flight and time.monotonic() < deadline:
         time.sleep(0.05)
     assert serving.engine.in_flight == 0 and serving.engine.cancellations >= 2
-    short = httpx.post(url + SPEECH_PATH, json={**long, "max_new_tokens": 3}, timeout=60)
+    short = post_speech(url, {**long, "max_new_tokens": 3})
     assert short.status_code == 200

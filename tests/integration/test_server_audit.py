@@ -8,17 +8,15 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 import soundfile as sf
-from speech_servers import Behaviour, serving, synthesize  # tests/ is on sys.path
-from typer.testing import CliRunner
+from cli_runs import AuditRun, flat, moss, moss_audit, write_rows  # tests/ is on sys.path
+from speech_servers import Behaviour, serving, synthesize
 
 from moss_cli.audit.scenarios import SERVER_SCENARIOS
 from moss_cli.audit.verdicts import RUN_TO_RUN, Rules, alone
-from moss_cli.cli.app import app
 from moss_cli.config.requests import Request
 from moss_cli.io.audio import pcm_sha256
 from moss_cli.io.outcome import Outcome
 
-runner = CliRunner()
 REQUESTS = [
     {"id": "seeded", "text": "A request with its own seed.", "seed": 5, "max_new_frames": 3},
     {"id": "unseeded", "text": "A request without a seed.", "max_new_frames": 3},
@@ -29,29 +27,13 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 @pytest.fixture
 def requests(tmp_path) -> Path:
-    path = tmp_path / "requests.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in REQUESTS))
-    return path
+    return write_rows(tmp_path / "requests.jsonl", REQUESTS)
 
 
-def _audit(behaviour: Behaviour, requests: Path, tmp_path: Path, *extra) -> tuple[int, dict, str]:
+def _audit(behaviour: Behaviour, requests: Path, tmp_path: Path, *extra) -> AuditRun:
+    """The audit of a server that behaves as `behaviour` (tests/speech_servers.py)."""
     with serving(behaviour) as url:
-        result = runner.invoke(
-            app,
-            [
-                "audit-determinism",
-                str(requests),
-                "--server",
-                url,
-                "--stagger-ms",
-                "20",
-                "--json",
-                str(tmp_path / "audit.json"),
-                *map(str, extra),
-            ],
-        )
-    report = json.loads((tmp_path / "audit.json").read_text()) if (tmp_path / "audit.json").exists() else {}
-    return result.exit_code, report, result.output
+        return moss_audit(requests, *extra, server=url, stagger_ms=20, report=tmp_path / "audit.json")
 
 
 def _verdicts(report: dict) -> dict[str, str]:
@@ -91,7 +73,7 @@ def test_a_batch_dependent_server_fails_and_the_report_dir_holds_both_audio_file
     )
     assert code == 1, output
     assert _verdicts(report) == {"seeded": "batch-dependent", "unseeded": "batch-dependent"}
-    assert "batch-dependent" in " ".join(output.split())
+    assert "batch-dependent" in flat(output)
     failing = [c for c in report["cases"] if c["verdict"] == "fail"]
     assert {c["scenario"] for c in failing} == {"concurrent", "seeded-neighbours"}
     case = next(c for c in failing if c["scenario"] == "concurrent" and c["request"] == "seeded")
@@ -155,19 +137,19 @@ def test_with_the_deploy_file_an_unseeded_request_that_varies_fails_deploy_seed_
     code, report, output = _audit(behaviour, requests, tmp_path, *scenarios)
     assert code == 0 and _verdicts(report)["unseeded"] == "unseeded", output
     assert "--deploy FILE" in report["server"]["requests"]["unseeded"]["detail"]
-    assert "Deploy seed: not checked: pass --deploy FILE" in " ".join(output.split())
+    assert "Deploy seed: not checked: pass --deploy FILE" in flat(output)
 
 
 def test_fields_the_server_would_drop_are_refused_before_anything_is_sent(requests, tmp_path):
     path = tmp_path / "dropped.jsonl"
-    path.write_text(json.dumps(GREEDY) + "\n" + json.dumps({"text": "x", "instruction": "Calm."}) + "\n")
+    write_rows(path, [GREEDY, {"text": "x", "instruction": "Calm."}])
     behaviour = Behaviour()
     code, _, output = _audit(behaviour, path, tmp_path)
-    flat = " ".join(output.split())
-    assert code == 2 and "dropped.jsonl" in flat and behaviour.seen == []
-    assert "dropped.jsonl:1 [audio_temperature]: vllm-omni's speech request has no such field" in flat
-    assert "dropped.jsonl:2 [instruction]: vllm-omni's MOSS-TTS-Local prompt ignores it" in flat
-    assert "--allow-dropped-fields" in flat
+    words = flat(output)
+    assert code == 2 and "dropped.jsonl" in words and behaviour.seen == []
+    assert "dropped.jsonl:1 [audio_temperature]: vllm-omni's speech request has no such field" in words
+    assert "dropped.jsonl:2 [instruction]: vllm-omni's MOSS-TTS-Local prompt ignores it" in words
+    assert "--allow-dropped-fields" in words
     # Allowed: sent with a warning; a server without moss's headers is taken to sample "greedy" requests.
     code, report, output = _audit(behaviour, path, tmp_path, "--scenarios", "repeat,seeds", "--allow-dropped-fields")
     assert code == 0, output
@@ -187,7 +169,7 @@ def test_a_server_that_refuses_reference_audio_skips_the_voices_scenario_and_say
     assert code == 0, output
     assert "voices" not in report["summary"]["scenarios"]
     assert "refuses reference audio" in report["server"]["skipped"]["voices"]
-    assert "skipped voices" in " ".join(output.split())
+    assert "skipped voices" in flat(output)
 
 
 def _output(pcm: np.ndarray, seed_source: str) -> Outcome:
@@ -217,7 +199,7 @@ def test_differing_alone_with_greedy_decoding_or_a_claimed_seed_is_run_to_run():
 )
 def test_bad_server_audit_options_exit_2(requests, tmp_path, args, message):
     code, _, output = _audit(Behaviour(), requests, tmp_path, *args)
-    assert code == 2 and message in " ".join(output.split())
+    assert code == 2 and message in flat(output)
 
 
 def test_a_server_baseline_saved_today_passes_tomorrow_and_catches_another_build(requests, tmp_path):
@@ -234,7 +216,7 @@ def test_a_server_baseline_saved_today_passes_tomorrow_and_catches_another_build
     assert drifted == 1 and report["summary"]["failures"] == 0, output
     assert {d["request"]: d["reason"] for d in report["golden"]["drifts"]} == {"seeded": "pcm", "unseeded": "pcm"}
     assert "codes not reported, different PCM bytes" in report["golden"]["drifts"][0]["detail"]
-    assert "golden drift: 2 request(s) drifted" in " ".join(output.split())
+    assert "golden drift: 2 request(s) drifted" in flat(output)
 
 
 def test_a_server_baseline_with_codes_hashes_names_drifted_codes(requests, tmp_path):
@@ -251,9 +233,9 @@ def test_moss_diff_compares_two_server_baselines_by_their_audio(requests, tmp_pa
     today, tomorrow = tmp_path / "today.json", tmp_path / "tomorrow.json"
     assert _audit(Behaviour(), requests, tmp_path, "--save-golden", today)[0] == 0
     assert _audit(Behaviour(rebuilt=True), requests, tmp_path, "--save-golden", tomorrow)[0] == 0
-    same = runner.invoke(app, ["diff", str(today), str(today)])
+    same = moss("diff", today, today)
     assert same.exit_code == 0, same.output
-    differ = runner.invoke(app, ["diff", str(today), str(tomorrow), "--json", str(tmp_path / "d.json")])
+    differ = moss("diff", today, tomorrow, "--json", tmp_path / "d.json")
     assert differ.exit_code == 1, differ.output
     cases = json.loads((tmp_path / "d.json").read_text())["cases"]
     assert {c["status"] for c in cases} == {"differs"} and {c["codes_equal"] for c in cases} == {None}
@@ -278,10 +260,10 @@ def test_every_problem_of_a_request_file_for_a_server_is_reported_at_once(tmp_pa
         {"text": "y", "ref_audio": "silence.wav"},
         {"text": "z", "audio_top_k": 3},
     ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(path, rows)
     behaviour = Behaviour()
     code, _, output = _audit(behaviour, path, tmp_path)
-    flat = " ".join(output.split())
+    words = flat(output)
     assert code == 2 and behaviour.seen == []
     for where in ("mixed.jsonl:1 [seed]", "mixed.jsonl:2 [ref_audio]", "mixed.jsonl:3 [audio_top_k]"):
-        assert where in flat, flat
+        assert where in words, words

@@ -6,41 +6,36 @@ deploy-seed fix its items fail `deploy-seed-not-applied`, after it they pass; a 
 batch route skips that path and says why."""
 
 import asyncio
-import json
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import httpx
 import pytest
 import soundfile as sf
-from serve_helpers import running  # tests/ is on sys.path
+from cli_runs import AuditRun, moss_audit, write_rows  # tests/ is on sys.path
+from serve_helpers import running
 from speech_servers import Behaviour, serving
-from typer.testing import CliRunner
 from vllm_omni_server import FakeMossLocalEngine, SpeechBatchItem, data_url, reference_wav, serving_vllm_omni
 
 from moss_cli.audit.page import audit_view
-from moss_cli.cli.app import app
 from moss_cli.io.reference_audio import synthetic_voice
 from moss_cli.pipeline import SynthOptions
 from moss_cli.remote.client import ServerError, SpeechClient
 from moss_cli.remote.settings import ServerOptions
 
-runner = CliRunner()
 DEPLOY = Path(__file__).resolve().parents[2] / "recipes" / "moss_tts_local_v1.5.yaml"  # seed 42
 UNSEEDED = ["plain", "continued"]
 PATHS = ["single", "sse", "raw-stream", "batch"]
 ALL_PATHS = "repeat,streaming,raw-stream,batch"
-REPORTS = {"json": "audit.json", "junit": "junit.xml", "markdown": "summary.md"}
+REPORTS = {"junit": "junit.xml", "markdown": "summary.md"}  # and the JSON report, audit.json
 
 
-def _audit(url: str, folder: Path, *args) -> tuple[int, dict, str]:
+def _audit(url: str, folder: Path, *args) -> AuditRun:
     """The audit with its JSON, JUnit and Markdown reports in `folder` (no --report-dir: its plots
     of every diverging pair take long)."""
     folder.mkdir()
     reports = [f"--{kind}={folder / name}" for kind, name in REPORTS.items()]
-    result = runner.invoke(app, ["audit-determinism", "--server", url, "--stagger-ms", "5", *reports, *map(str, args)])
-    report = folder / "audit.json"
-    return result.exit_code, json.loads(report.read_text()) if report.exists() else {}, " ".join(result.output.split())
+    return moss_audit(*reports, *args, server=url, stagger_ms=5, report=folder / "audit.json", flat_output=True)
 
 
 def _path_suite(folder: Path) -> ET.Element:
@@ -67,9 +62,7 @@ def _requests(folder: Path) -> Path:
         {"id": "seeded", "text": "A seed of its own.", "ref_audio": "voice.wav", "seed": 7, "max_new_frames": 6},
         {"id": "continued", "text": " and on it goes.", "ref_audio": "voice.wav", "ref_text": "It starts"},
     ]
-    path = folder / "requests.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_rows(folder / "requests.jsonl", rows)
 
 
 def _batch_run(report: dict) -> dict:
@@ -138,7 +131,7 @@ def test_after_the_fix_every_path_passes_and_batch_items_get_the_deploy_seed(tmp
 def test_a_server_without_the_batch_route_skips_that_path_and_says_why(tmp_path):
     requests = tmp_path / "r.jsonl"
     rows = [{"id": "unseeded", "text": "No seed.", "max_new_frames": 3}, {"id": "seeded", "text": "Seed.", "seed": 5}]
-    requests.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(requests, rows)
     with serving(Behaviour(moss_headers=True)) as url:
         code, report, output = _audit(url, tmp_path / "r", requests, "--scenarios", "repeat,batch")
     assert code == 0, output
@@ -166,7 +159,7 @@ def test_moss_serve_passes_on_every_path_bitwise(tmp_path):
         {"id": "u2", "text": "Another one without a seed.", "max_new_frames": 8},
         {"id": "s1", "text": "Seeded.", "seed": 3, "max_new_frames": 6},
     ]
-    requests.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(requests, rows)
     with running(SynthOptions(device="cpu", max_batch=4)) as (url, _):
         code, report, output = _audit(url, tmp_path / "r", requests, "--level", "bitwise", "--scenarios", ALL_PATHS)
     assert code == 0, output

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from cli_runs import write_rows  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from moss_cli.assets import TINY_DEPLOY
@@ -34,13 +35,8 @@ def _stop_head(monkeypatch, choice: int, on_call=None):
     monkeypatch.setattr(talker_module.MossTTSLocal, "stop_logits", stop_logits)
 
 
-def _write(path: Path, lines: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    return path
-
-
 def test_manifest_says_why_each_request_stopped(tmp_path, monkeypatch):
-    requests = _write(
+    requests = write_rows(
         tmp_path / "r.jsonl", [{"id": "capped", "text": "Long enough to hit the cap.", "max_new_frames": 3}]
     )
     _stop_head(monkeypatch, talker_module.CONTINUE)
@@ -51,7 +47,7 @@ def test_manifest_says_why_each_request_stopped(tmp_path, monkeypatch):
 
 
 def test_an_empty_result_is_reported_and_fail_on_empty_makes_it_an_error(tmp_path, monkeypatch):
-    requests = _write(tmp_path / "r.jsonl", [{"id": "silent", "text": "Nothing comes out."}])
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "silent", "text": "Nothing comes out."}])
     _stop_head(monkeypatch, talker_module.STOP)
     out = tmp_path / "out"
     result = runner.invoke(app, ["synth", str(requests), "--out", str(out), "--json"])
@@ -66,7 +62,7 @@ def test_an_empty_result_is_reported_and_fail_on_empty_makes_it_an_error(tmp_pat
 
 
 def test_legacy_global_rng_records_the_global_seed_not_the_deploy_seed(tmp_path):
-    requests = _write(tmp_path / "r.jsonl", [{"id": "a", "text": "One."}, {"id": "b", "text": "Two.", "seed": 7}])
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "a", "text": "One."}, {"id": "b", "text": "Two.", "seed": 7}])
     result = runner.invoke(app, ["synth", str(requests), "--out", str(tmp_path / "out"), "--legacy-global-rng"])
     assert result.exit_code == 0, result.output
     manifest = pd.read_csv(tmp_path / "out" / "manifest.csv")
@@ -105,7 +101,7 @@ def test_time_to_first_audio_is_first_chunk_delivery_minus_admission(
     (tmp_path / "deploy.yaml").write_text(yaml.safe_dump(deploy))
     synth = Synthesizer(SynthOptions(device="cpu", deploy=tmp_path / "deploy.yaml"), clock=clock)
     requests = read_requests(
-        _write(tmp_path / "r.jsonl", [{"id": "long", "text": "A long one.", "max_new_frames": 200}])
+        write_rows(tmp_path / "r.jsonl", [{"id": "long", "text": "A long one.", "max_new_frames": 200}])
     )
     [result] = list(synth.run(synth.prepare(requests), stream=True))
     assert result.frames == 200
@@ -115,8 +111,8 @@ def test_time_to_first_audio_is_first_chunk_delivery_minus_admission(
 
 def test_files_from_another_request_file_are_listed_not_deleted(tmp_path):
     out = tmp_path / "out"
-    first = _write(tmp_path / "first.jsonl", [{"id": "old-one", "text": "Earlier.", "max_new_frames": 2}])
-    second = _write(tmp_path / "second.jsonl", [{"id": "new-one", "text": "Later.", "max_new_frames": 2}])
+    first = write_rows(tmp_path / "first.jsonl", [{"id": "old-one", "text": "Earlier.", "max_new_frames": 2}])
+    second = write_rows(tmp_path / "second.jsonl", [{"id": "new-one", "text": "Later.", "max_new_frames": 2}])
     assert runner.invoke(app, ["synth", str(first), "--out", str(out)]).exit_code == 0
     result = runner.invoke(app, ["synth", str(second), "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
@@ -128,7 +124,7 @@ def test_files_from_another_request_file_are_listed_not_deleted(tmp_path):
 
 def test_files_of_the_same_requests_in_another_format_are_not_called_another_request_files(tmp_path):
     out = tmp_path / "out"
-    requests = _write(tmp_path / "r.jsonl", [{"id": "same-one", "text": "Both times.", "max_new_frames": 2}])
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "same-one", "text": "Both times.", "max_new_frames": 2}])
     assert runner.invoke(app, ["synth", str(requests), "--out", str(out)]).exit_code == 0
     result = runner.invoke(app, ["synth", str(requests), "--out", str(out), "--format", "flac", "--json"])
     assert result.exit_code == 0, result.output

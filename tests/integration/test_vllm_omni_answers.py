@@ -4,11 +4,11 @@ no re-send changes: a setting of the server), and vLLM's schema error (a dump of
 errors). moss itself sends a request file's reference inline, `file://` URIs included."""
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
 import soundfile as sf
+from cli_runs import write_rows
 from speech_servers import Behaviour, serving  # tests/ is on sys.path
 from typer.testing import CliRunner
 from vllm_omni_server import FakeMossLocalEngine, data_url, reference_wav, serving_vllm_omni
@@ -48,10 +48,8 @@ def _voice(tmp_path: Path) -> Path:
 
 
 def _requests(tmp_path: Path, **fields) -> Path:
-    path = tmp_path / "r.jsonl"
     rows = [{"id": f"r{i}", "text": f"Request number {i}.", "seed": i, "max_new_frames": 3, **fields} for i in (1, 2)]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
+    return write_rows(tmp_path / "r.jsonl", rows)
 
 
 def test_a_file_uri_without_the_servers_option_is_a_setting_to_change_and_is_not_re_sent():

@@ -3,33 +3,25 @@ vllm-omni 0.30.0's MOSS-TTS-Local (tests/vllm_omni_server.py): it requires `ref_
 unknown fields, answers 48 kHz stereo, streams server-sent events, and samples unseeded requests
 from one process-wide RNG (before the deploy-seed fix) or from the deploy seed (after it)."""
 
-import json
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-from typer.testing import CliRunner
-from vllm_omni_server import FakeMossLocalEngine, serving_vllm_omni  # tests/ is on sys.path
+from cli_runs import AuditRun, moss, moss_audit, write_rows  # tests/ is on sys.path
+from vllm_omni_server import FakeMossLocalEngine, serving_vllm_omni
 
-from moss_cli.cli.app import app
 from moss_cli.io.reference_audio import synthetic_voice
 from moss_cli.remote.reply import decode_audio
 from moss_cli.speech_api import body_from_request
 
-runner = CliRunner()
 DEPLOY = Path(__file__).resolve().parents[2] / "recipes" / "moss_tts_local_v1.5.yaml"  # seed 42
 BUILT_IN_UNSEEDED = {"short-unseeded", "long-unseeded", "twin-a", "twin-b", "instructed"}
 
 
-def _audit(url: str, tmp_path: Path, *args) -> tuple[int, dict, str]:
-    report = tmp_path / "audit.json"
-    report.unlink(missing_ok=True)
-    result = runner.invoke(
-        app, ["audit-determinism", "--server", url, "--stagger-ms", "5", "--json", str(report), *map(str, args)]
-    )
-    return result.exit_code, json.loads(report.read_text()) if report.exists() else {}, " ".join(result.output.split())
+def _audit(url: str, tmp_path: Path, *args) -> AuditRun:
+    return moss_audit(*args, server=url, stagger_ms=5, report=tmp_path / "audit.json", flat_output=True)
 
 
 def _verdicts(report: dict) -> dict[str, str]:
@@ -49,9 +41,7 @@ def _requests_with_references(tmp_path: Path) -> Path:
         {"id": "seeded", "text": "A seed of its own.", "ref_audio": voice, "seed": 7, "max_new_frames": 10},
         {"id": "continued", "text": " and on it goes.", "ref_audio": voice, "ref_text": "It starts", "language": "en"},
     ]
-    path = tmp_path / "voices.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_rows(tmp_path / "voices.jsonl", rows)
 
 
 @pytest.mark.slow  # the whole default audit: a few hundred requests
@@ -119,7 +109,7 @@ def test_a_request_file_without_references_is_refused_before_the_audit(tmp_path)
 def test_fields_vllm_omni_drops_are_refused_and_a_dropped_greedy_is_judged_sampled(tmp_path):
     path = tmp_path / "dropped.jsonl"
     voice = _voice_file(tmp_path).name
-    path.write_text(json.dumps({"id": "g", "text": "Greedy?", "ref_audio": voice, "audio_temperature": 0}) + "\n")
+    write_rows(path, [{"id": "g", "text": "Greedy?", "ref_audio": voice, "audio_temperature": 0}])
     engine = FakeMossLocalEngine(fixed=True)
     with serving_vllm_omni(engine) as url:
         code, _, output = _audit(url, tmp_path, path)
@@ -136,9 +126,7 @@ def test_synth_through_the_server_writes_48_khz_stereo_files_equal_to_what_it_se
     with serving_vllm_omni(FakeMossLocalEngine(fixed=True)) as url:
         for fmt in ("wav", "pcm"):
             out = tmp_path / f"out-{fmt}"
-            result = runner.invoke(
-                app, ["synth", str(path), "--server", url, "--out", str(out), "--response-format", fmt]
-            )
+            result = moss("synth", path, "--server", url, "--out", out, "--response-format", fmt)
             assert result.exit_code == 0, result.output
         from moss_cli.config.requests import read_requests
 
