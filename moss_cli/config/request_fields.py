@@ -1,5 +1,6 @@
-"""One request record: its fields, what each may hold, and the checks that turn a parsed JSON
-object or CSV row into a `Request` (or into problems, each with its line and field)."""
+"""One request record: its fields, what each may hold, and the checks that turn it into a
+`Request` (or into problems, each with its line and field): `validate_record` reads a parsed JSON
+object or CSV row, `make_request` applies moss's rules to its values, and to a body's (serve)."""
 
 from __future__ import annotations
 
@@ -96,22 +97,23 @@ class Problem:
     message: str
 
 
+# The order a record's problems are listed in: the order of the checks, unknown fields first.
+CHECK_ORDER = ("text", "id", "seed", "max_new_frames", *SAMPLING_FIELDS, *PROMPT_FIELDS, "ref_audio", "ref_text")
+
+
 def validate_record(
     record: dict, line: int, stem: str, problems: list[Problem], base: Path = Path(".")
 ) -> Request | None:
-    before = len(problems)
+    """A parsed JSON object or CSV row as a Request: its keys and the JSON types of its text, id and
+    reference are read here, the rest is `make_request`'s. Every problem is appended, in `CHECK_ORDER`."""
+    found: list[Problem] = []
 
     def bad(field_name: str, message: str) -> None:
-        problems.append(Problem(line, field_name, message))
+        found.append(Problem(line, field_name, message))
 
     for key in record:
         if key in OPENAI_SAMPLING:
-            bad(
-                str(key),
-                f"{key!r} is not a request field: vllm-omni drops it silently and samples MOSS-TTS-Local audio at "
-                f"fixed values ({AUDIO_SAMPLER_TEXT}); for a local run, "
-                f"{OPENAI_SAMPLING[key]!r} overrides the audio sampler",
-            )
+            bad(str(key), sampler_refusal(key))
         elif key not in FIELDS:
             hint = difflib.get_close_matches(str(key), FIELDS, n=1)
             bad(
@@ -122,63 +124,11 @@ def validate_record(
     text = record.get("text")
     if not isinstance(text, str):
         bad("text", "missing 'text'" if text is None else f"'text' must be a string, got {type(text).__name__}")
-    elif not text.strip():
-        bad("text", "'text' is empty")
-
+        text = None
     request_id = record.get("id", f"{stem}-{line:05d}")
     if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
         bad("id", f"'id' must be a string, got {type(request_id).__name__}")
-    else:
-        request_id = str(request_id)
-        if not SAFE_ID.match(request_id) or request_id.lower().split(".")[0] in RESERVED_IDS:
-            bad(
-                "id",
-                f"id {request_id!r} is not a safe file name: ASCII letters, digits, '.', '_' and '-' only, at "
-                "most 128 characters, starting with a letter or digit (no leading '.', '_' or '-'), no path "
-                "separators or '..', not a reserved name such as CON or NUL",
-            )
-        elif ".." in request_id:
-            bad("id", f"id {request_id!r} must not contain '..'")
-
-    seed = record.get("seed")
-    if seed is not None and (not is_int64(seed)):
-        bad("seed", f"'seed' must be an integer in the signed 64-bit range, got {seed!r}")
-    frames = record.get("max_new_frames")
-    if frames is not None and (
-        not is_integer(frames) or not 1 <= frames <= MAX_FRAMES_LIMIT
-    ):  # 0 frames would be an empty file
-        bad("max_new_frames", f"'max_new_frames' must be an integer in [1, {MAX_FRAMES_LIMIT}], got {frames!r}")
-
-    sampling = {}
-    for key in SAMPLING_FIELDS:
-        value = record.get(key)
-        if value is None:
-            continue
-        number = is_number(value)
-        if key == "audio_temperature" and not (number and value >= 0):
-            bad(key, f"'audio_temperature' must be a number >= 0 (0 means greedy), got {value!r}")
-        elif key == "audio_top_p" and not (number and 0 < value <= 1):
-            bad(key, f"'audio_top_p' must be in (0, 1], got {value!r}")
-        elif key == "audio_top_k" and not (number and isinstance(value, int) and value >= 0):
-            bad(key, f"'audio_top_k' must be an integer >= 0 (0 disables it), got {value!r}")
-        elif key == "audio_repetition_penalty" and not (number and value > 0):
-            bad(key, f"'audio_repetition_penalty' must be a number > 0, got {value!r}")
-        else:
-            sampling[key] = value
-
-    fields = {}
-    for key in PROMPT_FIELDS:
-        value = record.get(key)
-        if value is None:
-            continue
-        if key == "tokens" and (not is_integer(value) or value < 0):
-            bad(key, f"'tokens' (duration hint in tokens) must be a non-negative integer, got {value!r}")
-        elif key != "tokens" and not isinstance(value, str):
-            bad(key, f"'{key}' must be a string, got {type(value).__name__}")
-        elif key == "language" and (hint := _language_problem(value)):
-            bad(key, hint)
-        else:
-            fields[key] = value
+        request_id = None
     ref_audio, ref_text = record.get("ref_audio"), record.get("ref_text")
     if ref_audio is not None and (not isinstance(ref_audio, str) or not ref_audio.strip()):
         bad("ref_audio", "'ref_audio' must be a path to an audio file")
@@ -199,23 +149,125 @@ def validate_record(
                     f"'ref_audio' is a URL ({ref_audio[:80]!r}); moss reads reference audio from local files and "
                     "does not fetch URLs: download the file and give its path (relative to the request file's folder)",
                 )
+    refused_audio = any(p.field == "ref_audio" for p in found)
     if ref_text is not None and not isinstance(ref_text, str):
         bad("ref_text", f"'ref_text' must be a string, got {type(ref_text).__name__}")
-    elif ref_text is not None and ref_audio is None:
+        ref_text = None
+    request = make_request(
+        found,
+        line,
+        id=None if request_id is None else str(request_id),
+        text=text,
+        seed=record.get("seed"),
+        max_new_frames=record.get("max_new_frames"),
+        prompt_fields={key: record[key] for key in PROMPT_FIELDS if key in record},
+        sampling={key: record[key] for key in SAMPLING_FIELDS if key in record},
+        ref_audio=None if ref_audio is None or refused_audio else base / Path(ref_audio).expanduser(),
+        ref_text=None if refused_audio else ref_text,  # the transcript of a refused reference is not judged
+    )
+    problems += sorted(found, key=lambda p: CHECK_ORDER.index(p.field) if p.field in CHECK_ORDER else -1)
+    return None if found else request
+
+
+def make_request(
+    problems: list[Problem],
+    line: int,
+    *,
+    id: str | None,
+    text: str | None,
+    seed: Any = None,
+    max_new_frames: Any = None,
+    prompt_fields: dict[str, Any],
+    sampling: dict[str, Any],
+    ref_audio: Path | None = None,
+    ref_text: str | None = None,
+) -> Request | None:
+    """moss's rules for one request, on the values of a request file's record or of a body (as
+    pydantic read it): the Request, or None with each problem appended. A text or id of None was
+    refused by its reader. A seed, frame budget, prompt field or sampler value may come as JSON wrote
+    it (a file's record, a body's extra_params): each check's message names its type and range at once."""
+    before = len(problems)
+
+    def bad(field_name: str, message: str) -> None:
+        problems.append(Problem(line, field_name, message))
+
+    if text is not None and not text.strip():
+        bad("text", "'text' is empty")
+    if id is not None:
+        if not SAFE_ID.match(id) or id.lower().split(".")[0] in RESERVED_IDS:
+            bad(
+                "id",
+                f"id {id!r} is not a safe file name: ASCII letters, digits, '.', '_' and '-' only, at "
+                "most 128 characters, starting with a letter or digit (no leading '.', '_' or '-'), no path "
+                "separators or '..', not a reserved name such as CON or NUL",
+            )
+        elif ".." in id:
+            bad("id", f"id {id!r} must not contain '..'")
+
+    if seed is not None and (not is_int64(seed)):
+        bad("seed", f"'seed' must be an integer in the signed 64-bit range, got {seed!r}")
+    if max_new_frames is not None and (
+        not is_integer(max_new_frames) or not 1 <= max_new_frames <= MAX_FRAMES_LIMIT
+    ):  # 0 frames would be an empty file
+        bad(
+            "max_new_frames",
+            f"'max_new_frames' must be an integer in [1, {MAX_FRAMES_LIMIT}], got {max_new_frames!r}",
+        )
+
+    checked_sampling = {}
+    for key in SAMPLING_FIELDS:
+        value = sampling.get(key)
+        if value is None:
+            continue
+        number = is_number(value)
+        if key == "audio_temperature" and not (number and value >= 0):
+            bad(key, f"'audio_temperature' must be a number >= 0 (0 means greedy), got {value!r}")
+        elif key == "audio_top_p" and not (number and 0 < value <= 1):
+            bad(key, f"'audio_top_p' must be in (0, 1], got {value!r}")
+        elif key == "audio_top_k" and not (number and isinstance(value, int) and value >= 0):
+            bad(key, f"'audio_top_k' must be an integer >= 0 (0 disables it), got {value!r}")
+        elif key == "audio_repetition_penalty" and not (number and value > 0):
+            bad(key, f"'audio_repetition_penalty' must be a number > 0, got {value!r}")
+        else:
+            checked_sampling[key] = value
+
+    fields = {}
+    for key in PROMPT_FIELDS:
+        value = prompt_fields.get(key)
+        if value is None:
+            continue
+        if key == "tokens" and (not is_integer(value) or value < 0):
+            bad(key, f"'tokens' (duration hint in tokens) must be a non-negative integer, got {value!r}")
+        elif key != "tokens" and not isinstance(value, str):
+            bad(key, f"'{key}' must be a string, got {type(value).__name__}")
+        elif key == "language" and (hint := _language_problem(value)):
+            bad(key, hint)
+        else:
+            fields[key] = value
+    if ref_text is not None and ref_audio is None:
         bad("ref_text", "'ref_text' is the transcript of 'ref_audio', which is missing")
 
-    if len(problems) > before:
+    if len(problems) > before or text is None or id is None:
         return None
     return Request(
-        id=request_id,
+        id=id,
         text=text,
         line=line,
         seed=seed,
-        max_new_frames=frames,
+        max_new_frames=max_new_frames,
         prompt_fields=fields,
-        sampling=sampling,
-        ref_audio=None if ref_audio is None else base / Path(ref_audio).expanduser(),
+        sampling=checked_sampling,
+        ref_audio=ref_audio,
         ref_text=ref_text if ref_text and ref_text.strip() else None,
+    )
+
+
+def sampler_refusal(key: str) -> str:
+    """Why an OpenAI-style sampling field (`OPENAI_SAMPLING`) is refused, in a request file or a body."""
+    return (
+        f"{key!r} is not a request field: vllm-omni drops it silently and samples MOSS-TTS-Local audio at "
+        f"fixed values ({AUDIO_SAMPLER_TEXT}); for a local run, "
+        f"{OPENAI_SAMPLING[key]!r} overrides the audio sampler"
     )
 
 

@@ -6,18 +6,20 @@ openai/protocol/audio.py:58-347 in the 0.30.0 wheel) with their JSON types, alia
 ranges, plus moss's extensions. `read_speech` turns a JSON body into one, or into a 400 naming the
 field. Then each field is either honoured as vllm-omni honours it for MOSS-TTS-Local, or refused
 with a 400 saying why (`refusals`); fields neither side knows are refused by name too, where
-vllm-omni drops them (a typo must not pass silently). `record_of` turns the rest into a
-request-file record. docs/serve.md has the table, field by field.
+vllm-omni drops them (a typo must not pass silently). `record_of` turns the rest into the
+values of a request (`Asked`), for the checks a request file's values pass (`make_request`).
+docs/serve.md has the table, field by field.
 """
 
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from ..config.request_fields import SAMPLING_FIELDS
+from ..config.request_fields import SAMPLING_FIELDS, sampler_refusal
 from ..validation import INT64_MAX, INT64_MIN
 from ..vllm_omni import EXTRA_PARAMS, OPENAI_SAMPLING
 from .audio import STREAM_FORMATS
@@ -198,39 +200,42 @@ def refusals(speech: SpeechRequest, keys: set[str], sample_rate: int) -> list[tu
     return found
 
 
-def record_of(speech: SpeechRequest) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """The request-file record a body asks for (for `validate_record`), and the problems of the
-    fields that do not map: unknown ones, extra_params moss does not take, conflicts. `ref_audio`
-    is left to the server, which reads the media."""
-    record: dict[str, Any] = {"text": speech.input}
+@dataclass(frozen=True)
+class Asked:
+    """The request a body asks for, in moss's names (for `make_request`); its ref_audio is left to
+    the server, which reads the media."""
+
+    text: str
+    seed: int | None
+    max_new_frames: int | None
+    prompt_fields: dict[str, Any]  # extra_params' values as JSON wrote them
+    sampling: dict[str, float | int]
+    ref_text: str | None
+
+
+def record_of(speech: SpeechRequest) -> tuple[Asked, list[tuple[str, str]]]:
+    """The request a body asks for, and the problems of the fields that do not map: unknown ones,
+    extra_params moss does not take, conflicts."""
+    named = {"instruction": speech.instructions, "language": speech.language, "ambient_sound": speech.ambient_sound}
+    fields: dict[str, Any] = {name: value for name, value in named.items() if value is not None}
+    seed = speech.seed
     problems: list[tuple[str, str]] = []
-    for field, name in (
-        ("instructions", "instruction"),
-        ("max_new_tokens", "max_new_frames"),
-        ("language", "language"),
-        ("ref_text", "ref_text"),
-        ("seed", "seed"),
-        ("ambient_sound", "ambient_sound"),
-        *((key, key) for key in SAMPLING_FIELDS),
-    ):
-        if (value := getattr(speech, field)) is not None:
-            record[name] = value
     for name, value in (speech.extra_params or {}).items():
         where = f"extra_params.{name}"
         if name in EXTRA_PARAMS:
-            if name in record and record[name] != value:  # ambient_sound, given twice
+            if name in fields and fields[name] != value:  # ambient_sound, given twice
                 problems.append((name, f"{name} and {where} differ; give one of them"))
-            record[name] = value
+            fields[name] = value
         elif name == "tts_local_seed":  # the residual sampler's seed in vllm-omni; `seed` overrides it
             try:
-                seed = SEED.validate_python(value)  # read as `seed` is: "7" is 7, null is none
+                local_seed = SEED.validate_python(value)  # read as `seed` is: "7" is 7, null is none
             except ValidationError as e:
                 problems.append((where, f"{e.errors()[0]['msg']} (a seed is a signed 64-bit integer), got {value!r}"))
                 continue
-            if seed is not None and speech.seed is not None and speech.seed != seed:
-                problems.append((where, f"seed {speech.seed} and tts_local_seed {seed} differ; give one of them"))
-            elif seed is not None:
-                record["seed"] = seed
+            if local_seed is not None and speech.seed is not None and speech.seed != local_seed:
+                problems.append((where, f"seed {speech.seed} and tts_local_seed {local_seed} differ; give one of them"))
+            elif local_seed is not None:
+                seed = local_seed
         elif name in STAGE0_SAMPLING:
             problems.append(
                 (
@@ -241,12 +246,14 @@ def record_of(speech: SpeechRequest) -> tuple[dict[str, Any], list[tuple[str, st
             )
         else:
             problems.append((where, f"unknown field; expected one of {', '.join((*EXTRA_PARAMS, 'tts_local_seed'))}"))
-    for key in speech.model_extra or {}:
-        if key in OPENAI_SAMPLING:  # the request-file check says what vllm-omni does with it
-            record[key] = speech.model_extra[key]
-        elif key == "speaker":  # `voice` took the value
+    extra = speech.model_extra or {}
+    for key in extra:
+        if key == "speaker":  # `voice` took the value
             problems.append((key, "'voice' and 'speaker' are one field; give one of them"))
-        else:
+        elif key not in OPENAI_SAMPLING:
             hint = difflib.get_close_matches(key, KNOWN, n=1)
             problems.append((key, "unknown field" + (f"; did you mean {hint[0]!r}?" if hint else "")))
-    return record, problems
+    # after the other problems, as a request file's check lists them: what vllm-omni does with each
+    problems += [(key, sampler_refusal(key)) for key in extra if key in OPENAI_SAMPLING]
+    sampling = {key: value for key in SAMPLING_FIELDS if (value := getattr(speech, key)) is not None}
+    return Asked(speech.input, seed, speech.max_new_tokens, fields, sampling, speech.ref_text), problems

@@ -1,5 +1,5 @@
 """A JSON body -> a request the engine can run: vllm-omni's field types and moss's decision for
-each field (`protocol`), the same field checks as a request file (`validate_record`), the same
+each field (`protocol`), the same field checks as a request file (`make_request`), the same
 preparation as `moss synth` (`Synthesizer.prepare`: seed precedence, frame budget, prompt
 length), plus the limits a server needs. Every problem is an ApiError naming the body's field."""
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config.request_fields import Problem, Request, validate_record
+from ..config.request_fields import Problem, Request, make_request
 from ..config.requests import DEFAULT_MAX_LINE_BYTES, RequestFileError
 from ..pipeline import Prepared, Synthesizer
 from .errors import ApiError, body_field, invalid
@@ -70,23 +70,33 @@ class Intake:
         """Check a body and prepare its request (it may read and tokenize: call it off the event loop)."""
         speech = read_speech(body)
         self._check_model(speech.model)
-        record, problems = record_of(speech)
+        asked, problems = record_of(speech)
         problems = refusals(speech, set(body), self.synth.codec_config.sampling_rate) + problems
-        self._check_text_size(record)
+        self._check_text_size({"text": asked.text, "ref_text": asked.ref_text, **asked.prompt_fields})
         rid = f"req-{uuid.uuid4().hex}"  # the server's own id: never a name a body chose
-        media = None
+        reference_file = None
         if isinstance(speech.ref_audio, str):
             media = reference_media(
                 speech.ref_audio, allowed_dir=self.allowed_media_dir, limit=self.limits.ref_audio_bytes
             )
-            record["ref_audio"] = str(self.folder / f"{rid}{media.suffix}")
+            reference_file = self.folder / f"{rid}{media.suffix}"
         found: list[Problem] = []  # every problem at once, as for a request file
-        request = validate_record({**record, "id": rid}, 1, "body", found, self.folder)
+        request = make_request(
+            found,
+            1,
+            id=rid,
+            text=asked.text,
+            seed=asked.seed,
+            max_new_frames=asked.max_new_frames,
+            prompt_fields=asked.prompt_fields,
+            sampling=asked.sampling,
+            ref_audio=reference_file,
+            ref_text=asked.ref_text,
+        )
         problems += [(body_field(p.field), p.message) for p in found]
         if problems:
             raise invalid(problems)
-        reference_file = Path(record["ref_audio"]) if media is not None else None
-        if media is not None:
+        if reference_file is not None:
             fd = os.open(reference_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(media.data)
@@ -117,12 +127,12 @@ class Intake:
         texts = (request.text, request.prompt_fields.get("instruction") or "")
         return sum(len(self.synth.prompts.encode(text)) for text in texts if text.strip())
 
-    def _check_text_size(self, record: dict[str, Any]) -> None:
+    def _check_text_size(self, texts: dict[str, Any]) -> None:
         sizes = {}
         for key in TEXT_FIELDS:
-            if isinstance(record.get(key), str):
+            if isinstance(texts.get(key), str):
                 try:
-                    sizes[key] = len(record[key].encode("utf-8"))
+                    sizes[key] = len(texts[key].encode("utf-8"))
                 except UnicodeEncodeError:  # JSON can spell a lone surrogate; no tokenizer takes one
                     raise ApiError(400, "the text is not valid Unicode (a lone surrogate)", body_field(key)) from None
         if sum(sizes.values()) > self.limits.text_bytes:

@@ -2,17 +2,27 @@
 
 from pathlib import Path
 
-from moss_cli.config.request_fields import Problem, validate_record
+from moss_cli.config.request_fields import Problem, make_request
 from moss_cli.config.requests import Request
 from moss_cli.serve.protocol import read_speech, record_of
 from moss_cli.speech_api import body_from_request
 
 
 def _read_back(body):
-    record, problems = record_of(read_speech(body))
+    asked, problems = record_of(read_speech(body))
     assert problems == []
     found: list[Problem] = []
-    request = validate_record({**record, "id": "x"}, 1, "body", found)
+    request = make_request(
+        found,
+        1,
+        id="x",
+        text=asked.text,
+        seed=asked.seed,
+        max_new_frames=asked.max_new_frames,
+        prompt_fields=asked.prompt_fields,
+        sampling=asked.sampling,
+        ref_text=asked.ref_text,
+    )
     assert found == []
     return request
 
