@@ -18,6 +18,19 @@ AUDIO_SAMPLER_TEXT = (
     f"top_k {AUDIO_SAMPLER['top_k']}, repetition_penalty {AUDIO_SAMPLER['repetition_penalty']}"
 )
 
+# What a deployment's stage-0 keys drive for MOSS-TTS-Local (`moss config show`): not the audio sampler.
+AUDIO_SAMPLER_SHORT = "/".join(str(AUDIO_SAMPLER[k]) for k in ("temperature", "top_p", "top_k", "repetition_penalty"))
+STAGE0_NOTE = (
+    f"vllm-omni {VERSION} samples MOSS-TTS-Local's audio codes at "
+    f"{AUDIO_SAMPLER_TEXT.replace('repetition_penalty', 'repetition penalty')} whatever stage 0 says, and the "
+    f"continue/stop gate at {STOP_GATE['temperature']} / top_k {STOP_GATE['top_k']} / top_p {STOP_GATE['top_p']} "
+    "(model_executor/models/moss_tts/modeling_moss_tts_talker.py:1634-1654, modeling_moss_tts_local_depth.py:274-276)"
+)
+# The body's extra_params that vllm-omni sets on stage 0 (serving_speech.py:2023-2025), whose MOSS-TTS-Local
+# logits are one-hot, so they change no audio.
+STAGE0_SAMPLING = ("temperature", "top_p", "top_k")
+DEFAULT_VOICE = "default"  # the voice vllm-omni reads as no voice (serving_speech.py:2526-2528)
+
 # The speech body (entrypoints/openai/protocol/audio.py): request-file field -> body field, where
 # they differ only by name; the MOSS prompt fields that have no body field travel in `extra_params`.
 RENAMED = {"text": "input", "instruction": "instructions", "max_new_frames": "max_new_tokens"}

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..vllm_omni import AUDIO_SAMPLER_SHORT, STAGE0_NOTE
 from .deploy_checks import (
     PLATFORMS,
     DeployWarning,
@@ -104,7 +105,7 @@ V1_5_DEFAULTS: dict[str, Any] = {
 
 # What each stage-0 key drives in a vllm-omni 0.30.0 MOSS-TTS-Local deployment and in moss, for
 # `moss config show` (vllm-omni paths: the vllm_omni package of its 0.30.0 wheel).
-NOT_AUDIO = "not the audio (fixed 1.7 / 0.8 / 25 / 1.0)"
+NOT_AUDIO = f"not the audio (fixed {AUDIO_SAMPLER_SHORT.replace('/', ' / ')})"
 STAGE0_DRIVES: dict[str, tuple[str, str]] = {
     "default_sampling_params.temperature": (NOT_AUDIO, NOT_AUDIO),
     "default_sampling_params.top_p": (NOT_AUDIO, NOT_AUDIO),
@@ -122,10 +123,7 @@ STAGE0_DRIVES: dict[str, tuple[str, str]] = {
     "max_model_len": ("prompt + frames, at most", "prompt + frames, at most"),
 }
 DRIVES_NOTE = (
-    "vllm-omni 0.30.0 samples MOSS-TTS-Local's audio codes at temperature 1.7, top_p 0.8, top_k 25, repetition "
-    "penalty 1.0 whatever stage 0 says, and the continue/stop gate at 1.0 / top_k 50 / top_p 1.0 "
-    "(model_executor/models/moss_tts/modeling_moss_tts_talker.py:1634-1654, modeling_moss_tts_local_depth.py:274-276); "
-    "moss samples the same. An explicit request seed becomes the audio sampler's tts_local_seed "
+    f"{STAGE0_NOTE}; moss samples the same. An explicit request seed becomes the audio sampler's tts_local_seed "
     "(entrypoints/openai/serving_speech.py:2036-2044). A request's audio_* fields override the audio sampler in "
     "local runs only."
 )

@@ -21,7 +21,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, Va
 
 from ..config.request_fields import SAMPLING_FIELDS, sampler_refusal
 from ..validation import INT64_MAX, INT64_MIN
-from ..vllm_omni import EXTRA_PARAMS, OPENAI_SAMPLING
+from ..vllm_omni import DEFAULT_VOICE, EXTRA_PARAMS, OPENAI_SAMPLING, STAGE0_SAMPLING
 from .audio import STREAM_FORMATS
 from .errors import ApiError, schema_error
 
@@ -30,9 +30,6 @@ Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 # `int | None` in [-2**63, 2**63 - 1] (audio.py:160-166), read in pydantic's lax mode as vllm-omni reads it,
 # so "7" is 7 and -1 is the seed -1 (docs/serve.md, "Seeds").
 SEED = TypeAdapter(Int64 | None)
-DEFAULT_VOICE = "default"  # vllm-omni reads it as no voice (serving_speech.py:2526-2528)
-# extra_params that vllm-omni sets on stage 0 (serving_speech.py:2023-2025)
-STAGE0_SAMPLING = ("temperature", "top_p", "top_k")
 REFERENCE_KEYS = ("audio_path", "text")
 
 
