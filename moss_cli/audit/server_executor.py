@@ -22,12 +22,11 @@ from .. import __version__
 from ..config.deploy import load_deploy
 from ..config.effective import SeedSource
 from ..config.requests import Request
-from ..errors import MossError
 from ..io.outcome import Outcome
 from ..remote.client import ServerError, SpeechClient, all_or_nothing
 from ..remote.reply import Reply
 from ..remote.request_file import read_for_server, reference_sha256
-from ..remote.voice import voice_refusal
+from ..remote.voice import refuse_unvoiced, voice_refusal
 from ..speech_api import BATCH_PATH, batch_item_lacks, body_from_request
 from .builtin import builtin_requests
 from .scenarios import (
@@ -122,16 +121,7 @@ class ServerExecutor:
         if said is None:
             self.voice_note = "not required: the server answers a request without ref_audio"
             return
-        missing = [r for r in self._requests if r.ref_audio is None]
-        if self.options.requests is not None and missing:
-            lines = ", ".join(str(r.line) for r in missing)
-            raise MossError(
-                f"the server requires a reference voice (it answers a request without one: {said!r}), and the "
-                f"request(s) on line(s) {lines} have no ref_audio",
-                file=self.options.requests,
-                line=missing[0].line,
-                field="ref_audio",
-            )
+        refuse_unvoiced(said, self._requests, self.options.requests)
         voice = default_voice(self.workdir)
         self._requests = with_voice(self._requests, voice)
         self.target = dataclasses.replace(self.target, voice=voice)

@@ -35,7 +35,7 @@ from ..remote.client import Retry, ServerError, SpeechClient
 from ..remote.reply import Reply
 from ..remote.request_file import read_for_server
 from ..remote.settings import ServerOptions
-from ..remote.voice import voice_refusal
+from ..remote.voice import refuse_unvoiced, voice_refusal
 from ..report.page import MAX_PLOTTED_PAIRS
 from ..speech_api import body_from_request
 from .arms import arm_seed, check_deploy_seed, must_hold
@@ -306,15 +306,7 @@ class ServerBench:
         said = await voice_refusal(client, probe.id, body_from_request(probe, model=self.options.server.model, seed=1))
         if said is None:
             return "not required: the server answers a request without ref_audio"
-        missing = [r for r in self.requests if r.ref_audio is None]
-        if self.options.requests is not None and missing:
-            raise MossError(
-                f"the server requires a reference voice (it answers a request without one: {said!r}), and the "
-                f"request(s) on line(s) {', '.join(str(r.line) for r in missing)} have no ref_audio",
-                file=self.options.requests,
-                line=missing[0].line,
-                field="ref_audio",
-            )
+        refuse_unvoiced(said, self.requests, self.options.requests)
         self.requests = with_voice(self.requests, default_voice(workdir))
         return f"required ({said}); the built-in requests carry a synthetic 2 s voice"
 
