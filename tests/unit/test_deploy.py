@@ -416,11 +416,13 @@ def test_resolving_requests_never_mutates_the_shared_defaults():
     assert other.seed == 42 and other.seed_source == "deploy" and other.audio.temperature == 1.7
 
 
-def test_frame_budget_is_capped_by_max_tokens_and_the_model_length(tmp_path):
+def test_a_requests_frames_replace_max_tokens_within_the_model_length(tmp_path):
     config = load_deploy(TINY_DEPLOY)  # max_tokens 200, max_model_len 1024
     assert frame_budget(Request(id="a", text="x", line=1), config, 100) == 200
     assert frame_budget(Request(id="a", text="x", line=1, max_new_frames=10), config, 100) == 10
-    assert frame_budget(Request(id="a", text="x", line=1, max_new_frames=5000), config, 100) == 200
+    # vllm-omni replaces max_tokens by the request's max_new_tokens, larger too (tts_adapters/base.py:108-120)
+    assert frame_budget(Request(id="a", text="x", line=1, max_new_frames=300), config, 100) == 300
+    assert frame_budget(Request(id="a", text="x", line=1, max_new_frames=5000), config, 100) == 924
     assert frame_budget(Request(id="a", text="x", line=1), config, 900) == 124
 
 
