@@ -46,6 +46,9 @@ class DeployConfigError(ConfigError):
     def describe(self) -> str:
         return "\n".join(problem.describe() for problem in self.problems)
 
+    def __reduce__(self):  # a worker's error crosses to the driver pickled
+        return type(self), (self.problems,)
+
 
 def _problem(message: str, sources: dict[tuple, Source], path: tuple, file) -> ConfigError:
     """A ConfigError at the file and line of the value at `path` (or of the first value under it)."""

@@ -150,6 +150,7 @@ def test_a_typo_in_the_deploy_file_is_refused_before_anything_is_sent(requests, 
     assert "typo.yaml:4 [stages.0.default_sampling_params.sed]: unknown key 'sed'" in flat(output)
     assert "did you mean 'seed'" in flat(output)
 
+
 def test_fields_the_server_would_drop_are_refused_before_anything_is_sent(requests, tmp_path):
     path = tmp_path / "dropped.jsonl"
     write_rows(path, [GREEDY, {"text": "x", "instruction": "Calm."}])

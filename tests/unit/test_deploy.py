@@ -1,6 +1,7 @@
 """The deploy-config layer: base_config, platforms, provenance, validation, seed precedence."""
 
 import copy
+import pickle
 import re
 import warnings
 import zipfile
@@ -480,6 +481,7 @@ def test_a_typo_in_a_stage_is_refused_with_every_other_problem_of_the_file(tmp_p
     ]
     assert "did you mean 'max_num_seqs'" in lines[0] and "did you mean 'seed'" in lines[1]
     assert "SamplingParams has no such field" in lines[1]
+    assert pickle.loads(pickle.dumps(err.value)).describe() == str(err.value)  # as a scale-out worker sends it
 
 
 def test_unknown_keys_where_vllm_omni_ignores_them_only_warn(tmp_path):
