@@ -7,7 +7,7 @@ vllm-omni paths are those of its 0.30.0 wheel's `vllm_omni` package. A stage's k
 other key into `engine_extras`); the server's stage set-up refuses an engine argument that no config
 owns (`config/omni_config.py:1299-1327`, "has explicit engine argument(s) with no structured config
 owner"). `default_sampling_params` becomes vLLM's `SamplingParams(**...)` for an LLM stage, and both
-stages of MOSS-TTS-Local are LLM stages (`model_executor/models/moss_tts/pipeline.py:36,48`), so an
+stages of MOSS-TTS-Local are LLM stages (`model_executor/models/moss_tts/pipeline.py:100,117`), so an
 unknown key there is a TypeError at stage start (`engine/stage_init_utils.py:636,728`). A diffusion
 stage's `OmniDiffusionSamplingParams` knows other keys; moss accepts those only in a file that is not
 MOSS-TTS-Local's (--allow-foreign-deploy), whose stage kinds it cannot know.
@@ -183,7 +183,7 @@ DIFFUSION_SAMPLING_KEYS = _names(
 )
 
 # DeployConfig's fields (config/stage_config.py:568-602) and base_config (config/stage_config.py:763-789):
-# load_deploy_config reads no other top-level key (config/stage_config.py:792-835).
+# load_deploy_config reads no other top-level key (config/stage_config.py:792-834).
 TOP_KEYS = _names(
     """
     async_chunk session_mode model_runner active_stream_window duplex_session connectors edges stages platforms
@@ -193,5 +193,5 @@ TOP_KEYS = _names(
     "base_config",
 )
 
-# A platform section: its model runner and its stage entries (config/stage_config.py:859-928).
+# A platform section: its model runner and its stage entries (config/stage_config.py:859-926).
 PLATFORM_KEYS = _names("model_runner stages")
