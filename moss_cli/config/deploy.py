@@ -16,7 +16,8 @@ for the device in use. Resolution follows vllm-omni's loader (`vllm_omni/config/
   deep, `env` merges, every other key (e.g. `compilation_config`) is replaced whole.
 
 Keys vllm-omni understands but that mean nothing offline (devices, gpu_memory_utilization,
-compilation_config, ...) are accepted and ignored. A file that names another model or stage
+compilation_config, ...) are accepted and ignored; a key vllm-omni does not know (deploy_keys.py) is
+refused, with every other problem of the file. A file that names another model or stage
 layout (vllm-omni ships deploy files for many models in the same format) is refused unless the
 caller allows it. Every resolved value remembers the file and line it came from, for
 `moss config show` and for error messages.
@@ -31,10 +32,12 @@ from ..errors import ConfigError
 from ..vllm_omni import AUDIO_SAMPLER_SHORT, STAGE0_NOTE
 from .deploy_checks import (
     PLATFORMS,
+    DeployConfigError,
     DeployWarning,
     check_model,
     check_platform,
     check_platform_sections,
+    unknown_keys,
     validate,
 )
 from .deploy_config import DeployConfig
@@ -51,6 +54,7 @@ from .deploy_merge import (
 
 __all__ = [
     "DeployConfig",
+    "DeployConfigError",
     "DeployWarning",
     "Source",
     "PLATFORMS",
@@ -132,7 +136,8 @@ DRIVES_NOTE = (
 def load_deploy(path: str | Path | None, platform: str = "cpu", allow_foreign: bool = False) -> DeployConfig:
     """Resolve a deploy file (base_config chain, then the `platforms.<platform>` section).
     `path=None` gives vllm-omni's MOSS-TTS-Local v1.5 defaults. A file that names another model or
-    stage layout is an error, or with `allow_foreign` a DeployWarning."""
+    stage layout is an error, or with `allow_foreign` a DeployWarning. Unknown keys, bad values and
+    bad platform sections raise one DeployConfigError that lists them all."""
     check_platform(platform)
     if path is None:
         tree = wrap(V1_5_DEFAULTS, None, BUILT_IN)
@@ -143,11 +148,18 @@ def load_deploy(path: str | Path | None, platform: str = "cpu", allow_foreign: b
         if problem:
             raise ConfigError(f"deploy config {problem}", file=file)
         tree = read_chain(file, [])
+    written_sources: dict[tuple, Source] = {}
+    written = unwrap(tree, (), written_sources)  # as written (merged), for the key check
     tree = apply_platform(platform_notes(flatten_stages(tree)), platform)
     sources: dict[tuple, Source] = {}
     data = unwrap(tree, (), sources)
     config = DeployConfig(file, platform, data, sources)
-    check_platform_sections(config)
-    check_model(config, allow_foreign)  # before the value checks: "wrong model" explains more than a bad value
-    validate(config)
+    foreign = check_model(config, allow_foreign)  # first, alone: "wrong model" explains more than a bad value
+    problems = [
+        *check_platform_sections(config),
+        *unknown_keys(written, written_sources, file, foreign),
+        *validate(config),
+    ]
+    if problems:
+        raise DeployConfigError(problems)
     return config

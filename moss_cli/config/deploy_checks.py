@@ -1,6 +1,8 @@
-"""What a resolved deploy config must satisfy: values in range, platform names vllm-omni knows,
-and a model and stage layout that are MOSS-TTS-Local's (vllm-omni ships deploy files for many
-models in one format; another model's file is refused, or with allow_foreign only warned about)."""
+"""What a resolved deploy config must satisfy: keys vllm-omni knows, values in range, platform names
+vllm-omni knows, and a model and stage layout that are MOSS-TTS-Local's (vllm-omni ships deploy files
+for many models in one format; another model's file is refused, or with allow_foreign only warned
+about). The key, value and platform checks return their problems, so that a file's problems are
+reported together (DeployConfigError)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,14 @@ from typing import Any
 from ..errors import ConfigError
 from ..validation import is_int64, is_integer, is_number
 from .deploy_config import DeployConfig
+from .deploy_keys import (
+    DIFFUSION_SAMPLING_KEYS,
+    PLATFORM_KEYS,
+    RUNTIME_KEYS,
+    SAMPLING_KEYS,
+    STAGE_KEYS,
+    TOP_KEYS,
+)
 from .deploy_merge import Source, display_path
 
 # vllm-omni's platforms (OmniPlatformEnum / builtin_omni_platform_plugins in vllm_omni/platforms/),
@@ -23,6 +33,32 @@ MODEL_RUNNERS = ("v1", "v2")
 
 class DeployWarning(UserWarning):
     """A deploy file is usable but probably not what its author meant (shown, never fatal)."""
+
+
+class DeployConfigError(ConfigError):
+    """Every problem of a deploy file, one per line, each with its file, line and field."""
+
+    def __init__(self, problems: list[ConfigError]) -> None:
+        self.problems = problems
+        first = problems[0]
+        super().__init__(first.message, file=first.file, line=first.line, field=first.field)
+
+    def describe(self) -> str:
+        return "\n".join(problem.describe() for problem in self.problems)
+
+    def __reduce__(self):  # a worker's error crosses to the driver pickled
+        return type(self), (self.problems,)
+
+
+def _problem(message: str, sources: dict[tuple, Source], path: tuple, file) -> ConfigError:
+    """A ConfigError at the file and line of the value at `path` (or of the first value under it)."""
+    src = sources.get(path) or _source_under(sources, path)
+    return ConfigError(
+        message,
+        file=src.file if src and src.file else file,
+        line=src.line if src else None,
+        field=".".join(str(p) for p in path),
+    )
 
 
 def check_platform(platform: str) -> None:
@@ -40,28 +76,80 @@ def _did_you_mean(name: Any, choices) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def validate(config: DeployConfig) -> None:
+# Why vllm-omni refuses an unknown key in each part of a stage (see deploy_keys.py).
+NOT_AN_ENGINE_ARG = "vllm-omni refuses it as an engine argument no config owns"
+NOT_A_SAMPLING_PARAM = "vLLM's SamplingParams has no such field"
+
+
+def unknown_keys(tree: dict, sources: dict[tuple, Source], file, foreign: bool) -> list[ConfigError]:
+    """A problem for each key of a stage (its engine_args, engine_extras, default_sampling_params)
+    that vllm-omni refuses, in the merged tree before its stages are flattened (so `engine_args:`
+    keeps its lines); a DeployWarning for each unknown key where vllm-omni ignores it (the top level,
+    a platform section, a stage's runtime). `foreign`: another model's file, whose stages may be
+    diffusion stages with their own sampling keys."""
+    problems: list[ConfigError] = []
+    sampling = SAMPLING_KEYS | DIFFUSION_SAMPLING_KEYS if foreign else SAMPLING_KEYS
+
+    def check(mapping: Any, known: frozenset[str], path: tuple, refused: str | None = None) -> None:
+        if not isinstance(mapping, dict):
+            return
+        where = ".".join(str(p) for p in path) or "the top level"
+        for key in mapping:
+            if key in known:
+                continue
+            message = f"unknown key {key!r} in {where}{_did_you_mean(key, known)}"
+            if refused:
+                problems.append(_problem(f"{message}: {refused}", sources, (*path, key), file))
+            else:
+                _warn(
+                    f"{message}: vllm-omni ignores it",
+                    sources.get((*path, key)) or _source_under(sources, (*path, key)),
+                )
+
+    def check_stages(stages: Any, path: tuple) -> None:
+        for stage_id, stage in (stages if isinstance(stages, dict) else {}).items():
+            at = (*path, stage_id)
+            check(stage, STAGE_KEYS, at, NOT_AN_ENGINE_ARG)
+            if not isinstance(stage, dict):
+                continue
+            check(stage.get("engine_args"), STAGE_KEYS, (*at, "engine_args"), NOT_AN_ENGINE_ARG)
+            check(stage.get("engine_extras"), STAGE_KEYS, (*at, "engine_extras"), NOT_AN_ENGINE_ARG)
+            check(
+                stage.get("default_sampling_params"), sampling, (*at, "default_sampling_params"), NOT_A_SAMPLING_PARAM
+            )
+            check(stage.get("runtime"), RUNTIME_KEYS, (*at, "runtime"))
+
+    check(tree, TOP_KEYS, ())
+    check_stages(tree.get("stages"), ("stages",))
+    platforms = tree.get("platforms")
+    for name, section in (platforms if isinstance(platforms, dict) else {}).items():
+        check(section, PLATFORM_KEYS, ("platforms", name))
+        if isinstance(section, dict):
+            check_stages(section.get("stages"), ("platforms", name, "stages"))
+    return problems
+
+
+def validate(config: DeployConfig) -> list[ConfigError]:
+    """The problems of stage 0's values and the codec streaming keys."""
+    problems: list[ConfigError] = []
+
     def fail(message: str, *path) -> None:
-        src = config.sources.get(tuple(path))
-        raise ConfigError(
-            message,
-            file=src.file if src else config.path,
-            line=src.line if src else None,
-            field=".".join(str(p) for p in path),
-        )
+        problems.append(_problem(message, config.sources, tuple(path), config.path))
 
     stages = config.data.get("stages")
     if not isinstance(stages, dict) or 0 not in stages:
-        raise ConfigError("no stage with stage_id 0 (the talker)", file=config.path, field="stages")
+        fail("no stage with stage_id 0 (the talker)", "stages")
+        return problems
     stage0 = stages[0]
     for key in ("max_num_seqs", "max_model_len"):
         value = stage0.get(key)
         if value is not None and (not is_integer(value) or value < 1):
             fail(f"{key} must be a positive integer, got {value!r}", "stages", 0, key)
     params = stage0.get("default_sampling_params", {})
-    if not isinstance(params, dict):
-        fail("default_sampling_params must be a mapping", "stages", 0, "default_sampling_params")
     path = ("stages", 0, "default_sampling_params")
+    if not isinstance(params, dict):
+        fail("default_sampling_params must be a mapping", *path)
+        params = {}
     checks = {
         "temperature": (lambda v: is_number(v) and v >= 0, "a number >= 0"),
         "top_p": (lambda v: is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
@@ -75,8 +163,11 @@ def validate(config: DeployConfig) -> None:
             fail(f"{key} must be {expected}, got {params[key]!r}", *path, key)
     stream = config.codec_stream
     for key in ("codec_chunk_frames", "initial_codec_chunk_frames", "codec_left_context_frames"):
-        if key in stream and not (is_integer(stream[key]) and stream[key] >= (1 if key == "codec_chunk_frames" else 0)):
-            raise ConfigError(f"{key} must be a non-negative integer, got {stream[key]!r}", file=config.path, field=key)
+        least = 1 if key == "codec_chunk_frames" else 0
+        if key in stream and not (is_integer(stream[key]) and stream[key] >= least):
+            expected = "a positive integer" if least else "a non-negative integer"
+            fail(f"{key} must be {expected}, got {stream[key]!r}", "connectors", config.codec_connector, "extra", key)
+    return problems
 
 
 def _warn(message: str, source: Source | None) -> None:
@@ -87,56 +178,42 @@ def _warn(message: str, source: Source | None) -> None:
         warnings.warn(message, DeployWarning, stacklevel=3)
 
 
-def check_platform_sections(config: DeployConfig) -> None:
+def check_platform_sections(config: DeployConfig) -> list[ConfigError]:
     """model_runner must be v1 or v2 (vllm-omni refuses anything else). A `platforms:` key vllm-omni
     does not know is only a warning: vllm-omni ignores such a section silently, and an out-of-tree
     platform plugin may define more names, but a typo such as `cdua` would otherwise do nothing."""
+    problems: list[ConfigError] = []
+
+    def fail(message: str, *path) -> None:
+        problems.append(_problem(message, config.sources, tuple(path), config.path))
+
     runner = config.data.get("model_runner")
     if runner is not None and runner not in MODEL_RUNNERS:
-        src = config.source("model_runner")
-        raise ConfigError(
-            f"model_runner must be 'v1' or 'v2', got {runner!r}", file=src.file, line=src.line, field="model_runner"
-        )
+        fail(f"model_runner must be 'v1' or 'v2', got {runner!r}", "model_runner")
     sections = config.data.get("platforms")
     if sections is None:
-        return
+        return problems
     if not isinstance(sections, dict):
-        src = config.source("platforms")
-        raise ConfigError(
-            "'platforms' must be a mapping of platform name to overrides",
-            file=src.file or config.path,
-            line=src.line,
-            field="platforms",
-        )
+        fail("'platforms' must be a mapping of platform name to overrides", "platforms")
+        return problems
     for name, section in sections.items():
         if name not in PLATFORMS:
             _warn(
                 f"platforms.{name}: {name!r} is not a platform vllm-omni knows{_did_you_mean(name, PLATFORMS)}; "
                 f"this section never applies (known: {', '.join(PLATFORMS)})",
-                _first_source(config, "platforms", name),
+                _source_under(config.sources, ("platforms", name)),
             )
         if section is not None and not isinstance(section, dict):
-            src = _first_source(config, "platforms", name)
-            raise ConfigError(
-                f"platforms.{name} must be a mapping of overrides",
-                file=src.file if src else config.path,
-                line=src.line if src else None,
-                field=f"platforms.{name}",
-            )
+            fail(f"platforms.{name} must be a mapping of overrides", "platforms", name)
         runner = section.get("model_runner") if isinstance(section, dict) else None
         if runner is not None and runner not in MODEL_RUNNERS:
-            src = config.source("platforms", name, "model_runner")
-            raise ConfigError(
-                f"model_runner must be 'v1' or 'v2', got {runner!r}",
-                file=src.file,
-                line=src.line,
-                field=f"platforms.{name}.model_runner",
-            )
+            fail(f"model_runner must be 'v1' or 'v2', got {runner!r}", "platforms", name, "model_runner")
+    return problems
 
 
-def _first_source(config: DeployConfig, *prefix) -> Source | None:
+def _source_under(sources: dict[tuple, Source], prefix: tuple) -> Source | None:
     """The source of the first value recorded under `prefix` (for a section, not a single value)."""
-    for path, src in config.sources.items():
+    for path, src in sources.items():
         if path[: len(prefix)] == prefix:
             return src
     return None
@@ -166,6 +243,7 @@ PROCESSOR_KEYS = (
 )
 OTHER_MODELS_KEYS = {"subtalker_sampling_params": "the sub-talker (code predictor) of Qwen3-TTS / Qwen3-Omni"}
 MOSS_STAGES = {0: "talker", 1: "codec"}
+DIFFUSION_ONLY_SAMPLING_KEYS = DIFFUSION_SAMPLING_KEYS - SAMPLING_KEYS
 
 
 def _is_moss_local_name(value: Any) -> bool:
@@ -207,15 +285,24 @@ def _foreign_signs(config: DeployConfig) -> list[tuple[str, tuple]]:
         for key, meaning in OTHER_MODELS_KEYS.items():
             if key in stage:
                 signs.append((f"stage {stage_id} sets {key}, which only {meaning} uses", ("stages", stage_id, key)))
+        params = stage.get("default_sampling_params")
+        for key in sorted(DIFFUSION_ONLY_SAMPLING_KEYS & set(params if isinstance(params, dict) else ())):
+            signs.append(
+                (
+                    f"stage {stage_id} sets default_sampling_params.{key}, which only diffusion stages take",
+                    ("stages", stage_id, "default_sampling_params", key),
+                )
+            )
     return signs
 
 
-def check_model(config: DeployConfig, allow_foreign: bool) -> None:
+def check_model(config: DeployConfig, allow_foreign: bool) -> bool:
+    """Whether the file is another model's (refused unless allow_foreign, then warned about)."""
     signs = _foreign_signs(config)
     if not signs:
-        return
+        return False
     reason, path = signs[0]
-    src = _first_source(config, *path)
+    src = _source_under(config.sources, path)
     field = ".".join(str(p) for p in path)
     if not allow_foreign:
         raise ConfigError(
@@ -228,5 +315,6 @@ def check_model(config: DeployConfig, allow_foreign: bool) -> None:
     for reason, path in signs:
         _warn(
             f"{'.'.join(str(p) for p in path)}: {reason}; using it anyway (--allow-foreign-deploy)",
-            _first_source(config, *path),
+            _source_under(config.sources, path),
         )
+    return True

@@ -67,9 +67,12 @@ def effective(request: Request, deploy: DeployConfig) -> Effective:
 
 
 def frame_budget(request: Request, deploy: DeployConfig, prompt_length: int) -> int:
-    """max_new_frames, capped by the deploy's max_tokens and by what max_model_len leaves after the prompt."""
+    """The request's max_new_frames, else the deploy's max_tokens, within what max_model_len leaves after
+    the prompt. A request's value replaces max_tokens, larger or smaller, as vllm-omni 0.30.0 replaces stage
+    0's max_tokens by a request's max_new_tokens (entrypoints/openai/tts_adapters/moss_tts.py:500,
+    tts_adapters/base.py:108-120)."""
     budget = request.max_new_frames if request.max_new_frames is not None else deploy.max_tokens
-    limits = [b for b in (budget, deploy.max_tokens) if b is not None]
+    limits = [budget] if budget is not None else []
     if deploy.max_model_len is not None:
         limits.append(deploy.max_model_len - prompt_length)
     return max(0, min(limits)) if limits else 4096

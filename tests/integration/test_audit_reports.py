@@ -271,16 +271,18 @@ def test_golden_drift_from_a_changed_seed_names_the_seed_and_is_not_called_a_vio
 
 def test_golden_records_the_deploy_files_content_and_names_a_change_in_its_base_config(tmp_path):
     base = Path(shutil.copy(RECIPES / "moss_tts_local_tiny.yaml", tmp_path / "base.yaml"))
+    base.write_text(base.read_text().replace("max_tokens: 200", "max_tokens: 12", 1))
     deploy = tmp_path / "deploy.yaml"
     deploy.write_text("base_config: base.yaml\n")
-    requests = write_rows(tmp_path / "r.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 9, "max_new_frames": 12}])
+    # No max_new_frames: the base's max_tokens is the frame budget (a request's own would replace it).
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "r", "text": "Seeded text.", "seed": 9}])
     golden = tmp_path / "golden.json"
     assert moss_audit(requests, "--deploy", deploy, "--scenarios", "repeat", "--save-golden", golden).exit_code == 0
     recorded = json.loads(golden.read_text())["environment"]["deploy_sha256"]
     assert re.fullmatch(r"[0-9a-f]{64}", recorded)
 
     # Same path, same top file: only the base it inherits from changes (the frame budget).
-    base.write_text(base.read_text().replace("max_tokens: 200", "max_tokens: 1", 1))
+    base.write_text(base.read_text().replace("max_tokens: 12", "max_tokens: 1", 1))
     result = moss_audit(
         requests, "--deploy", deploy, "--scenarios", "repeat", "--golden", golden, "--json", tmp_path / "d.json"
     )

@@ -86,6 +86,28 @@ DEPLOY_CASES = [
     ),
     ("foreign-three-stages.yaml", ["foreign-three-stages.yaml:4 [stages.2.stage_id]", "0 (talker) and 1 (codec)"]),
     ("model-runner-v3.yaml", ["model-runner-v3.yaml:1 [model_runner]", "'v1' or 'v2'"]),
+    (
+        "seed-typo.yaml",
+        ["seed-typo.yaml:5 [stages.0.default_sampling_params.sed]", "unknown key 'sed'", "did you mean 'seed'"],
+    ),
+    (
+        "engine-arg-typo.yaml",
+        [
+            "engine-arg-typo.yaml:3 [stages.0.max_num_sqs]",
+            "did you mean 'max_num_seqs'",
+            "engine-arg-typo.yaml:6 [stages.1.engine_args.max_model_lenn]",
+            "did you mean 'max_model_len'",
+        ],
+    ),
+    (
+        "four-problems.yaml",
+        [
+            "four-problems.yaml:3 [stages.0.max_num_sqs]",
+            "four-problems.yaml:4 [stages.0.max_model_len]",
+            "four-problems.yaml:6 [stages.0.default_sampling_params.sed]",
+            "four-problems.yaml:7 [stages.0.default_sampling_params.top_p]",
+        ],
+    ),
 ]
 
 CHECKPOINT_CASES = [

@@ -140,6 +140,17 @@ def test_with_the_deploy_file_an_unseeded_request_that_varies_fails_deploy_seed_
     assert "Deploy seed: not checked: pass --deploy FILE" in flat(output)
 
 
+def test_a_typo_in_the_deploy_file_is_refused_before_anything_is_sent(requests, tmp_path):
+    # `sed: 42` would leave the audit no deploy seed to check, and pass a server that ignores it.
+    deploy = tmp_path / "typo.yaml"
+    deploy.write_text("stages:\n  - stage_id: 0\n    default_sampling_params:\n      sed: 42\n")
+    behaviour = Behaviour(seeds="no-deploy-seed")
+    code, _, output = _audit(behaviour, requests, tmp_path, "--deploy", deploy)
+    assert code == 2 and behaviour.seen == [], output
+    assert "typo.yaml:4 [stages.0.default_sampling_params.sed]: unknown key 'sed'" in flat(output)
+    assert "did you mean 'seed'" in flat(output)
+
+
 def test_fields_the_server_would_drop_are_refused_before_anything_is_sent(requests, tmp_path):
     path = tmp_path / "dropped.jsonl"
     write_rows(path, [GREEDY, {"text": "x", "instruction": "Calm."}])

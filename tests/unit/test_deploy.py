@@ -1,10 +1,14 @@
 """The deploy-config layer: base_config, platforms, provenance, validation, seed precedence."""
 
 import copy
+import pickle
 import re
+import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from moss_cli.assets import TINY_DEPLOY
@@ -233,13 +237,13 @@ def test_thin_default_over_full_runner_profile_resolves_per_platform():
 def test_platform_overrides_merge_params_one_level_and_skip_stages_the_file_lacks(tmp_path):
     path = tmp_path / "d.yaml"
     path.write_text(
-        "stages:\n  - stage_id: 0\n    engine_extras: {spec: {a: 1, b: 2}}\n"
+        "stages:\n  - stage_id: 0\n    engine_extras: {hf_overrides: {a: 1, b: 2}}\n"
         "platforms:\n  cuda:\n    stages:\n"
-        "      - stage_id: 0\n        engine_extras: {spec: {a: 3}}\n"
+        "      - stage_id: 0\n        engine_extras: {hf_overrides: {a: 3}}\n"
         "      - stage_id: 1\n        max_num_seqs: 4\n"
     )
     cuda = load_deploy(path, "cuda")
-    assert cuda.stage(0)["engine_extras"] == {"spec": {"a": 3}}  # vllm-omni: {**base, **override}
+    assert cuda.stage(0)["engine_extras"] == {"hf_overrides": {"a": 3}}  # vllm-omni: {**base, **override}
     assert set(cuda.data["stages"]) == {0}
 
 
@@ -413,11 +417,13 @@ def test_resolving_requests_never_mutates_the_shared_defaults():
     assert other.seed == 42 and other.seed_source == "deploy" and other.audio.temperature == 1.7
 
 
-def test_frame_budget_is_capped_by_max_tokens_and_the_model_length(tmp_path):
+def test_a_requests_frames_replace_max_tokens_within_the_model_length(tmp_path):
     config = load_deploy(TINY_DEPLOY)  # max_tokens 200, max_model_len 1024
     assert frame_budget(Request(id="a", text="x", line=1), config, 100) == 200
     assert frame_budget(Request(id="a", text="x", line=1, max_new_frames=10), config, 100) == 10
-    assert frame_budget(Request(id="a", text="x", line=1, max_new_frames=5000), config, 100) == 200
+    # vllm-omni replaces max_tokens by the request's max_new_tokens, larger too (tts_adapters/base.py:108-120)
+    assert frame_budget(Request(id="a", text="x", line=1, max_new_frames=300), config, 100) == 300
+    assert frame_budget(Request(id="a", text="x", line=1, max_new_frames=5000), config, 100) == 924
     assert frame_budget(Request(id="a", text="x", line=1), config, 900) == 124
 
 
@@ -444,3 +450,86 @@ def test_stage_0_sampling_values_do_not_reach_the_audio_as_in_vllm_omni(tmp_path
     assert shipped.audio == changed.audio == HeadSampling(1.7, 0.8, 25, 1.0)
     assert shipped.stop == changed.stop == HeadSampling(1.0, 1.0, 50, 1.0)
     assert changed.do_sample and (shipped.seed, changed.seed) == (42, 7)
+
+
+# --- keys vllm-omni does not know ---
+
+WHEEL = Path(__file__).resolve().parents[2] / ".cache" / "vllm-omni" / "vllm_omni-0.30.0-py3-none-any.whl"
+
+
+def test_a_typo_in_a_stage_is_refused_with_every_other_problem_of_the_file(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text(
+        "stages:\n"
+        "  - stage_id: 0\n"
+        "    max_num_sqs: 8\n"
+        "    max_model_len: 0\n"
+        "    runtime: {devices: '0'}\n"
+        "    default_sampling_params: {sed: 42, top_p: 2}\n"
+        "  - stage_id: 1\n"
+        "    engine_args: {max_model_lenn: 10}\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_deploy(path)
+    lines = str(err.value).splitlines()
+    assert [re.sub(r"^.*?:(\d+) \[(.*?)\].*$", r"\1 \2", line) for line in lines] == [
+        "3 stages.0.max_num_sqs",
+        "6 stages.0.default_sampling_params.sed",
+        "8 stages.1.engine_args.max_model_lenn",
+        "4 stages.0.max_model_len",
+        "6 stages.0.default_sampling_params.top_p",
+    ]
+    assert "did you mean 'max_num_seqs'" in lines[0] and "did you mean 'seed'" in lines[1]
+    assert "SamplingParams has no such field" in lines[1]
+    assert pickle.loads(pickle.dumps(err.value)).describe() == str(err.value)  # as a scale-out worker sends it
+
+
+def test_unknown_keys_where_vllm_omni_ignores_them_only_warn(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text(
+        "conectors: {}\nstages:\n  - stage_id: 0\n    runtime: {device: '0'}\nplatforms:\n  cuda: {cuda_mps: true}\n"
+    )
+    with pytest.warns(DeployWarning) as caught:
+        load_deploy(path)
+    messages = sorted(str(w.message) for w in caught)
+    assert any("'conectors' in the top level (did you mean 'connectors'?)" in m for m in messages)
+    assert any("'device' in stages.0.runtime (did you mean 'devices'?)" in m for m in messages)
+    assert any("'cuda_mps' in platforms.cuda" in m for m in messages)
+
+
+def test_a_diffusion_sampling_key_marks_the_file_as_another_models(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text(
+        "stages:\n  - stage_id: 0\n  - stage_id: 1\n    default_sampling_params: {num_inference_steps: 4}\n"
+    )
+    with pytest.raises(ConfigError, match="only diffusion stages take"):
+        load_deploy(path)
+    with pytest.warns(DeployWarning, match="num_inference_steps"):
+        load_deploy(path, allow_foreign=True)
+
+
+@pytest.mark.skipif(not WHEEL.exists(), reason=f"{WHEEL} is absent: scripts/setup.sh downloads it")
+@pytest.mark.parametrize("platform", ["cpu", "cuda", "rocm", "npu", "xpu", "musa"])
+def test_every_deploy_file_of_the_vllm_omni_wheel_loads(platform, tmp_path):
+    """Keys vllm-omni knows are never refused: every deploy file its wheel ships loads (another
+    model's with --allow-foreign-deploy). glm_tts.yaml's codec_chunk_frames is a list (a ramp) that
+    moss's codec streaming cannot take; qwen3_tts_forced_aligner.yaml is not a deploy file."""
+    with zipfile.ZipFile(WHEEL) as wheel:
+        names = [n for n in wheel.namelist() if n.startswith("vllm_omni/deploy/") and n.endswith(".yaml")]
+        wheel.extractall(tmp_path, names)
+    loaded = 0
+    for name in names:
+        path = tmp_path / name
+        if "stages" not in (yaml.safe_load(path.read_text()) or {}):
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeployWarning)
+            if path.name == "glm_tts.yaml":
+                with pytest.raises(
+                    ConfigError, match=r"^\S+:\d+ \[connectors\.\w+\.extra\.codec_chunk_frames\][^\n]*$"
+                ):
+                    load_deploy(path, platform, allow_foreign=True)
+                continue
+            load_deploy(path, platform, allow_foreign=True)
+        loaded += 1
+    assert loaded > 100
