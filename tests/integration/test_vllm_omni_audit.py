@@ -85,14 +85,23 @@ def test_after_the_fix_a_request_file_with_references_passes(tmp_path):
     assert _verdicts(report) == {"unseeded": "identical", "seeded": "identical", "continued": "identical"}
 
 
-def test_without_the_deploy_file_the_old_server_is_only_unseeded_and_the_report_says_how_to_check(tmp_path):
+def test_without_the_deploy_file_the_old_server_is_not_reproducible_and_the_report_says_how_to_tell(tmp_path):
     path = _requests_with_references(tmp_path)
+    scenarios = ("--scenarios", "repeat,concurrent,seeds")
     with serving_vllm_omni(FakeMossLocalEngine(fixed=False)) as url:
-        code, report, output = _audit(url, tmp_path, path, "--scenarios", "repeat,concurrent,seeds")
-    assert code == 0, output
-    assert _verdicts(report) == {"unseeded": "unseeded", "seeded": "identical", "continued": "unseeded"}
-    assert "--deploy FILE" in report["server"]["requests"]["unseeded"]["detail"]
+        code, report, output = _audit(url, tmp_path, path, *scenarios)
+        allowed, accepted, allowed_output = _audit(url, tmp_path, path, *scenarios, "--allow-unseeded")
+    assert code == 1, output
+    failing = "unseeded-not-reproducible"
+    assert _verdicts(report) == {"unseeded": failing, "seeded": "identical", "continued": failing}
+    detail = report["server"]["requests"]["unseeded"]["detail"]
+    assert "the server's deploy config gives stage 0 no seed" in detail and "process-wide RNG" in detail
+    assert "--deploy FILE (the deploy file the server runs) tells the two apart" in detail
+    assert "or a retry with a random seed" in report["server"]["requests"]["continued"]["detail"]  # no frame budget
     assert "Deploy seed: not checked" in output
+    # Accepted: reported as unseeded, not a failure.
+    assert allowed == 0, allowed_output
+    assert _verdicts(accepted) == {"unseeded": "unseeded", "seeded": "identical", "continued": "unseeded"}
 
 
 def test_a_request_file_without_references_is_refused_before_the_audit(tmp_path):

@@ -75,8 +75,11 @@ def test_arms_seeds_and_what_must_hold():
         check_deploy_seed(("deploy-seed",), None, deploy_given=False)
     with pytest.raises(MossError, match="gives no stage-0 seed"):
         check_deploy_seed(("deploy-seed",), None, deploy_given=True)
-    assert must_hold("seeded", False) and must_hold("deploy-seed", False)
-    assert not must_hold("unseeded", False) and must_hold("unseeded", True)
+    for allow in (False, True):
+        assert must_hold("seeded", False, allow) and must_hold("deploy-seed", False, allow)
+        assert must_hold("unseeded", True, allow)  # the deploy seed is known: unseeded requests must get it
+    assert must_hold("unseeded", False, False)  # not reproducible, whatever the cause
+    assert not must_hold("unseeded", False, True)  # --allow-unseeded: reported only
 
 
 def test_the_load_keeps_at_most_its_concurrency_in_flight_and_names_neighbours():
