@@ -6,6 +6,7 @@ equals local synthesis bitwise and survives a killed client."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -66,6 +67,26 @@ def test_moss_serve_passes_bitwise_with_requests_that_really_ran_together(seeded
     assert runs["reference/alone"]["max_in_flight_server"] == 1
     assert report["server"]["codes"] == "x-moss-codes-sha256 header"
     assert report["summary"]["failures"] == 0 and report["summary"]["cases"] > 0
+
+
+def test_the_built_in_audit_of_moss_serve_gives_the_figures_its_documentation_gives(seeded_server, tmp_path):
+    """docs/server-audit.md's example: the built-in set against moss serve passes bitwise with 8 in
+    flight at once, in as many comparisons as its formula (requests x scenarios) says."""
+    doc = " ".join((ROOT / "docs" / "server-audit.md").read_text().split())
+    found = re.search(
+        r"each of its (\d+) requests is compared with its reference once in each of the (\d+) scenarios.*?"
+        r"so (\d+) x (\d+) = (\d+) comparisons",
+        doc,
+    )
+    assert found, "the figures of the moss serve example are gone from docs/server-audit.md"
+    requests, scenarios, *product = map(int, found.groups())
+    assert product == [requests, scenarios, requests * scenarios]
+    assert "--level bitwise # passes; 8 in flight at once" in doc
+    code, report, output = moss_audit("--level", "bitwise", server=seeded_server, report=tmp_path / "a.json")
+    assert code == 0, output
+    assert report["summary"]["requests"] == requests and len(report["summary"]["scenarios"]) == scenarios
+    assert report["summary"]["cases"] == requests * scenarios and not report["server"]["skipped"]
+    assert report["server"]["runs"]["concurrent/concurrent-8"]["max_in_flight_client"] == 8
 
 
 def test_a_baseline_of_the_local_audit_is_met_bitwise_by_moss_serve(seeded_server, tmp_path):
