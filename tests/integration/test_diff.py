@@ -169,6 +169,24 @@ def test_against_a_legacy_global_rng_run_the_cause_is_that_setting_not_the_seed(
             assert case["cause"] == "settings" and "--legacy-global-rng on one side only" in case["detail"], case
 
 
+def test_two_runs_of_an_unseeded_request_that_differ_are_not_reproducible_unless_allowed(tmp_path):
+    """No seed of its own and none in the deploy file: each run draws from the global RNG, so the
+    two runs differ and the id fails, as the audit fails such a request; --allow-unseeded reports it."""
+    deploy = Path(__file__).resolve().parents[2] / "recipes" / "moss_tts_local_tiny_unseeded.yaml"
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "free", "text": "No seed anywhere.", "max_new_frames": 10}])
+    for name in ("one", "two"):
+        done = moss("synth", requests, "--out", tmp_path / name, "--deploy", deploy)
+        assert done.exit_code == 0, done.output
+    failed = moss("diff", tmp_path / "one", tmp_path / "two", "--json", tmp_path / "d.json")
+    assert failed.exit_code == 1, failed.output
+    free = _cases(tmp_path / "d.json")["free"]
+    assert (free["verdict"], free["cause"]) == ("fail", "unseeded-not-reproducible")
+    assert free["detail"].startswith("not reproducible: no seed on either side") and "stage 0 none" in free["detail"]
+    allowed = moss("diff", tmp_path / "one", tmp_path / "two", "--allow-unseeded", "--json", tmp_path / "a.json")
+    assert allowed.exit_code == 0, allowed.output
+    assert _cases(tmp_path / "a.json")["free"]["verdict"] == "unseeded"
+
+
 def test_a_file_changed_after_synthesis_and_ids_on_one_side_only_fail(runs, tmp_path):
     touched = _copy(runs["a"], tmp_path, "touched")
     _requantise(touched, "alpha", 1, update_manifest=False)
