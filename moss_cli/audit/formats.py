@@ -32,6 +32,7 @@ def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
                 "min_snr_db": result.options.min_snr_db,
                 "scenarios": list(result.options.scenarios or ()),
                 "strict_unseeded": result.options.strict_unseeded,
+                "allow_unseeded": result.options.allow_unseeded,
                 # a server audit cannot know: the server's own settings decide
                 "legacy_global_rng": None if result.server else result.options.synth.legacy_global_rng,
                 "requests": str(result.options.requests) if result.options.requests else "built-in",

@@ -27,6 +27,7 @@ class AuditOptions:
     level: str = "codes"
     min_snr_db: float = 60.0
     strict_unseeded: bool = False
+    allow_unseeded: bool = False  # an unseeded request that differs alone-vs-alone is a warning, not a failure
     command: str | None = None  # the command line that asked for this audit, as the reports show it
     # The local engine (and its Ray workers). With a server, `synth.deploy` names the deploy file
     # the server runs (its stage-0 seed is checked) and nothing else of it applies.
@@ -40,10 +41,16 @@ class AuditOptions:
     on_retry: Callable[[Retry], None] | None = field(default=None, repr=False)
 
     def chosen(self) -> tuple[str, ...]:
-        """The scenarios to run, checked; the repeat first, since every verdict rests on it."""
+        """The scenarios to run, checked (with the other options); the repeat first, since every
+        verdict rests on it."""
         known = SERVER_SCENARIOS if self.server is not None else SCENARIOS
         if self.level not in LEVELS:
             raise MossError(f"unknown level {self.level!r}; expected one of {', '.join(LEVELS)}", field="--level")
+        if self.allow_unseeded and self.strict_unseeded:
+            raise MossError(
+                "--allow-unseeded accepts unseeded requests that vary and --strict-unseeded fails them: give one",
+                field="--allow-unseeded",
+            )
         chosen = self.scenarios if self.scenarios is not None else known
         unknown = [s for s in chosen if s not in known]
         if unknown:

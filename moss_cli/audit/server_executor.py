@@ -229,6 +229,7 @@ class ServerExecutor:
             options.min_snr_db,
             options.strict_unseeded,
             self.sample_rate,
+            allow_unseeded=options.allow_unseeded,
             server=True,
             deploy_seed=self.deploy_seed,
             greedy=frozenset(self.greedy),

@@ -3,8 +3,13 @@ verdict over all its runs, in one vocabulary for the local engine and for a serv
 
 Everything rests on the repeat: a request run alone twice must give the same output, or no other
 comparison of it means anything. Then a comparison that differs is, by its first cause:
-- `unseeded`: no seed reached the request (the global RNG), so it is expected to vary; a failure
-  only with --strict-unseeded;
+- `unseeded-not-reproducible`: an unseeded request differs alone-vs-alone and no deploy seed is
+  known to the audit: whatever the cause (no stage-0 seed in the deploy config, or a server
+  without the deploy-seed fix; --deploy tells the two apart), it is not reproducible, a failure;
+  with --allow-unseeded it is `unseeded` instead;
+- `unseeded`: no seed reached the request (the global RNG), so it is expected to vary: differences
+  in compositions of a request identical alone-vs-alone (its draws share a stream with the batch),
+  and with --allow-unseeded those alone too; a failure only with --strict-unseeded;
 - `deploy-seed-not-applied`: the deploy seed is known (the deploy file, or the server reports it)
   and an unseeded request differs alone-vs-alone, or differs from the same request sent with that
   seed: the deploy-seed fix is not in effect (vllm-omni 0.30.0 draws unseeded audio from the
@@ -41,13 +46,24 @@ from .mixups import MixUp
 
 BATCH_DEPENDENT, RUN_TO_RUN, SEED_IGNORED, UNSEEDED = "batch-dependent", "run-to-run", "seed-ignored", "unseeded"
 DEPLOY_SEED_NOT_APPLIED = "deploy-seed-not-applied"
+UNSEEDED_NOT_REPRODUCIBLE = "unseeded-not-reproducible"
 AUDIO_OF_ANOTHER_REQUEST = "audio-of-another-request"
 IDENTICAL = "identical"
 BATCH_CAUSES = (BATCH_DEPENDENT, "rng-coupling", "numeric", "codec-numeric")  # verdict: batch-dependent
 # First: a response that is not its request's audio makes every other comparison of it meaningless.
-VERDICTS = (AUDIO_OF_ANOTHER_REQUEST, RUN_TO_RUN, DEPLOY_SEED_NOT_APPLIED, BATCH_DEPENDENT, SEED_IGNORED, UNSEEDED)
+VERDICTS = (
+    AUDIO_OF_ANOTHER_REQUEST,
+    RUN_TO_RUN,
+    DEPLOY_SEED_NOT_APPLIED,
+    UNSEEDED_NOT_REPRODUCIBLE,
+    BATCH_DEPENDENT,
+    SEED_IGNORED,
+    UNSEEDED,
+)
 LEVELS = ("codes", "waveform", "bitwise")
 DEPLOY_HINT = "pass --deploy FILE (the deploy file the server runs) to check that unseeded requests get its seed"
+TELL_APART = "--deploy FILE (the deploy file the server runs) tells the two apart"
+NO_DEPLOY_SEED_CAUSE = "the server's deploy config gives stage 0 no seed"
 
 
 @dataclass
@@ -90,6 +106,7 @@ class Rules:
     min_snr_db: float
     strict_unseeded: bool
     sample_rate: int
+    allow_unseeded: bool = False  # an unseeded request that differs alone-vs-alone is `unseeded`, not a failure
     server: bool = False  # a server: the audio alone (and what its headers say)
     deploy_seed: int | None = None  # the deploy file's stage-0 seed, which unseeded requests must get (server)
     greedy: frozenset[str] = frozenset()  # requests decoded greedily (a server: where it honours it)
@@ -112,12 +129,16 @@ def violates(cmp: Comparison, level: str, min_snr_db: float) -> bool:
     return not cmp.pcm_equal
 
 
-def unseeded_causes(request) -> str:
-    """The possible causes of an unseeded request's varying audio, for its detail."""
+def unseeded_causes(retried: bool, deploy_seed_known: bool = True) -> str:
+    """The possible causes of an unseeded request's varying audio on a server, for its detail
+    (`retried`: it may be retried with a random seed: no frame budget, not streamed); where the
+    deploy seed is not known, a deploy config without one is a cause too, and --deploy tells."""
     causes = f"possible causes: {UNSEEDED_CAUSES}"
-    if request.max_new_frames is None:
+    if not deploy_seed_known:
+        causes = f"possible causes: {NO_DEPLOY_SEED_CAUSE}, or it gives one and {UNSEEDED_CAUSES}"
+    if retried:
         causes += ", " + RETRY_CAUSE
-    return causes
+    return causes if deploy_seed_known else f"{causes}; {TELL_APART}"
 
 
 def alone(request, reference: Outcome, repeat: Outcome, rules: Rules) -> Alone:
@@ -127,7 +148,11 @@ def alone(request, reference: Outcome, repeat: Outcome, rules: Rules) -> Alone:
     if request.id in rules.greedy:
         return Alone(False, RUN_TO_RUN, "greedy decoding, yet two runs alone differ")
     if reference.seed_source == SeedSource.NONE and not rules.server:  # the local engine: the global RNG
-        return Alone(False, UNSEEDED, "no request seed and no deploy seed: drawn from the global RNG")
+        return _unseeded_alone(
+            "no request seed, and the deploy file gives stage 0 no seed: drawn from the global RNG, so two runs "
+            "alone differ (give the deploy file a stage-0 seed, or the request a seed)",
+            rules,
+        )
     if request.seed is not None:
         return Alone(
             False,
@@ -140,16 +165,28 @@ def alone(request, reference: Outcome, repeat: Outcome, rules: Rules) -> Alone:
             False,
             DEPLOY_SEED_NOT_APPLIED,
             f"no explicit seed, and two runs alone differ although the deploy file gives stage-0 seed "
-            f"{rules.deploy_seed}; {unseeded_causes(request)}",
+            f"{rules.deploy_seed}; {unseeded_causes(request.max_new_frames is None)}",
         )
-    if reference.seed_source in (SeedSource.NONE, SeedSource.UNKNOWN):
-        return Alone(
-            False,
-            UNSEEDED,
-            f"no explicit seed, and two runs alone differ: no deploy seed reaches it, so the audio varies; "
-            f"{unseeded_causes(request)}" + ("" if reference.seed_source == SeedSource.NONE else f"; {DEPLOY_HINT}"),
+    if reference.seed_source == SeedSource.NONE:  # the server says so (moss serve): its deploy gives no seed
+        return _unseeded_alone(
+            "no explicit seed, and two runs alone differ: the server reports that no seed reached it "
+            f"({NO_DEPLOY_SEED_CAUSE})",
+            rules,
+        )
+    if reference.seed_source == SeedSource.UNKNOWN:
+        return _unseeded_alone(
+            f"no explicit seed, and two runs alone differ; {unseeded_causes(request.max_new_frames is None, False)}",
+            rules,
         )
     return Alone(False, RUN_TO_RUN, f"the server reports a {reference.seed_source} seed, yet two runs alone differ")
+
+
+def _unseeded_alone(detail: str, rules: Rules) -> Alone:
+    """An unseeded request whose two runs alone differ, its deploy seed unknown to the audit: not
+    reproducible, whatever the cause (a failure), unless --allow-unseeded accepts it (`unseeded`)."""
+    if rules.allow_unseeded:
+        return Alone(False, UNSEEDED, detail)
+    return Alone(False, UNSEEDED_NOT_REPRODUCIBLE, f"not reproducible: {detail}")
 
 
 Attribute = Callable[[Comparison], Attribution]  # replays both runs to find why the codes part

@@ -9,9 +9,12 @@ can be read off side by side, on a server or on this machine's engine.
 - `deploy-seed`: every request with the deploy file's stage-0 seed sent explicitly, the seed the fix
   applies to unseeded requests: what turning the fix on costs, whatever the server runs.
 
-Whether a response that varies under load is a failure depends on the arm: a seeded or deploy-seeded
-request must give the audio it gives alone; an unseeded one must too where its deploy seed is known
-(`--deploy`, or a server that reports applying it), else its variation is reported, not a failure.
+A response that differs under load from the same request alone fails the run, whatever the arm: an
+unseeded request that varies is not reproducible, whatever the cause (no stage-0 seed in the deploy
+config, or a server without the fix; `--deploy` tells the two apart). With `--allow-unseeded`, an
+unseeded one whose deploy seed is unknown (no `--deploy`, and the server does not report applying it)
+is reported, not a failure. The bench cannot tell a request that varies alone from one that its batch
+changes (`moss audit-determinism` does).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ def arm_seed(arm: str, own: int | None, index: int, deploy_seed: int | None) -> 
     return deploy_seed
 
 
-def must_hold(arm: str, deploy_seed_known: bool) -> bool:
-    """Whether a response of the arm that differs from the same request alone fails the run."""
-    return arm != "unseeded" or deploy_seed_known
+def must_hold(arm: str, deploy_seed_known: bool, allow_unseeded: bool) -> bool:
+    """Whether a response of the arm that differs from the same request alone fails the run: always,
+    but an unseeded one whose deploy seed is unknown where --allow-unseeded accepts it."""
+    return arm != "unseeded" or deploy_seed_known or not allow_unseeded

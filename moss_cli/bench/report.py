@@ -85,6 +85,8 @@ def verdict(report: ServerBenchReport) -> list[str]:
     lines += [describe(c) for c in report.responses if c.check in (VARIED, VARIED_UNSEEDED)]
     if len(lines) > SHOWN:
         lines = lines[:SHOWN] + [f"... and {len(lines) - SHOWN} more (the JSON's summary names every one)"]
+    if report.unseeded_causes():
+        lines.append(report.unseeded_causes())
     held = [a for a in report.setup["arms"] if a != "unseeded" or report.setup["unseeded_must_hold"]]
     must = ", ".join(held) if held else "no"
     total = len(report.responses)
@@ -182,7 +184,8 @@ def page_view(report: ServerBenchReport, pairs: list[PairView], command: str | N
         ("rounds", str(s["rounds"])),
         ("answers", f"{s['response_format']}, {s['stream']}"),
         ("deploy seed", f"{s['deploy_seed']} ({s['deploy']})" if s["deploy"] else "not given"),
-        ("unseeded must hold", "yes" if s["unseeded_must_hold"] else "no: reported only"),
+        ("unseeded must hold", "yes" if s["unseeded_must_hold"] else "no: reported only (--allow-unseeded)"),
+        *([("unseeded", report.unseeded_causes())] if report.unseeded_causes() else []),
         ("reference voice", s["reference_voice"]),
         ("command", command or "(not recorded)"),
     ]

@@ -26,7 +26,7 @@ from .. import __version__
 from ..audit.builtin import builtin_requests
 from ..audit.compare import compare
 from ..audit.scenarios import default_voice, with_voice
-from ..audit.verdicts import violates
+from ..audit.verdicts import unseeded_causes, violates
 from ..config.deploy import load_deploy
 from ..config.effective import SeedSource
 from ..config.requests import Request
@@ -71,6 +71,9 @@ class ServerBenchOptions:
     frames: int | None = None  # every request's max_new_tokens (None: the requests' own)
     requests: Path | None = None  # a request file (None: the audit's built-in set)
     allow_dropped_fields: bool = False
+    allow_unseeded: bool = (
+        False  # unseeded responses that vary are reported, not failures, if the deploy seed is unknown
+    )
 
     def __post_init__(self) -> None:
         if self.stream and self.server.response_format not in STREAM_FORMATS:
@@ -155,6 +158,14 @@ class ServerBenchReport:
     def exit_code(self) -> int:
         return 0 if self.passed else 1
 
+    def unseeded_causes(self) -> str | None:
+        """Why the unseeded responses that fail differ from their request alone (None: none does)."""
+        n = sum(1 for c in self.failures if c.arm == "unseeded" and c.check == VARIED)
+        if not n:
+            return None
+        why = self.setup["unseeded_causes"]
+        return f"{n} unseeded response(s) differ from their request alone: not reproducible; {why}"
+
     def as_dict(self) -> dict:
         varied = [c for c in self.responses if c.check in (VARIED, VARIED_UNSEEDED)]
         return {
@@ -167,6 +178,7 @@ class ServerBenchReport:
                 "responses": len(self.responses),
                 "failed": [f"{c.label} ({c.where}): {c.error}" for c in self.responses if c.check == FAILED],
                 "varied": [describe(c) for c in varied],
+                "unseeded_causes": self.unseeded_causes(),
             },
             "retries": self.retries,
             "responses": [c.as_dict() for c in self.responses],
@@ -175,7 +187,7 @@ class ServerBenchReport:
 
 def describe(c: Checked) -> str:
     """A response that differs from its request alone, for people."""
-    failing = "" if c.check == VARIED else " (unseeded, its deploy seed unknown: reported, not a failure)"
+    failing = "" if c.check == VARIED else " (unseeded, its deploy seed unknown: reported, --allow-unseeded)"
     others = ", ".join(c.neighbours) if c.neighbours else "none"
     return f"{c.label} differs from the same request alone at {c.where}{failing}; in flight with it: {others}"
 
@@ -274,7 +286,9 @@ class ServerBench:
             "min_snr_db": o.min_snr_db if o.level == "waveform" else None,
             "deploy": str(o.deploy) if o.deploy is not None else None,
             "deploy_seed": self.deploy_seed,
-            "unseeded_must_hold": deploy_known,
+            "unseeded_must_hold": must_hold("unseeded", deploy_known, o.allow_unseeded),
+            "allow_unseeded": o.allow_unseeded,
+            "unseeded_causes": self._unseeded_causes(deploy_known),
             "reference_voice": voice_note,
             "timeout_s": server.timeout_s,
             "retries_allowed": server.retries,
@@ -298,6 +312,13 @@ class ServerBench:
         if o.stream:
             body |= {"stream": True, "stream_format": "audio"}  # raw chunks, as vllm-omni's bench asks
         return body
+
+    def _unseeded_causes(self, deploy_known: bool) -> str:
+        """Why an unseeded response may differ from its request alone on this server (a request sent
+        whole, without a frame budget, may be retried with a random seed)."""
+        retried = not self.options.stream and any(r.max_new_frames is None for r in self.requests)
+        causes = unseeded_causes(retried, deploy_known)
+        return causes if deploy_known else f"{causes}; --allow-unseeded reports them instead of failing"
 
     async def _voice(self, client: SpeechClient, workdir: Path) -> str:
         """Where the server requires a reference voice, the built-in requests carry a synthetic 2 s
@@ -348,7 +369,7 @@ class ServerBench:
         if not violates(cmp, self.options.level, self.options.min_snr_db):
             c.check = WITHIN_SNR
         else:
-            c.check = VARIED if must_hold(arm, deploy_known) else VARIED_UNSEEDED
+            c.check = VARIED if must_hold(arm, deploy_known, self.options.allow_unseeded) else VARIED_UNSEEDED
             if len(kept) < MAX_PLOTTED_PAIRS:
                 kept[id(c)] = reply
         return c

@@ -29,6 +29,13 @@ def audit_determinism(
     level: Annotated[str, typer.Option(help="What counts as a violation: codes | waveform | bitwise.")] = "codes",
     min_snr_db: Annotated[float, typer.Option(help="Waveform level: minimum SNR against the reference.")] = 60.0,
     strict_unseeded: Annotated[bool, typer.Option(help="Fail on differences of unseeded requests too.")] = False,
+    allow_unseeded: Annotated[
+        bool,
+        typer.Option(
+            help="Accept unseeded requests whose two runs alone differ (no deploy seed, or a server without the "
+            "deploy-seed fix): reported as unseeded, not a failure."
+        ),
+    ] = False,
     report_dir: Annotated[
         Optional[Path],
         typer.Option(help="Write every report, the audio of diverging pairs and an HTML page with plots (index.html)."),
@@ -61,6 +68,7 @@ def audit_determinism(
         from ..audit.golden import check_golden, save_golden
         from ..audit.report import REPORT_DIR_FILES, render, summary, write_reports
         from ..audit.runner import AuditOptions, run_audit
+        from ..audit.verdicts import UNSEEDED_NOT_REPRODUCIBLE
         from ..pipeline import SynthOptions
         from ..report.files import check_output_paths
 
@@ -77,7 +85,7 @@ def audit_determinism(
             problem = "is a directory, expected a golden file" if golden.is_dir() else "golden file does not exist"
             raise MossError(problem, file=golden, field="--golden")
         audit = dict(requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db)
-        audit.update(strict_unseeded=strict_unseeded, command=command_line(ctx))
+        audit.update(strict_unseeded=strict_unseeded, allow_unseeded=allow_unseeded, command=command_line(ctx))
         given = ctx.params
         if given["server"]:
             srv.refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
@@ -121,6 +129,13 @@ def audit_determinism(
     s = summary(result, check)
     if s["failures"]:
         stderr.print(f"audit found violations ({s['failures']})", style="red")
+    if UNSEEDED_NOT_REPRODUCIBLE in s["causes"]:
+        stderr.print(
+            f"{s['causes'][UNSEEDED_NOT_REPRODUCIBLE]} comparison(s) of unseeded requests are not reproducible alone "
+            "(see each detail for the causes); --allow-unseeded accepts them as a warning",
+            style="red",
+            soft_wrap=True,
+        )
     if check is not None and not check.passed:
         stderr.print(f"golden drift: {check.describe()}", style="red", soft_wrap=True, markup=False)
     if s["warnings"]:

@@ -35,7 +35,7 @@ LEGEND = (
 # Options of the local engine's bench, and of the server's, beyond the shared ones (server_options.py).
 LOCAL_BENCH = ("random_weights", "batch", "modes", "no_pack")
 SERVER_BENCH = ("num_requests", "duration", "request_rate", "warmup", "level", "min_snr_db", "streamed", "requests")
-SERVER_BENCH += ("report_dir",)
+SERVER_BENCH += ("report_dir", "allow_unseeded")
 
 
 def _numbers(text: str, option: str) -> tuple[int, ...]:
@@ -110,7 +110,7 @@ def bench(
         typer.Option(
             "--deploy",
             help="The deploy file (with --server: the one the server runs): its stage-0 seed is the deploy-seed arm's, "
-            "and unseeded responses must then hold under load.",
+            "which unseeded requests must get.",
         ),
     ] = None,
     allow_foreign_deploy: AllowForeignDeploy = False,
@@ -163,6 +163,14 @@ def bench(
             "--report-dir", help="--server: a folder with the JSON, the HTML page, its plots and the audio that varied."
         ),
     ] = None,
+    allow_unseeded: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unseeded",
+            help="--server: unseeded responses that differ from their request alone are reported, not a failure, "
+            "where the deploy seed is unknown (no --deploy, and the server does not report applying one).",
+        ),
+    ] = False,
     timeout: srv.TimeoutOption = 300.0,
     retries: srv.RetriesOption = 0,
     header: srv.HeaderOption = None,
@@ -261,6 +269,7 @@ def _server_bench(ctx, server, frames, arms, repeats, deploy, allow_foreign_depl
             frames=frames,
             requests=p["requests"],
             allow_dropped_fields=p["allow_dropped_fields"],
+            allow_unseeded=p["allow_unseeded"],
         )
         bench = ServerBench(options, on_retry=lambda r: stderr.print(f"[yellow]retry:[/] {escape(r.message)}"))
         for warning in bench.dropped:

@@ -28,6 +28,10 @@ def diff(
     junit: Annotated[Optional[Path], typer.Option(help="JUnit XML report (one testcase per id).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="JSON report with every id.")] = None,
     markdown: Annotated[Optional[Path], typer.Option(help="Markdown summary.")] = None,
+    allow_unseeded: Annotated[
+        bool,
+        typer.Option(help="An id without a seed on either side that differs is reported unseeded, not a failure."),
+    ] = False,
 ) -> None:
     """Compare two runs id by id: codes and PCM hashes, duration, SNR, LSD, max abs; ids on one side
     only; a differing seed or setting named as the likely cause.
@@ -44,7 +48,7 @@ def diff(
         files = {"--json": json_path, "--junit": junit, "--markdown": markdown}
         check_output_paths(files, report_dir, REPORT_DIR_FILES)
         sides = [load_side(a, "A"), load_side(b, "B")]
-        result = diff_runs(*sides, level=level, min_snr_db=min_snr_db)
+        result = diff_runs(*sides, level=level, min_snr_db=min_snr_db, allow_unseeded=allow_unseeded)
         write_reports(
             result,
             command=command_line(ctx),

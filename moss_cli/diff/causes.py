@@ -1,11 +1,18 @@
-"""Why an id differs between two runs, as far as the two sides record it: a seed or a setting the
-manifests show, a request fingerprint the journals hold, an environment field both sides record;
-by elimination, the numbers of the machine (the talker's when the codes differ, else the codec's)."""
+"""Why an id differs between two runs, as far as the two sides record it: a run-level setting that
+changes how every request samples, a seed or a setting the manifests show, a request fingerprint
+the journals hold, an environment field both sides record; by elimination, the numbers of the
+machine (the talker's when the codes differ, else the codec's)."""
 
 from __future__ import annotations
 
 from ..config.effective import SeedSource
+from ..report.metrics import describe_change
 from .sides import SETTINGS
+
+# Recorded environment fields that change how every request of a run samples: a change of one is
+# the cause of each id, before a seed whose value it leaves alone (the legacy mode records the run's
+# global stream as each request's seed source, its seed the deploy seed).
+SAMPLING_SETTINGS = ("legacy_global_rng",)
 
 
 def _seed(row: dict) -> str:
@@ -26,12 +33,32 @@ def _same(x, y) -> bool:
         return x == y
 
 
-def named_differences(a: dict, b: dict) -> tuple[str | None, list[str]]:
-    """(the main cause, every difference in words) between two rows of one id."""
-    cause, named = None, []
-    if a.get("seed") != b.get("seed") or (a.get("seed_source") or "") != (b.get("seed_source") or ""):
-        cause = "seed"
-        named.append(f"seed {_seed(a)} -> {_seed(b)}")
+def _seed_cause(a: dict, b: dict) -> str | None:
+    """What a difference in the seeds of one id explains: the run's one global stream on one side
+    only is the legacy mode, a run-level setting (`settings`), whatever the seeds; another seed, or
+    no seed (unseeded draws vary), is `seed`; the same seed given by the request on one side and by
+    the deploy file on the other seeds the same generator, so it explains nothing."""
+    if (a.get("seed_source") == SeedSource.GLOBAL) != (b.get("seed_source") == SeedSource.GLOBAL):
+        return "settings"
+    if a.get("seed") != b.get("seed") or a.get("seed") is None:
+        return "seed"
+    return None
+
+
+def named_differences(a: dict, b: dict, changes: dict[str, tuple]) -> tuple[str | None, list[str]]:
+    """(the main cause, every difference in words) between two rows of one id; `changes`: the
+    environment fields both sides record with different values (field -> (a, b))."""
+    named = [describe_change(k, *changes[k]) for k in SAMPLING_SETTINGS if k in changes]
+    cause = "settings" if named else None
+    differ = a.get("seed") != b.get("seed") or (a.get("seed_source") or "") != (b.get("seed_source") or "")
+    seed = _seed_cause(a, b) if differ else None
+    if seed is not None:
+        cause = cause or seed
+        unrecorded = seed == "settings" and not named  # the environment does not say: the seed sources do
+        why = (
+            ": --legacy-global-rng on one side only, every draw from the run's one global stream" if unrecorded else ""
+        )
+        named.append(f"seed {_seed(a)} -> {_seed(b)}{why}")
     for key in SETTINGS:
         if key in a and key in b and not _same(a[key], b[key]):
             cause = cause or ("content" if key == "text" else "settings")
@@ -39,11 +66,14 @@ def named_differences(a: dict, b: dict) -> tuple[str | None, list[str]]:
     return cause, named
 
 
-def likely_cause(rows: tuple[dict, dict], codes_equal: bool | None, fingerprints: tuple, environment: list[str]):
-    """(cause, detail) for an id whose audio differs."""
-    cause, named = named_differences(*rows)
-    if named:
+def likely_cause(
+    rows: tuple[dict, dict], codes_equal: bool | None, fingerprints: tuple, changes: dict[str, tuple]
+) -> tuple[str, str]:
+    """(cause, detail) for an id whose audio differs; `changes`: as named_differences."""
+    cause, named = named_differences(*rows, changes)
+    if cause is not None:
         return cause, "; ".join(named)
+    environment = [describe_change(k, x, y) for k, (x, y) in changes.items()]
     fa, fb = fingerprints
     if fa and fb and fa != fb:
         return "settings", (

@@ -12,9 +12,10 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from ..audit.verdicts import UNSEEDED_NOT_REPRODUCIBLE
 from ..config.effective import SeedSource
 from ..io.audio import pcm_sha256
-from ..report.metrics import describe_change, first_differing_sample, log_spectral_distance, max_abs_difference, snr_db
+from ..report.metrics import first_differing_sample, log_spectral_distance, max_abs_difference, snr_db
 from .causes import likely_cause
 
 LEVELS = ("bitwise", "waveform")
@@ -118,7 +119,9 @@ def _measure(case: DiffCase, pair: _Pair) -> None:
     case.first_diverging_s = None if sample is None else sample / rate
 
 
-def _judge(case: DiffCase, pair: _Pair, level: str, min_snr_db: float, environment: list[str]) -> None:
+def _judge(
+    case: DiffCase, pair: _Pair, level: str, min_snr_db: float, changes: dict[str, tuple], allow_unseeded: bool
+) -> None:
     if pair.pcm_equal and pair.codes_equal is not False and not pair.notes:  # unknown codes: the PCM decides
         case.status, case.cause = "identical", "-"
         return
@@ -129,7 +132,7 @@ def _judge(case: DiffCase, pair: _Pair, level: str, min_snr_db: float, environme
         and (case.snr_db is None or case.snr_db >= min_snr_db)
     )
     case.status = "within-tolerance" if within and not pair.notes else "differs"
-    case.cause, case.detail = likely_cause(pair.rows, pair.codes_equal, pair.fingerprints, environment)
+    case.cause, case.detail = likely_cause(pair.rows, pair.codes_equal, pair.fingerprints, changes)
     if pair.notes:
         # What the manifests say still stands; only a difference between them has a cause to name.
         listed = [row["pcm_sha256"] for row in pair.rows]
@@ -141,8 +144,13 @@ def _judge(case: DiffCase, pair: _Pair, level: str, min_snr_db: float, environme
     if case.status == "within-tolerance":
         case.verdict = "pass"
     elif {r.get("seed_source") for r in pair.rows} == {SeedSource.NONE} and not pair.notes:
-        case.verdict, case.cause = "unseeded", "unseeded"
-        case.detail = "no seed on either side: drawn from the global RNG, expected to vary"
+        unseeded = "no seed on either side (none of its own, and the deploy file gives stage 0 none)"
+        unseeded += ": drawn from the global RNG"
+        if allow_unseeded:
+            case.verdict, case.cause, case.detail = "unseeded", "unseeded", f"{unseeded}, expected to vary"
+        else:  # not reproducible, as the audit judges an unseeded request whose two runs alone differ
+            case.verdict, case.cause = "fail", UNSEEDED_NOT_REPRODUCIBLE
+            case.detail = f"not reproducible: {unseeded} (give the deploy file a stage-0 seed, or the request a seed)"
     else:
         case.verdict = "fail"
 
@@ -154,10 +162,10 @@ def environment_changes(a, b) -> dict[str, tuple]:
     return {k: (v, b.environment[k]) for k, v in a.environment.items() if k in b.environment and b.environment[k] != v}
 
 
-def diff_runs(a, b, level: str = "bitwise", min_snr_db: float = 60.0) -> DiffResult:
+def diff_runs(a, b, level: str = "bitwise", min_snr_db: float = 60.0, allow_unseeded: bool = False) -> DiffResult:
+    """`allow_unseeded`: an id unseeded on both sides that differs is `unseeded`, not a failure."""
     start = time.perf_counter()
     changes = environment_changes(a, b)
-    described = [describe_change(k, x, y) for k, (x, y) in changes.items()]
     cases = []
     for key in a.rows:
         if key not in b.rows:
@@ -168,7 +176,7 @@ def diff_runs(a, b, level: str = "bitwise", min_snr_db: float = 60.0) -> DiffRes
         case.codes_equal, case.pcm_equal = pair.codes_equal, pair.pcm_equal
         if not pair.pcm_equal and all(got is not None for got in pair.audio):
             _measure(case, pair)  # only here is audio decoded to a waveform
-        _judge(case, pair, level, min_snr_db, described)
+        _judge(case, pair, level, min_snr_db, changes, allow_unseeded)
         cases.append(case)
     for key in b.rows:
         if key not in a.rows:

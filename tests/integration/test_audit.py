@@ -82,14 +82,25 @@ def test_injected_numeric_perturbation_is_attributed_numeric_not_rng_coupling(tm
     assert case.attribution.max_logit_diff > 0 and case.attribution.head is not None
 
 
-def test_unseeded_requests_are_reported_unseeded_and_fail_only_when_strict(tmp_path):
+def test_unseeded_requests_that_vary_alone_are_not_reproducible_unless_allowed(tmp_path):
+    """Without a deploy seed an unseeded request draws from the global RNG: two runs alone differ, so
+    it is not reproducible (exit 1, its cause named); --allow-unseeded reports it as `unseeded`,
+    which fails only with --strict-unseeded."""
     requests = tmp_path / "r.jsonl"
     requests.write_text(
         '{"id": "free", "text": "No seed anywhere.", "max_new_frames": 20}\n'
         '{"id": "pinned", "text": "This one is seeded.", "seed": 5, "max_new_frames": 20}\n'
     )
     deploy = RECIPES / "moss_tts_local_tiny_unseeded.yaml"
-    relaxed = moss_audit(requests, "--deploy", deploy, "--scenarios", "repeat,batched", "--json", tmp_path / "r.json")
+    scenarios = ("--deploy", deploy, "--scenarios", "repeat,batched", "--json", tmp_path / "r.json")
+    failed = moss_audit(requests, *scenarios)
+    assert failed.exit_code == 1, failed.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["verdicts"]["free"]["verdict"] == "unseeded-not-reproducible"
+    assert "the deploy file gives stage 0 no seed" in report["verdicts"]["free"]["detail"]
+    assert report["verdicts"]["pinned"]["verdict"] == "identical"
+    assert "requests: 1 identical, 1 unseeded-not-reproducible" in " ".join(failed.output.split())
+    relaxed = moss_audit(requests, *scenarios, "--allow-unseeded")
     assert relaxed.exit_code == 0, relaxed.output
     cases = json.loads((tmp_path / "r.json").read_text())["cases"]
     assert {c["verdict"] for c in cases if c["request"] == "free"} == {"unseeded"}

@@ -94,14 +94,28 @@ def test_the_released_double_fails_naming_the_unseeded_requests_that_varied_unde
     assert "Diverging pairs (4)" in page and (folder / "diverging" / "4-under-load.wav").is_file()
 
 
-def test_without_the_deploy_seed_unseeded_variation_is_reported_not_failed(tmp_path):
+def test_without_the_deploy_seed_unseeded_variation_fails_and_names_its_causes_unless_allowed(tmp_path):
+    """An unseeded response that differs from its request alone is not reproducible: without
+    --deploy the bench cannot say why, so it names both causes and how to tell them apart."""
+    args = ("--concurrency", "2", "--no-stream", "--response-format", "wav")
     with serving_vllm_omni(FakeMossLocalEngine(fixed=False)) as url:
-        code, report, output = _bench(url, tmp_path, "--concurrency", "2", "--no-stream", "--response-format", "wav")
-    assert code == 0, output
-    assert not report["setup"]["unseeded_must_hold"]
-    assert {r["check"] for r in report["responses"] if r["arm"] == "unseeded"} == {"varied-unseeded"}
-    assert "reported, not a failure" in output and "PASS" in output
-    assert all("median_audio_ttfp_ms" not in r for r in report["results"])  # whole bodies: no first packet
+        code, report, output = _bench(url, tmp_path, *args)
+        allowed, accepted, accepted_output = _bench(url, tmp_path, *args, "--allow-unseeded")
+    assert code == 1, output
+    assert report["setup"]["unseeded_must_hold"] and not report["setup"]["allow_unseeded"]
+    assert {r["check"] for r in report["responses"] if r["arm"] == "unseeded"} == {"varied"}
+    why = report["summary"]["unseeded_causes"]
+    assert why.startswith("8 unseeded response(s) differ from their request alone: not reproducible")
+    assert "the server's deploy config gives stage 0 no seed, or it gives one and the deploy seed" in why
+    assert "--deploy FILE (the deploy file the server runs) tells the two apart" in why
+    assert "or a retry with a random seed" not in why  # the built-in requests have frame budgets
+    assert why in output and "FAIL: 8 of 16 responses" in output
+    # Accepted: reported, not a failure.
+    assert allowed == 0, accepted_output
+    assert not accepted["setup"]["unseeded_must_hold"] and accepted["summary"]["unseeded_causes"] is None
+    assert {r["check"] for r in accepted["responses"] if r["arm"] == "unseeded"} == {"varied-unseeded"}
+    assert "reported, --allow-unseeded" in accepted_output and "PASS" in accepted_output
+    assert all("median_audio_ttfp_ms" not in r for r in accepted["results"])  # whole bodies: no first packet
 
 
 def test_the_fixed_double_passes_with_the_deploy_seed_arm_for_a_duration_of_poisson_arrivals(tmp_path):

@@ -139,6 +139,54 @@ def test_runs_from_two_machines_name_the_environment_fields_that_differ(runs, tm
     assert gamma["cause"] == "environment" and "threads" in gamma["detail"] and "torch_version" in gamma["detail"]
 
 
+def test_against_a_legacy_global_rng_run_the_cause_is_that_setting_not_the_seed(tmp_path):
+    """The legacy mode changes how every request samples and records the run's one global stream
+    as each seed's source: the setting is each id's cause, before a seed whose value it leaves alone
+    (an unseeded request's deploy seed 42 -> 42) or changes (its own seed 1 -> the global 42)."""
+    rows = [
+        {"id": "free", "text": "No seed of its own: the deploy seed.", "max_new_frames": 10},
+        {"id": "own", "text": "A seed of its own.", "seed": 1, "max_new_frames": 10},
+    ]
+    requests = write_rows(tmp_path / "r.jsonl", rows)
+    for name, extra in (("fixed", ()), ("legacy", ("--legacy-global-rng",))):
+        done = moss("synth", requests, "--out", tmp_path / name, *extra)
+        assert done.exit_code == 0, done.output
+    result = moss("diff", tmp_path / "fixed", tmp_path / "legacy", "--json", tmp_path / "d.json")
+    assert result.exit_code == 1, result.output
+    cases = _cases(tmp_path / "d.json")
+    differing = {key: case for key, case in cases.items() if case["status"] == "differs"}
+    assert differing, cases  # the global stream gives at least one request other audio
+    for key, case in differing.items():
+        assert case["cause"] == "settings", case
+        assert case["detail"].startswith("legacy_global_rng False -> True; seed "), case
+    assert "seed 42 -> 42 (global)" in cases["free"]["detail"] or cases["free"]["status"] == "identical"
+    # A side whose environment is not recorded: the seed sources still say which mode each run used.
+    unrecorded = _copy(tmp_path / "legacy", tmp_path, "unrecorded")
+    (unrecorded / ".moss" / "environment.json").unlink()
+    moss("diff", tmp_path / "fixed", unrecorded, "--json", tmp_path / "u.json")
+    for key, case in _cases(tmp_path / "u.json").items():
+        if key in differing:
+            assert case["cause"] == "settings" and "--legacy-global-rng on one side only" in case["detail"], case
+
+
+def test_two_runs_of_an_unseeded_request_that_differ_are_not_reproducible_unless_allowed(tmp_path):
+    """No seed of its own and none in the deploy file: each run draws from the global RNG, so the
+    two runs differ and the id fails, as the audit fails such a request; --allow-unseeded reports it."""
+    deploy = Path(__file__).resolve().parents[2] / "recipes" / "moss_tts_local_tiny_unseeded.yaml"
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": "free", "text": "No seed anywhere.", "max_new_frames": 10}])
+    for name in ("one", "two"):
+        done = moss("synth", requests, "--out", tmp_path / name, "--deploy", deploy)
+        assert done.exit_code == 0, done.output
+    failed = moss("diff", tmp_path / "one", tmp_path / "two", "--json", tmp_path / "d.json")
+    assert failed.exit_code == 1, failed.output
+    free = _cases(tmp_path / "d.json")["free"]
+    assert (free["verdict"], free["cause"]) == ("fail", "unseeded-not-reproducible")
+    assert free["detail"].startswith("not reproducible: no seed on either side") and "stage 0 none" in free["detail"]
+    allowed = moss("diff", tmp_path / "one", tmp_path / "two", "--allow-unseeded", "--json", tmp_path / "a.json")
+    assert allowed.exit_code == 0, allowed.output
+    assert _cases(tmp_path / "a.json")["free"]["verdict"] == "unseeded"
+
+
 def test_a_file_changed_after_synthesis_and_ids_on_one_side_only_fail(runs, tmp_path):
     touched = _copy(runs["a"], tmp_path, "touched")
     _requantise(touched, "alpha", 1, update_manifest=False)

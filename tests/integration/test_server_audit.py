@@ -12,7 +12,15 @@ from cli_runs import AuditRun, flat, moss, moss_audit, write_rows  # tests/ is o
 from speech_servers import Behaviour, serving, synthesize
 
 from moss_cli.audit.scenarios import SERVER_SCENARIOS
-from moss_cli.audit.verdicts import RUN_TO_RUN, Rules, alone
+from moss_cli.audit.verdicts import (
+    BATCH_DEPENDENT,
+    RUN_TO_RUN,
+    UNSEEDED,
+    UNSEEDED_NOT_REPRODUCIBLE,
+    Rules,
+    alone,
+    judge,
+)
 from moss_cli.config.requests import Request
 from moss_cli.io.audio import pcm_sha256
 from moss_cli.io.outcome import Outcome
@@ -100,14 +108,27 @@ def test_rounding_level_differences_fail_bitwise_but_pass_the_waveform_level(req
     assert codes == 1
 
 
-def test_a_server_without_a_deploy_seed_is_unseeded_and_fails_only_when_strict(requests, tmp_path):
-    behaviour = Behaviour(seeds="no-deploy-seed", moss_headers=True)
-    code, report, output = _audit(behaviour, requests, tmp_path, "--scenarios", "repeat,concurrent")
+def test_a_server_without_a_deploy_seed_is_not_reproducible_and_passes_only_with_allow_unseeded(requests, tmp_path):
+    behaviour = Behaviour(seeds="no-deploy-seed", moss_headers=True)  # it says no seed reached the request
+    scenarios = ("--scenarios", "repeat,concurrent")
+    code, report, output = _audit(behaviour, requests, tmp_path, *scenarios, "--markdown", tmp_path / "s.md")
+    assert code == 1, output
+    assert _verdicts(report) == {"seeded": "identical", "unseeded": "unseeded-not-reproducible"}
+    assert report["summary"]["causes"] == {"unseeded-not-reproducible": 2} and report["summary"]["unseeded"] == 0
+    detail = report["server"]["requests"]["unseeded"]["detail"]
+    assert detail.startswith("not reproducible: ") and "the server's deploy config gives stage 0 no seed" in detail
+    assert "unseeded-not-reproducible" in (tmp_path / "s.md").read_text()
+    assert "--allow-unseeded accepts them" in flat(output)
+    # Accepted: today's warning, not a failure.
+    code, report, output = _audit(behaviour, requests, tmp_path, *scenarios, "--allow-unseeded")
     assert code == 0, output
     assert _verdicts(report) == {"seeded": "identical", "unseeded": "unseeded"}
-    assert report["summary"]["unseeded"] >= 2
+    assert report["summary"]["unseeded"] >= 2 and report["options"]["allow_unseeded"] is True
     strict, report, _ = _audit(behaviour, requests, tmp_path, "--scenarios", "repeat", "--strict-unseeded")
-    assert strict == 1 and report["summary"]["causes"] == {"unseeded": 1}
+    assert strict == 1 and report["summary"]["causes"] == {"unseeded-not-reproducible": 1}
+    untouched = Behaviour(seeds="no-deploy-seed", moss_headers=True)
+    both, _, output = _audit(untouched, requests, tmp_path, "--allow-unseeded", "--strict-unseeded")
+    assert both == 2 and "--allow-unseeded" in flat(output) and untouched.seen == [], output
 
 
 def test_a_deploy_seed_that_does_not_act_as_a_request_seed_is_deploy_seed_not_applied(requests, tmp_path):
@@ -133,11 +154,27 @@ def test_with_the_deploy_file_an_unseeded_request_that_varies_fails_deploy_seed_
         "checked": True,
         "note": "checked: every unseeded request must give the audio of the same request sent with seed 42",
     }
-    # Without the deploy file the same server is `unseeded` (not a failure), and the report says how to check.
-    code, report, output = _audit(behaviour, requests, tmp_path, *scenarios)
+    # Without the deploy file the same server fails too: not reproducible, for one of two causes that
+    # the deploy file tells apart; every report says so.
+    files = ("--junit", tmp_path / "j.xml", "--markdown", tmp_path / "s.md", "--report-dir", tmp_path / "dir")
+    code, report, output = _audit(behaviour, requests, tmp_path, *scenarios, *files)
+    assert code == 1, output
+    assert _verdicts(report)["unseeded"] == "unseeded-not-reproducible"
+    detail = report["server"]["requests"]["unseeded"]["detail"]
+    assert "the server's deploy config gives stage 0 no seed, or it gives one and the deploy seed" in detail
+    assert "--deploy FILE (the deploy file the server runs) tells the two apart" in detail
+    assert "Deploy seed: not checked: pass --deploy FILE" in flat(output)
+    assert "unseeded-not-reproducible" in flat(output) and "tells the two apart" in flat(output)
+    junit = ET.parse(tmp_path / "j.xml").getroot()
+    failures = [f for f in junit.iter("failure") if f.get("type") == "unseeded-not-reproducible"]
+    assert failures and "tells the two apart" in failures[0].get("message")
+    for page in (tmp_path / "s.md", tmp_path / "dir" / "index.html"):
+        text = page.read_text()
+        assert "unseeded-not-reproducible" in text and "tells the two apart" in text, page
+    # Accepted with --allow-unseeded: `unseeded` (not a failure), and the report still says how to check.
+    code, report, output = _audit(behaviour, requests, tmp_path, *scenarios, "--allow-unseeded")
     assert code == 0 and _verdicts(report)["unseeded"] == "unseeded", output
     assert "--deploy FILE" in report["server"]["requests"]["unseeded"]["detail"]
-    assert "Deploy seed: not checked: pass --deploy FILE" in flat(output)
 
 
 def test_a_typo_in_the_deploy_file_is_refused_before_anything_is_sent(requests, tmp_path):
@@ -195,8 +232,40 @@ def test_differing_alone_with_greedy_decoding_or_a_claimed_seed_is_run_to_run():
     assert alone(greedy, _output(a, "deploy"), _output(b, "deploy"), honoured).cause == RUN_TO_RUN
     claimed = Request("c", "x", 1)  # no seed of its own, yet the server says it applied its deploy seed
     assert alone(claimed, _output(a, "deploy"), _output(b, "deploy"), rules).cause == RUN_TO_RUN
-    assert alone(claimed, _output(a, "unknown"), _output(b, "unknown"), rules).cause == "unseeded"
     assert alone(claimed, _output(a, "deploy"), _output(a, "deploy"), rules).stable
+
+
+@pytest.mark.parametrize("source", ["unknown", "none"])
+def test_an_unseeded_request_that_differs_alone_is_not_reproducible_unless_allowed(source):
+    """Whatever the server says of its seed (nothing, or that none reached the request), two runs
+    alone that differ fail; --allow-unseeded makes it today's `unseeded`, which fails only when strict."""
+    a, b = synthesize("x", None, 1), synthesize("x", None, 1)
+    unseeded = Request("u", "x", 1)
+    rules = Rules("codes", 60.0, False, 24_000, server=True)
+    found = alone(unseeded, _output(a, source), _output(b, source), rules)
+    assert found.cause == UNSEEDED_NOT_REPRODUCIBLE and found.detail.startswith("not reproducible")
+    case = judge("repeat", "repeat", "u", _output(a, source), _output(b, source), found, rules)
+    assert case.failed and case.attribution.cause == UNSEEDED_NOT_REPRODUCIBLE
+    allowed = Rules("codes", 60.0, False, 24_000, server=True, allow_unseeded=True)
+    accepted = alone(unseeded, _output(a, source), _output(b, source), allowed)
+    assert accepted.cause == UNSEEDED and accepted.detail == found.detail.removeprefix("not reproducible: ")
+    case = judge("repeat", "repeat", "u", _output(a, source), _output(b, source), accepted, allowed)
+    assert case.verdict == "unseeded" and not case.failed
+
+
+def test_an_unseeded_request_identical_alone_that_differs_only_with_its_batch_stays_unseeded():
+    """No seed reached it (the server says so) and two runs alone agree: a difference in a batch is
+    its draws sharing the batch's stream, reported as `unseeded` (a failure only with --strict-unseeded);
+    where the server does not say, the same difference is batch-dependent."""
+    a, b = synthesize("x", None, 1), synthesize("x", None, 1)
+    unseeded = Request("u", "x", 1)
+    for strict in (False, True):
+        rules = Rules("codes", 60.0, strict, 24_000, server=True)
+        stable = alone(unseeded, _output(a, "none"), _output(a, "none"), rules)
+        case = judge("concurrent", "concurrent-8", "u", _output(a, "none"), _output(b, "none"), stable, rules)
+        assert case.attribution.cause == UNSEEDED and case.verdict == ("fail" if strict else "unseeded")
+        case = judge("concurrent", "concurrent-8", "u", _output(a, "unknown"), _output(b, "unknown"), stable, rules)
+        assert case.failed and case.attribution.cause == BATCH_DEPENDENT
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ vllm-omni 0.30.0's MOSS-TTS-Local (tests/vllm_omni_server.py): it requires `ref_
 unknown fields, answers 48 kHz stereo, streams server-sent events, and samples unseeded requests
 from one process-wide RNG (before the deploy-seed fix) or from the deploy seed (after it)."""
 
+import re
 from pathlib import Path
 
 import httpx
@@ -16,7 +17,8 @@ from moss_cli.io.reference_audio import synthetic_voice
 from moss_cli.remote.reply import decode_audio
 from moss_cli.speech_api import body_from_request
 
-DEPLOY = Path(__file__).resolve().parents[2] / "recipes" / "moss_tts_local_v1.5.yaml"  # seed 42
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "recipes" / "moss_tts_local_v1.5.yaml"  # seed 42
 BUILT_IN_UNSEEDED = {"short-unseeded", "long-unseeded", "twin-a", "twin-b", "instructed"}
 
 
@@ -59,6 +61,23 @@ def test_before_the_fix_exactly_the_unseeded_requests_fail_deploy_seed_not_appli
     assert report["server"]["reference_voice"].startswith("required (MOSS-TTS-Local-Transformer requires 'ref_audio'")
     assert "streaming" in report["summary"]["scenarios"] and not report["server"]["skipped"]
     assert "deploy-seed-not-applied" in output
+    # docs/server-audit.md shows this audit's table path x verdict: its figures are these.
+    doc = (ROOT / "docs" / "server-audit.md").read_text()
+    shown = {
+        row[0].strip("`"): (row[2], int(row[3]), int(row[4]))
+        for row in ([cell.strip() for cell in line.strip("|").split("|")] for line in doc.splitlines())
+        if len(row) == 6 and row[0].strip("`") in report["server"]["paths"]  # path, route, verdict, counts, detail
+    }
+    paths = report["server"]["paths"]
+    assert shown == {path: (v["verdict"], v["requests"], v["comparisons"]) for path, v in paths.items()}
+    probes = re.search(
+        r"the deploy-seed probes of the unseeded\s+requests it answered \((\d+) of the (\d+) and of the (\d+)\)", doc
+    )
+    assert probes and tuple(map(int, probes.groups())) == (
+        len(BUILT_IN_UNSEEDED),
+        paths["sse"]["comparisons"],
+        paths["batch"]["comparisons"],
+    )
 
 
 @pytest.mark.slow  # the whole default audit: a few hundred requests
@@ -85,14 +104,23 @@ def test_after_the_fix_a_request_file_with_references_passes(tmp_path):
     assert _verdicts(report) == {"unseeded": "identical", "seeded": "identical", "continued": "identical"}
 
 
-def test_without_the_deploy_file_the_old_server_is_only_unseeded_and_the_report_says_how_to_check(tmp_path):
+def test_without_the_deploy_file_the_old_server_is_not_reproducible_and_the_report_says_how_to_tell(tmp_path):
     path = _requests_with_references(tmp_path)
+    scenarios = ("--scenarios", "repeat,concurrent,seeds")
     with serving_vllm_omni(FakeMossLocalEngine(fixed=False)) as url:
-        code, report, output = _audit(url, tmp_path, path, "--scenarios", "repeat,concurrent,seeds")
-    assert code == 0, output
-    assert _verdicts(report) == {"unseeded": "unseeded", "seeded": "identical", "continued": "unseeded"}
-    assert "--deploy FILE" in report["server"]["requests"]["unseeded"]["detail"]
+        code, report, output = _audit(url, tmp_path, path, *scenarios)
+        allowed, accepted, allowed_output = _audit(url, tmp_path, path, *scenarios, "--allow-unseeded")
+    assert code == 1, output
+    failing = "unseeded-not-reproducible"
+    assert _verdicts(report) == {"unseeded": failing, "seeded": "identical", "continued": failing}
+    detail = report["server"]["requests"]["unseeded"]["detail"]
+    assert "the server's deploy config gives stage 0 no seed" in detail and "process-wide RNG" in detail
+    assert "--deploy FILE (the deploy file the server runs) tells the two apart" in detail
+    assert "or a retry with a random seed" in report["server"]["requests"]["continued"]["detail"]  # no frame budget
     assert "Deploy seed: not checked" in output
+    # Accepted: reported as unseeded, not a failure.
+    assert allowed == 0, allowed_output
+    assert _verdicts(accepted) == {"unseeded": "unseeded", "seeded": "identical", "continued": "unseeded"}
 
 
 def test_a_request_file_without_references_is_refused_before_the_audit(tmp_path):

@@ -3,10 +3,13 @@ first packet, RTF, underrun), the figures and their names, the arms' seeds, and 
 
 import asyncio
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from moss_cli.audit.builtin import builtin_requests
 from moss_cli.bench.arms import BENCH_SEED, arm_seed, check_deploy_seed, must_hold, parse_arms
 from moss_cli.bench.figures import figures, ratios
 from moss_cli.bench.load import Load, drive, name_neighbours, timing
@@ -75,8 +78,19 @@ def test_arms_seeds_and_what_must_hold():
         check_deploy_seed(("deploy-seed",), None, deploy_given=False)
     with pytest.raises(MossError, match="gives no stage-0 seed"):
         check_deploy_seed(("deploy-seed",), None, deploy_given=True)
-    assert must_hold("seeded", False) and must_hold("deploy-seed", False)
-    assert not must_hold("unseeded", False) and must_hold("unseeded", True)
+    for allow in (False, True):
+        assert must_hold("seeded", False, allow) and must_hold("deploy-seed", False, allow)
+        assert must_hold("unseeded", True, allow)  # the deploy seed is known: unseeded requests must get it
+    assert must_hold("unseeded", False, False)  # not reproducible, whatever the cause
+    assert not must_hold("unseeded", False, True)  # --allow-unseeded: reported only
+
+
+def test_the_built_in_set_is_what_docs_bench_md_says_it_sends():
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "bench.md").read_text().split())
+    found = re.search(r"the audit's built-in set \((\d+) texts, (\d+)-(\d+) frames\)", doc)
+    assert found, "docs/bench.md no longer says what the built-in set is"
+    frames = [r.max_new_frames for r in builtin_requests(for_server=True)]
+    assert tuple(map(int, found.groups())) == (len(frames), min(frames), max(frames))
 
 
 def test_the_load_keeps_at_most_its_concurrency_in_flight_and_names_neighbours():
