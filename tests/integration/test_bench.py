@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_runs import assert_tables_whole, tables_at  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from moss_cli.bench import BenchRow
@@ -87,6 +88,17 @@ def test_bench_arms_on_the_local_engine_give_each_arms_cost_over_unseeded(tmp_pa
         low, high = report["over_unseeded_range"][arm]["fast"]["2"]
         assert 0 < low <= ratio <= high
     assert "fast seeded / unseeded step time" in result.output
+
+
+def test_the_table_at_80_columns_keeps_every_figure_whole():
+    from moss_cli.cli.bench import COLUMNS
+
+    args = ["bench", "--random-weights", "tiny", "--batch", "2", "--frames", "2", "--repeats", "1"]
+    with tables_at(80) as drawn:
+        result = CliRunner().invoke(app, [*args, "--modes", "invariant,fast", "--arms", "seeded,unseeded"])
+    assert result.exit_code == 0, result.output
+    assert len(drawn[0].cells) == 1 + 4 and drawn[0].cells[0] == [header for header, _ in COLUMNS]
+    assert_tables_whole(drawn, 80)
 
 
 def test_bench_rejects_bad_options_with_exit_2():

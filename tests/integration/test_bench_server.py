@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_runs import write_rows
+from cli_runs import assert_tables_whole, tables_at, write_rows
 from serve_helpers import running  # tests/ is on sys.path
 from typer.testing import CliRunner
 from vllm_omni_server import FakeMossLocalEngine, serving_vllm_omni
@@ -95,8 +95,9 @@ def test_the_released_double_fails_naming_the_unseeded_requests_that_varied_unde
 
 
 def test_without_the_deploy_seed_unseeded_variation_is_reported_not_failed(tmp_path):
-    with serving_vllm_omni(FakeMossLocalEngine(fixed=False)) as url:
+    with serving_vllm_omni(FakeMossLocalEngine(fixed=False)) as url, tables_at(80) as drawn:
         code, report, output = _bench(url, tmp_path, "--concurrency", "2", "--no-stream", "--response-format", "wav")
+    assert_tables_whole(drawn, 80)  # a table of 16 figures and costs, at 80 columns
     assert code == 0, output
     assert not report["setup"]["unseeded_must_hold"]
     assert {r["check"] for r in report["responses"] if r["arm"] == "unseeded"} == {"varied-unseeded"}
