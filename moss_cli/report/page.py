@@ -219,7 +219,8 @@ padding-top:8px;margin-top:18px}.players,.plots{display:flex;gap:16px;flex-wrap:
 img{max-width:100%;border:1px solid #ddd}code{overflow-wrap:anywhere}.notes li{color:#8a5300}
 .m{background:#ffe9a8}.m.pass{background:#cdeccb}.m.fail{background:#f6c4bf}.m.absent{background:#f1f1f1;color:#777}
 span.m{padding:1px 7px;border:1px solid #bbb;border-radius:3px}.wide{overflow-x:auto}
-table.matrix td{white-space:nowrap;text-align:center}table.matrix td a{color:inherit}
+table.matrix{font-size:12px}table.matrix th,table.matrix td{padding:2px 5px}table.matrix td{text-align:center}
+table.matrix td a{color:inherit}
 """
 
 # First in <head>: counts errors (scripts, and resources such as images, in the capture phase) and,
