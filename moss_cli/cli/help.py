@@ -2,7 +2,8 @@
 negative form, the short name and the type a column each, and the description what is left: about
 17 columns of an 80-column terminal (or CI log). Below RICH_HELP_WIDTH columns, help is Click's
 layout instead: each option with its type, the description beside it from column 30 at most (below
-it where the option is longer), so a description has the rest of the line."""
+it where the option is longer), so a description has the rest of the line; a group lists each
+command with its first sentence whole."""
 
 from __future__ import annotations
 
@@ -25,9 +26,16 @@ class HelpCommand(TyperCommand):
             return super().format_help(ctx, formatter)
         return super(TyperCommand, self).format_help(ctx, formatter)  # Click's own layout
 
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The first sentence whole, in a group's list of commands (Click cuts it at `limit`, with "...")."""
+        return super().get_short_help_str(limit=1_000)
+
 
 class HelpGroup(TyperGroup):
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         if _panels_fit():
             return super().format_help(ctx, formatter)
         return super(TyperGroup, self).format_help(ctx, formatter)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return super().get_short_help_str(limit=1_000)

@@ -152,6 +152,13 @@ def test_help_at_a_narrow_width_gives_every_description_40_columns_or_more(width
             if param.help:
                 column = _description_column(lines, [*param.opts, *param.secondary_opts], param.help.split()[0])
                 assert width - column >= 40, (path, param.opts, output)
+    for group in ([], ["config"]):  # each command's first sentence whole, not cut with "..."
+        output = " ".join(runner.invoke(app, [*group, "--help"], env={"COLUMNS": str(width)}).output.split())
+        listed = output[output.index("Commands") :]
+        assert "..." not in listed and "…" not in listed, output
+        for name, command in get_command(app).commands.items() if not group else []:
+            first = " ".join(command.help.split(".")[0].split())
+            assert f"{name} {first}." in output, (name, output)
     assert "╭─ Options" in runner.invoke(app, ["bench", "--help"], env={"COLUMNS": "200"}).output  # room for panels
 
 
