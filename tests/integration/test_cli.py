@@ -168,7 +168,7 @@ def _description_column(lines: list[str], names: list[str], first: str) -> int:
     import re
 
     for at, line in enumerate(lines):
-        words = re.findall(r"[^\s,│]+", line)
+        words = re.findall(r"[^\s,│\[\]]+", line)  # an optional argument is [NAME]
         if words and words[0].lower() in names and len(line) - len(line.lstrip(" │")) <= 3:  # not a description's line
             gap = re.search(r"\S\s{2,}(?=\S)", line.rstrip(" │"))
             below = lines[at + 1]
