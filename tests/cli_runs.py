@@ -1,9 +1,13 @@
 """Helpers for tests that run `moss` commands in this process: request files written from rows,
-`moss ARGS` through Typer's CliRunner, and `moss audit-determinism` with its JSON report read back."""
+`moss ARGS` through Typer's CliRunner, `moss audit-determinism` with its JSON report read back, and the
+tables a command draws at a given console width, checked whole."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -56,3 +60,64 @@ def moss_audit(
     result = moss("audit-determinism", *args, *options)
     written = json.loads(report.read_text()) if report is not None and report.exists() else {}
     return AuditRun(result.exit_code, written, flat(result.output) if flat_output else result.output)
+
+
+TABLE_MODULES = ("moss_cli.cli.app", "moss_cli.audit.report", "moss_cli.audit.server_report", "moss_cli.diff.report")
+
+
+class Drawn(NamedTuple):
+    cells: list[list[str]]  # [headers, *rows], Rich markup
+    text: str  # the table as drawn, on a console as wide as the command's
+
+
+@contextmanager
+def tables_at(width: int):
+    """The commands' console `width` columns wide; yields the list that collects every table drawn
+    meanwhile (on any console), to check with `assert_tables_whole`."""
+    import io
+
+    from rich.console import Console
+
+    from moss_cli.cli import common
+    from moss_cli.report import terminal
+
+    for name in TABLE_MODULES:  # the modules that import print_table lazily, imported now
+        importlib.import_module(name)
+    drawn: list[Drawn] = []
+
+    def drawing(console, headers, rows, **options):
+        rows = [list(row) for row in rows]
+        copy = Console(file=io.StringIO(), width=console.width, color_system=None)
+        terminal.print_table(copy, headers, rows, **options)
+        drawn.append(Drawn([list(headers), *rows], copy.file.getvalue()))
+        terminal.print_table(console, headers, rows, **options)
+
+    users = [m for n, m in list(sys.modules.items()) if n.startswith("moss_cli.") and m is not terminal]
+    users = [m for m in users if getattr(m, "print_table", None) is terminal.print_table]
+    before = common.stdout.width
+    common.stdout.width = width
+    for module in users:
+        module.print_table = drawing
+    try:
+        yield drawn
+    finally:
+        common.stdout.width = before
+        for module in users:
+            module.print_table = terminal.print_table
+
+
+def assert_tables_whole(drawn: list[Drawn], width: int) -> None:
+    """Every table's headers and cells are drawn with no word broken across lines and nothing cut
+    short ("…"), and no line is wider than `width` unless it is one word too long for any line."""
+    from rich.text import Text
+
+    assert drawn, "no table was drawn"
+    for table in drawn:
+        assert "…" not in table.text
+        lines = table.text.splitlines()
+        assert all(len(line) <= width or len(line.split()) == 1 for line in lines), table.text
+        tokens = {word.strip(":") for line in lines for word in line.translate({ord(c): " " for c in "│┃"}).split()}
+        for row in table.cells:
+            for cell in row:
+                for word in Text.from_markup(cell).plain.split():
+                    assert word.strip(":") in tokens, (word, table.text)

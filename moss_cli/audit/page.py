@@ -4,11 +4,25 @@ against a server give the same page."""
 
 from __future__ import annotations
 
-from ..report.page import Link, PageView, PairView, Table, audio_metrics, level_text, metric_cells, verdict_view
+from ..report.page import (
+    Link,
+    Matrix,
+    MatrixCell,
+    PageView,
+    PairView,
+    Table,
+    audio_metrics,
+    level_text,
+    metric_cells,
+    verdict_view,
+)
 from .server_report import server_blocks
 from .summary import outcome
 
-VERDICT_ORDER = {"fail": 0, "unseeded": 1, "pass": 2}
+LOGITS_NOTE = (
+    "Top logits: rank by rank, the request's largest logits in each composition at its first diverging draw "
+    "(rng-coupling: equal logits, another random stream; numeric: the logits themselves differ)."
+)
 
 
 def pair_files(scenario: str, run: str, request: str, other: str | None = None) -> list[tuple[str, str]]:
@@ -19,10 +33,15 @@ def pair_files(scenario: str, run: str, request: str, other: str | None = None) 
     return [(label, f"diverging/{scenario}/{request}.{label}.wav") for label in ("alone", run)]
 
 
+def _rank(verdict: str) -> int:
+    """Failures first, then any other difference (unseeded, or a verdict added later), then passes."""
+    return 0 if verdict == "fail" else 2 if verdict == "pass" else 1
+
+
 def _order(case: dict):
     cmp = case.get("comparison") or {}
     frame = cmp.get("first_frame")
-    return (VERDICT_ORDER.get(case["verdict"], 3), frame if frame is not None else 10**9)
+    return (_rank(case["verdict"]), frame if frame is not None else 10**9)
 
 
 def _seconds(value) -> str:
@@ -80,12 +99,52 @@ def _pair(n: int, case: dict) -> PairView:
     )
     if why.get("top_logits"):
         pair.logits = logits_table(why["top_logits"], ("alone", case["run"]))
-        stream = "; equal logits, another random stream" if cause == "rng-coupling" else ""
-        pair.logits_note = (
-            f"Head {why.get('head')}, frame {why.get('frame')}: the request's logits in each composition at its "
-            f"first diverging draw ({cause}{stream})."
-        )
+        pair.logits_note = f"Head {why.get('head')}, frame {why.get('frame')} ({cause})."
     return pair
+
+
+def _column(case: dict) -> str:
+    """A composition: the scenario, and for a server the path that answered."""
+    return case["scenario"] + (f" ({case['path']})" if case.get("path") else "")
+
+
+def _matrix(doc: dict, cases: list[dict], anchors: dict[int, str], level: str) -> Matrix:
+    """Requests x compositions: each cell the first of its comparisons in `cases`' order (failures,
+    then other differences, earliest divergence first), named by its cause, linking to its pair."""
+    verdicts = doc.get("verdicts") or {}
+    requests = list(dict.fromkeys([*verdicts, *(c["request"] for c in cases)]))
+    columns = list(dict.fromkeys(_column(c) for c in doc["cases"]))
+    cells: dict[tuple[str, str], list[dict]] = {}
+    for case in cases:
+        cells.setdefault((case["request"], _column(case)), []).append(case)
+    rows = []
+    for key in requests:
+        row = []
+        for column in columns:
+            mine = cells.get((key, column))
+            if not mine:
+                row.append(None)
+                continue
+            first, differ = mine[0], sum(c["verdict"] != "pass" for c in mine)
+            text = (first.get("attribution") or {}).get("cause", first["verdict"]) if differ else "pass"
+            text += f" {differ or len(mine)}/{len(mine)}" if len(mine) > 1 else ""
+            runs = ", ".join(f"{c['run']}: {c['verdict']}" for c in mine)
+            row.append(MatrixCell(first["verdict"], text, f"#{anchors.get(id(first), 'comparisons')}", runs))
+        verdict = verdicts.get(key, {}).get("verdict")
+        rows.append((f"{key} ({verdict})" if verdict else key, row))
+    shown = sorted({cell.status for _, row in rows for cell in row if cell}, key=_rank)
+    meaning = {"fail": "a violation", "pass": f"the same as the request alone (level {level})"}
+    legend = [(status, meaning.get(status, "differs, not a failure")) for status in shown]
+    legend += [("absent", "not in that composition")] if any(None in row for _, row in rows) else []
+    return Matrix(
+        heading="Requests x scenarios" + (" and paths" if any(c.get("path") for c in cases) else ""),
+        corner="request (its verdict)",
+        columns=columns,
+        rows=rows,
+        legend=legend,
+        note="Each cell names the cause of the request's first difference in that composition (with several runs, "
+        "how many of them differ) and links to its audio and plots; hover for each run's verdict.",
+    )
 
 
 def _drift(golden: dict) -> list:
@@ -162,6 +221,8 @@ def audit_view(doc: dict) -> PageView:
     pairs = [_pair(n, c) for n, c in enumerate(diverging, start=1)]
     notes = [w["message"] for w in doc.get("warnings") or []]
     body = {"headline": headline, "sections": sections, "comparisons": table, "pairs": pairs, "notes": notes}
+    body["matrix"] = _matrix(doc, cases, anchors, level)
+    body["pairs_note"] = LOGITS_NOTE if any(p.logits for p in pairs) else ""
     return verdict_view(doc, "moss audit-determinism", outcome(s), level, facts, options.get("command"), **body)
 
 

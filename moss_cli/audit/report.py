@@ -10,10 +10,10 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..report.files import write_report_files
 from ..report.metrics import format_db
+from ..report.terminal import print_table
 from .compare import format_audio
 from .formats import junit_xml, markdown, to_json
 from .golden import GoldenCheck
@@ -25,12 +25,10 @@ __all__ = ["render", "write_reports", "summary", "outcome", "to_json", "junit_xm
 
 def render(console: Console, result: AuditResult, golden: GoldenCheck | None) -> None:
     s = summary(result, golden)
-    table = Table(title=f"moss audit-determinism (level {s['level']})")
-    for column in ("scenario", "runs", "pass", "fail", "unseeded", "verdict"):
-        table.add_column(column, justify="left" if column in ("scenario", "runs", "verdict") else "right")
     runs: dict[str, set] = {}
     for case in result.cases:
         runs.setdefault(case.scenario, set()).add(case.run)
+    rows = []
     for name, counts in s["scenarios"].items():
         causes = Counter(c.attribution.cause for c in result.cases if c.scenario == name and c.failed and c.attribution)
         verdict = (
@@ -38,40 +36,22 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
             if not counts.get("fail")
             else "[red]fail[/] (" + ", ".join(f"{k} x{v}" for k, v in causes.items()) + ")"
         )
-        table.add_row(
-            name,
-            ", ".join(sorted(runs[name])),
-            str(counts.get("pass", 0)),
-            str(counts.get("fail", 0)),
-            str(counts.get("unseeded", 0)),
-            verdict,
-        )
-    console.print(table)
+        counted = [str(counts.get(key, 0)) for key in ("pass", "fail", "unseeded")]
+        rows.append([escape(name), escape(", ".join(sorted(runs[name]))), *counted, verdict])
+    headers = ("scenario", "runs", "pass", "fail", "unseeded", "verdict")
+    print_table(console, headers, rows, title=f"moss audit-determinism (level {s['level']})", right=headers[2:5])
     worst = worst_cases(result)[:10]
     if worst:
-        # Short cells that never wrap (a long id is cut with an ellipsis, not broken mid-word); the
-        # prose of each divergence goes below the table, where it wraps at spaces.
-        offenders = Table(title="worst offenders (earliest divergence first)")
-        for column in ("#", "request", "scenario/run", "cause", "frame:cb", "SNR dB"):
-            offenders.add_column(
-                column,
-                no_wrap=True,
-                overflow="ellipsis",
-                justify="right" if column in ("#", "frame:cb", "SNR dB") else "left",
-            )
+        # Short cells; the prose of each divergence goes below the table, where it wraps at spaces.
+        rows = []
         for n, case in enumerate(worst, start=1):
             cmp = case.comparison
-            offenders.add_row(
-                str(n),
-                case.request,
-                f"{case.scenario}/{case.run}",
-                case.attribution.cause,
-                f"{cmp.first_frame}:{cmp.first_codebook}"
-                if cmp.first_frame is not None
-                else _at(cmp.first_diverging_s),
-                format_db(cmp.snr_db),
-            )
-        console.print(offenders)
+            where = _at(cmp.first_diverging_s) if cmp.first_frame is None else f"{cmp.first_frame}:{cmp.first_codebook}"
+            cells = [case.request, f"{case.scenario}/{case.run}", case.attribution.cause, where, format_db(cmp.snr_db)]
+            rows.append([str(n), *map(escape, cells)])
+        headers = ("#", "request", "scenario/run", "cause", "frame:cb", "SNR dB")
+        title = "worst offenders (earliest divergence first)"
+        print_table(console, headers, rows, title=title, right=("#", "frame:cb", "SNR dB"))
         for n, case in enumerate(worst, start=1):
             console.print(
                 f"{n}. {escape(case.request)}: {escape(case.attribution.detail)} "

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..report import page
+from ..report.terminal import print_table
 from .runner import AuditResult
 from .scenarios import SERVER_PATHS
 
@@ -62,30 +62,20 @@ def _in_flight(run: dict) -> str:
 
 def render_server(console: Console, result: AuditResult) -> None:
     server = result.server
-    paths = Table(title=f"server {server['url']}: verdict per path")
-    for column in PATH_COLUMNS:  # the path, its verdict and the counts never wrap; the route and detail fold
-        short = column not in ("route", "detail")
-        paths.add_column(
-            column, overflow="fold", no_wrap=short, justify="right" if column in PATH_COLUMNS[3:5] else "left"
-        )
-    for row in path_rows(server, brief=True):
-        style = STYLE.get(row[2], "red")
-        paths.add_row(*map(escape, row[:2]), f"[{style}]{escape(row[2])}[/]", *map(escape, row[3:]))
-    console.print(paths)
-    table = Table(title=f"server {server['url']}: verdict per request")
-    for column in ("request", "verdict", "detail"):
-        table.add_column(column, overflow="fold")
-    for key, v in server["requests"].items():
-        style = STYLE.get(v["verdict"], "red")
-        table.add_row(escape(key), f"[{style}]{v['verdict']}[/]", escape(v["detail"]))
-    console.print(table)
-    runs = Table(title="requests in flight together (most, as this client saw it; the server's own count if sent)")
-    runs.add_column("run", no_wrap=True)
-    runs.add_column("sent", justify="right")
-    runs.add_column("in flight", justify="right")
-    for label, run in server["runs"].items():
-        runs.add_row(escape(label), str(run["sent"]), _in_flight(run))
-    console.print(runs)
+    url = escape(server["url"])
+    rows = [
+        [*map(escape, row[:2]), f"[{STYLE.get(row[2], 'red')}]{escape(row[2])}[/]", *map(escape, row[3:])]
+        for row in path_rows(server, brief=True)
+    ]
+    print_table(console, PATH_COLUMNS, rows, title=f"server {url}: verdict per path", right=PATH_COLUMNS[3:5])
+    rows = [
+        [escape(key), f"[{STYLE.get(v['verdict'], 'red')}]{escape(v['verdict'])}[/]", escape(v["detail"])]
+        for key, v in server["requests"].items()
+    ]
+    print_table(console, ("request", "verdict", "detail"), rows, title=f"server {url}: verdict per request")
+    rows = [[escape(label), str(run["sent"]), _in_flight(run)] for label, run in server["runs"].items()]
+    title = "requests in flight together (most, as this client saw it; the server's own count if sent)"
+    print_table(console, ("run", "sent", "in flight"), rows, title=title, right=("sent", "in flight"))
     for scenario, why in server["skipped"].items():
         console.print(f"[yellow]skipped {scenario}:[/] {escape(why)}", highlight=False)
     if server["retries"]:

@@ -9,22 +9,24 @@ from . import config
 from .audit import audit_determinism
 from .bench import bench
 from .diff import diff
+from .help import HelpCommand, HelpGroup
 from .serve import serve
 from .synth import synth
 
 app = typer.Typer(
     name="moss",
+    cls=HelpGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},  # every command's -h, as other tools have
     help="Batch speech synthesis with MOSS-TTS-Local, and audits that prove it is reproducible.",
 )
-app.command("synth")(synth)
-app.command("audit-determinism")(audit_determinism)
-app.command("bench")(bench)
-app.command("diff")(diff)
-app.command("serve")(serve)
+app.command("synth", cls=HelpCommand)(synth)
+app.command("audit-determinism", cls=HelpCommand)(audit_determinism)
+app.command("bench", cls=HelpCommand)(bench)
+app.command("diff", cls=HelpCommand)(diff)
+app.command("serve", cls=HelpCommand)(serve)
 app.add_typer(config.app, name="config")
 
 

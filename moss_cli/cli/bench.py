@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from ..errors import MossError
+from ..report.terminal import print_table
 from . import server_options as srv
 from .common import Device, DType, command_line, interactive, stderr, stdout, user_errors
 from .options import AllowForeignDeploy, CodecOption, CompileOption, DeviceOption, ModelOption, ThreadsOption
@@ -282,15 +282,11 @@ def _server_bench(ctx, server, frames, arms, repeats, deploy, allow_foreign_depl
 
     s = report.setup
     headers, rows = table(report)
-    grid = Table(
-        title=f"moss bench --server {s['server']}: {s['arrivals']}, {s['rounds']} round(s), {s['response_format']} "
+    title = (
+        f"moss bench --server {escape(s['server'])}: {s['arrivals']}, {s['rounds']} round(s), {s['response_format']} "
         f"{'streamed' if options.stream else 'bodies'}, level {s['level']}"
     )
-    for title in headers:
-        grid.add_column(title, justify="left" if title == "arm" else "right", no_wrap=True)
-    for row in rows:
-        grid.add_row(*row)
-    stdout.print(grid)
+    print_table(stdout, headers, [[escape(c) for c in row] for row in rows], title=title, right=set(headers) - {"arm"})
     stdout.print(SERVER_LEGEND, style="dim", highlight=False, markup=False)
     for line in verdict(report):
         stdout.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -321,16 +317,14 @@ def _progress(total: int | None):
 
 def _print_local(report) -> None:
     setup = report.setup
-    table = Table(
-        title=f"moss bench: {setup['model']}, {setup['device']} {setup['dtype']}, "
+    title = (
+        f"moss bench: {escape(setup['model'])}, {setup['device']} {setup['dtype']}, "
         f"{setup['threads']} thread{'s' if setup['threads'] != 1 else ''}, {setup['frames']} frames, "
         f"{setup['linear_kernel']} linear kernel"
     )
-    for title, _ in COLUMNS:
-        table.add_column(title, justify="left" if title in ("mode", "arm") else "right", no_wrap=True)
-    for row in report.rows:
-        table.add_row(*(str(getattr(row, key)) for _, key in COLUMNS))
-    stdout.print(table)
+    headers = [header for header, _ in COLUMNS]
+    rows = [[escape(str(getattr(row, key))) for _, key in COLUMNS] for row in report.rows]
+    print_table(stdout, headers, rows, title=title, right=set(headers) - {"mode", "arm"})
     stdout.print(LEGEND, style="dim", highlight=False)
     for mode, ratios in report.ratios.items():
         for size, ratio in ratios.items():

@@ -7,18 +7,20 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from ..assets import TINY_DEPLOY
 from ..config.deploy import DRIVES_NOTE, PLATFORMS, STAGE0_DRIVES, load_deploy
+from ..report.terminal import print_table
 from .common import stdout, user_errors
+from .help import HelpCommand, HelpGroup
 
-app = typer.Typer(help="Inspect deploy configs.", no_args_is_help=True)
+app = typer.Typer(cls=HelpGroup, help="Inspect deploy configs.", no_args_is_help=True)
 
 SHOWN = ("temperature", "top_p", "top_k", "max_tokens", "seed", "repetition_penalty")
 
 
-@app.command("show")
+@app.command("show", cls=HelpCommand)
 def show(
     deploy: Annotated[Optional[Path], typer.Option(help="Deploy YAML (default: the shipped tiny recipe).")] = None,
     platform: Annotated[str, typer.Option(help=f"Platform section to apply: {', '.join(PLATFORMS)}.")] = "cpu",
@@ -69,16 +71,17 @@ def show(
             )
         )
         return
-    table = Table(title=f"stage 0 of {config.path or 'built-in defaults'} (platform {platform})")
-    table.add_column("key", overflow="fold")
-    table.add_column("value", justify="right", overflow="fold")
-    table.add_column("from", overflow="fold")
-    table.add_column("drives in vllm-omni", overflow="fold")
-    table.add_column("drives in moss", overflow="fold")
-    for name, value, src in rows:
-        drives = _drives(name)
-        table.add_row(name, "null" if value is None else str(value), str(src), drives["vllm_omni"], drives["moss"])
-    stdout.print(table)
+    cells = [
+        [name, "null" if value is None else str(value), str(src), _drives(name)["vllm_omni"], _drives(name)["moss"]]
+        for name, value, src in rows
+    ]
+    print_table(
+        stdout,
+        ("key", "value", "from", "drives in vllm-omni", "drives in moss"),
+        [[escape(cell) for cell in row] for row in cells],
+        title=escape(f"stage 0 of {config.path or 'built-in defaults'} (platform {platform})"),
+        right=("value",),
+    )
     stdout.print(DRIVES_NOTE, highlight=False)
 
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
+from ..report.terminal import print_table
 from . import options as opt
 from . import server_options as srv
 from .common import interactive, ray_event, stderr, stdout, user_errors
@@ -141,7 +141,7 @@ def progress_bar():
 
 def print_summary(summary: SynthSummary, requests: Path) -> None:
     if summary.dry_run:
-        table = Table(title="moss synth --dry-run: the requests are valid")
+        title = "moss synth --dry-run: the requests are valid"
         columns = ("requests", "would skip", "frame budget", "max audio s", "seed sources")
         values = (
             str(summary.requests),
@@ -151,7 +151,7 @@ def print_summary(summary: SynthSummary, requests: Path) -> None:
             ", ".join(f"{source} {count}" for source, count in sorted(summary.seed_sources.items())),
         )
     else:
-        table = Table(title="moss synth")
+        title = "moss synth"
         reasons = summary.stop_reasons
         columns = ("requests", "resumed", "stop/max/empty", "audio s", "wall s", "RTF")
         values = (
@@ -162,11 +162,7 @@ def print_summary(summary: SynthSummary, requests: Path) -> None:
             f"{summary.wall_s:.2f}",
             f"{summary.real_time_factor:.3f}",
         )
-    for column in columns:
-        # Short headers that never break mid-word; paths go on their own lines below, unwrapped.
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_row(*values)
-    stdout.print(table)
+    print_table(stdout, columns, [[escape(v) for v in values]], title=title, right=columns)  # paths go below, unwrapped
     say = partial(stdout.print, soft_wrap=True, highlight=False)  # a path is left whole for the terminal
     say(f"requests: {requests}" if summary.dry_run else f"out: {summary.out}")
     if summary.server:

@@ -11,10 +11,10 @@ import numpy as np
 import soundfile as sf
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..io.audio import write_audio
 from ..report.files import write_report_files
+from ..report.terminal import print_table
 from .compare import DiffResult
 from .formats import junit_xml, markdown, metrics, ordered, outcome, summary, to_json
 from .page import diff_view, pair_files, paired
@@ -26,12 +26,8 @@ def render(console: Console, result: DiffResult, limit: int = 20) -> None:
     s = summary(result)
     differing = [c for c in ordered(result.cases) if c.status != "identical"]
     if differing:
-        table = Table(title=f"ids that differ (level {s['level']})")
-        for column in ("id", "outcome", "cause", "audio"):
-            table.add_column(column, no_wrap=True, overflow="ellipsis")
-        for case in differing[:limit]:
-            table.add_row(escape(case.id), case.status, case.cause, metrics(case))
-        console.print(table)
+        rows = [[escape(c.id), escape(c.status), escape(c.cause), escape(metrics(c))] for c in differing[:limit]]
+        print_table(console, ("id", "outcome", "cause", "audio"), rows, title=f"ids that differ (level {s['level']})")
         for case in differing[:limit]:
             console.print(f"{escape(case.id)}: {escape(case.detail)}", highlight=False)
         if len(differing) > limit:

@@ -60,6 +60,27 @@ class PairView:
 
 
 @dataclass
+class MatrixCell:
+    status: str  # its colour: pass, fail, or any other verdict (a difference that is not a failure)
+    text: str
+    href: str  # its detail: a pair's anchor or a section of the page
+    title: str = ""  # shown on hover: what the cell sums up
+
+
+@dataclass
+class Matrix:
+    """The page's first view: a row per request, a column per composition, each cell coloured by
+    its verdict and linking to its detail."""
+
+    heading: str
+    corner: str  # what the rows are
+    columns: list[str]
+    rows: list[tuple[str, list[MatrixCell | None]]]  # None: the request was not in that composition
+    legend: list[tuple[str, str]]  # (status, what it means), for the statuses the cells show
+    note: str = ""
+
+
+@dataclass
 class PageView:
     title: str
     passed: bool
@@ -67,10 +88,12 @@ class PageView:
     facts: list[tuple[str, str]]
     sections: list[tuple[str, list[Table | Figure | str]]]  # (heading, tables, figures and paragraphs side by side)
     comparisons: Table
-    pairs: list[PairView]
+    pairs: list[PairView]  # the first is shown at the top, after the matrix
     notes: list[str] = field(default_factory=list)  # warnings
     footer: str = ""
     plotted: int = 0
+    matrix: Matrix | None = None
+    pairs_note: str = ""  # what every pair's parts mean, said once, with the first pair
 
 
 def level_text(level: str, min_snr_db) -> str:
@@ -158,8 +181,29 @@ def _pair(pair: PairView) -> str:
         logits = f"<h4>Top logits at the diverging draw</h4><p>{note}</p>{render_table(pair.logits)}"
     return (
         f'<article class="pair {escape(pair.status)}" id="{escape(pair.anchor)}"><h3>{escape(pair.title)}</h3>'
-        f'<p>{escape(pair.detail)}</p><div class="players">{players}</div><dl>{metrics}</dl>'
-        f'<div class="plots">{plots}</div>{logits}</article>'
+        f'<p>{escape(pair.detail)}</p><div class="players">{players}</div><div class="plots">{plots}</div>'
+        f"<dl>{metrics}</dl>{logits}</article>"
+    )
+
+
+def render_matrix(matrix: Matrix) -> str:
+    legend = " ".join(f'<span class="m {escape(s)}">{escape(s)}</span> {escape(what)}' for s, what in matrix.legend)
+    head = f"<th>{escape(matrix.corner)}</th>" + "".join(f"<th>{escape(c)}</th>" for c in matrix.columns)
+    body = []
+    for label, cells in matrix.rows:
+        tds = "".join(
+            '<td class="m absent">-</td>'
+            if cell is None
+            else f'<td class="m {escape(cell.status)}" title="{escape(cell.title)}">'
+            f'<a href="{escape(_href(cell.href))}">{escape(cell.text)}</a></td>'
+            for cell in cells
+        )
+        body.append(f"<tr><th>{escape(label)}</th>{tds}</tr>")
+    return (
+        f'<section id="matrix" data-measure=""><h2>{escape(matrix.heading)}</h2><p class="legend">{legend}</p>'
+        f'<div class="wide"><table class="matrix"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+        "</table></div>"
+        f"<p>{escape(matrix.note)}</p></section>"
     )
 
 
@@ -173,14 +217,21 @@ th{background:#f1f1f1}.sortable th{cursor:pointer}tr.fail td{background:#fdeeed}
 auto;gap:2px 12px}dt{font-weight:600}dd{margin:0;overflow-wrap:anywhere}.pair{border-top:2px solid #ddd;
 padding-top:8px;margin-top:18px}.players,.plots{display:flex;gap:16px;flex-wrap:wrap}figure{margin:4px 0}
 img{max-width:100%;border:1px solid #ddd}code{overflow-wrap:anywhere}.notes li{color:#8a5300}
+.m{background:#ffe9a8}.m.pass{background:#cdeccb}.m.fail{background:#f6c4bf}.m.absent{background:#f1f1f1;color:#777}
+span.m{padding:1px 7px;border:1px solid #bbb;border-radius:3px}.wide{overflow-x:auto}
+table.matrix{font-size:12px}table.matrix th,table.matrix td{padding:2px 5px}table.matrix td{text-align:center}
+table.matrix td a{color:inherit}
 """
 
 # First in <head>: counts errors (scripts, and resources such as images, in the capture phase) and,
-# once loaded, marks each image as loaded or broken; a browser test reads these marks from the DOM.
+# once loaded, marks each image as loaded or broken and each element with data-measure with where it
+# lies on the page ("top bottom", in CSS pixels); a browser test reads these marks from the DOM.
 WATCH = """(function(){var n=0,d=document.documentElement;window.addEventListener('error',function(){n+=1;
 d.setAttribute('data-errors',String(n));},true);window.addEventListener('load',function(){var ok=0,all=0;
 document.querySelectorAll('img').forEach(function(i){all+=1;var good=i.complete&&i.naturalWidth>0;
-i.setAttribute('data-loaded',good?'yes':'no');if(good){ok+=1;}});d.setAttribute('data-images',ok+'/'+all);});})();"""
+i.setAttribute('data-loaded',good?'yes':'no');if(good){ok+=1;}});d.setAttribute('data-images',ok+'/'+all);
+document.querySelectorAll('[data-measure]').forEach(function(e){var r=e.getBoundingClientRect();
+e.setAttribute('data-measure',Math.round(r.top+window.scrollY)+' '+Math.round(r.bottom+window.scrollY));});});})();"""
 
 # Click a column heading of the comparisons table to sort by it (numbers as numbers, "inf" last).
 SORT = """document.querySelectorAll('table.sortable th').forEach(function(th,col){th.addEventListener('click',
@@ -209,17 +260,26 @@ def render(view: PageView) -> str:
         else "No diverging pairs: no plots drawn."
     )
     status = "pass" if view.passed else "fail"
+    first = ""
+    if view.pairs:  # the earliest divergence, right below the matrix: what a reader looks at first
+        note = f"<p>{escape(view.pairs_note)}</p>" if view.pairs_note else ""
+        first = f'<section id="first" data-measure=""><h2>First divergence</h2>{note}{_pair(view.pairs[0])}</section>'
+    rest = (
+        f"<p>{escape(drawn)} The first is shown at the top.</p>{''.join(_pair(p) for p in view.pairs[1:])}"
+        if view.pairs
+        else f"<p>{escape(drawn)}</p>"
+    )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(view.title)}</title><style>{STYLE}</style><script>{WATCH}</script></head><body>"
         f'<header class="{status}"><h1>{escape(view.title)}</h1><p>{escape(view.headline)}</p></header>'
+        f"{render_matrix(view.matrix) if view.matrix else ''}{first}"
         f'<section id="summary"><h2>Summary</h2><dl>{facts}</dl><p id="plotted">{escape(drawn)}</p></section>'
         f"{sections}{notes}"
         f'<section id="comparisons"><h2>Comparisons ({len(view.comparisons.rows)})</h2>'
         f"<p>Failures first; click a heading to sort.</p>{render_table(view.comparisons)}</section>"
-        f'<section id="pairs"><h2>Diverging pairs ({len(view.pairs)})</h2><p>{escape(drawn)}</p>'
-        f"{''.join(_pair(p) for p in view.pairs)}</section>"
+        f'<section id="pairs"><h2>Diverging pairs ({len(view.pairs)})</h2>{rest}</section>'
         f"<footer><p>{escape(view.footer)}</p></footer><script>{SORT}</script></body></html>\n"
     )
 

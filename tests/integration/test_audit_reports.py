@@ -11,7 +11,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 import torch
-from cli_runs import flat, moss_audit, write_rows  # tests/ is on sys.path
+from cli_runs import assert_tables_whole, flat, moss_audit, tables_at, write_rows  # tests/ is on sys.path
 from rich.console import Console
 
 import moss_cli.audit.runner as audit_runner
@@ -378,7 +378,10 @@ def test_terminal_tables_do_not_break_words_at_80_columns():
 
     result = run_audit(AuditOptions(scenarios=("batched",), synth=SynthOptions(device="cpu", legacy_global_rng=True)))
     console = Console(width=80, record=True, color_system=None)
-    render(console, result, None)
+    with tables_at(80) as drawn:
+        render(console, result, None)
+    assert len(drawn) == 2  # the scenarios, the worst offenders
+    assert_tables_whole(drawn, 80)
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     failed = [case for case in result.cases if case.failed]

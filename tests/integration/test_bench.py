@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_runs import assert_tables_whole, tables_at  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from moss_cli.bench import BenchRow
@@ -52,6 +53,7 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
         assert row["floor_step_ms"] > 0 and 0 < row["efficiency"] and row["ttfa_s"] > 0 and row["codec_rtf"] > 0
         assert row["compile_s"] is None  # not compiled
         assert row["kv_read_ms"] > 0 and 0 < row["efficiency_bound"] < 1
+        assert 0 < row["prefill_tokens_per_s"] < 1e9  # a measured duration: no prompt of the tiny model prefills faster
         for key in ("decode_step_ms", "efficiency"):  # the median of two repeats lies within their range
             low, high = row[f"{key}_range"]
             assert low <= row[key] <= high
@@ -86,6 +88,17 @@ def test_bench_arms_on_the_local_engine_give_each_arms_cost_over_unseeded(tmp_pa
         low, high = report["over_unseeded_range"][arm]["fast"]["2"]
         assert 0 < low <= ratio <= high
     assert "fast seeded / unseeded step time" in result.output
+
+
+def test_the_table_at_80_columns_keeps_every_figure_whole():
+    from moss_cli.cli.bench import COLUMNS
+
+    args = ["bench", "--random-weights", "tiny", "--batch", "2", "--frames", "2", "--repeats", "1"]
+    with tables_at(80) as drawn:
+        result = CliRunner().invoke(app, [*args, "--modes", "invariant,fast", "--arms", "seeded,unseeded"])
+    assert result.exit_code == 0, result.output
+    assert len(drawn[0].cells) == 1 + 4 and drawn[0].cells[0] == [header for header, _ in COLUMNS]
+    assert_tables_whole(drawn, 80)
 
 
 def test_bench_rejects_bad_options_with_exit_2():
@@ -147,6 +160,32 @@ def test_the_floor_reads_the_weights_of_a_frame_in_the_order_the_frame_reads_the
     backbone = sum(isinstance(m, torch.nn.Linear) for m in model.transformer.modules())
     expected = floor_weights(model)[backbone:]
     assert len(read) == len(expected) and all(a is b for a, b in zip(read, expected))
+
+
+def test_the_prefill_figure_is_a_duration_read_around_the_prefill_alone(monkeypatch):
+    """The clock is read right before and right after the engine's prefill of the batch, nothing else between:
+    never a time derived by subtracting other readings, which can come out negative."""
+    import torch
+
+    from moss_cli.bench import BenchOptions, run
+    from moss_cli.bench.models import load_models
+    from moss_cli.numerics import INVARIANT
+    from moss_cli.numerics.layout import EngineLayout
+
+    model, _, prompts, _ = load_models(BenchOptions(), torch.device("cpu"), torch.float32)
+    calls, readings = [], iter([7.0, 7.25])
+    engine_prefill = run.prefill
+    monkeypatch.setattr(run, "prefill", lambda *args: calls.append("prefill") or engine_prefill(*args))
+    requests = run._requests(prompts, 2, 3)
+
+    def clock():
+        calls.append("clock")
+        return next(readings)
+
+    seconds = run._prefill_seconds(model, EngineLayout.fix(model, INVARIANT, 2), requests, clock)
+    assert calls == ["clock", "prefill", "clock"] and seconds == 0.25
+    talker = run._talker_run(model, EngineLayout.fix(model, INVARIANT, 2), prompts, 2, 3)
+    assert talker.prefill_s > 0 and calls.count("prefill") == 2  # the bench's runs take that measurement
 
 
 def test_random_tiny_weights_have_the_shipped_shapes_but_not_its_values():

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_runs import write_rows
+from cli_runs import assert_tables_whole, tables_at, write_rows
 from serve_helpers import running  # tests/ is on sys.path
 from typer.testing import CliRunner
 from vllm_omni_server import FakeMossLocalEngine, serving_vllm_omni
@@ -99,8 +99,10 @@ def test_without_the_deploy_seed_unseeded_variation_fails_and_names_its_causes_u
     --deploy the bench cannot say why, so it names both causes and how to tell them apart."""
     args = ("--concurrency", "2", "--no-stream", "--response-format", "wav")
     with serving_vllm_omni(FakeMossLocalEngine(fixed=False)) as url:
-        code, report, output = _bench(url, tmp_path, *args)
+        with tables_at(80) as drawn:
+            code, report, output = _bench(url, tmp_path, *args)
         allowed, accepted, accepted_output = _bench(url, tmp_path, *args, "--allow-unseeded")
+    assert_tables_whole(drawn, 80)  # a table of 16 figures and costs, at 80 columns
     assert code == 1, output
     assert report["setup"]["unseeded_must_hold"] and not report["setup"]["allow_unseeded"]
     assert {r["check"] for r in report["responses"] if r["arm"] == "unseeded"} == {"varied"}

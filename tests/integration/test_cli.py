@@ -1,3 +1,5 @@
+import pytest
+from cli_runs import Drawn, assert_tables_whole, tables_at, write_rows  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
@@ -97,3 +99,80 @@ def test_piped_output_is_drawn_wide_not_at_80_columns():
     assert "moss_cli/assets/deploy-tiny.yaml:" in shown and max(map(len, shown.splitlines())) > 80
     narrow = subprocess.run(command, capture_output=True, text=True, env={**env, "COLUMNS": "60"}, check=True).stdout
     assert max(map(len, narrow.splitlines())) <= 60  # COLUMNS still wins
+
+
+def test_config_show_at_80_columns_keeps_every_key_value_and_source_whole():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "moss_cli", "config", "show", "--deploy", "recipes/moss_tts_local_v1.5.yaml"]
+    env = {**os.environ, "COLUMNS": "80"}
+    shown = subprocess.run(command, capture_output=True, text=True, env=env, check=True).stdout
+    values = json.loads(subprocess.run([*command, "--json"], capture_output=True, text=True, check=True).stdout)
+    cells = [[key, json.dumps(v["value"]), v["source"]] for key, v in values["values"].items()]
+    assert_tables_whole([Drawn(cells, shown)], 80)
+    with tables_at(80) as drawn:
+        result = runner.invoke(app, ["config", "show", "--deploy", "recipes/moss_tts_local_v1.5.yaml"])
+    assert result.exit_code == 0 and len(drawn[0].cells) == 1 + len(values["values"])
+    assert_tables_whole(drawn, 80)
+
+
+def test_synth_dry_run_summary_at_80_columns(tmp_path):
+    requests = write_rows(tmp_path / "r.jsonl", [{"id": f"r{i}", "text": "Hello there.", "seed": i} for i in range(3)])
+    with tables_at(80) as drawn:
+        result = runner.invoke(app, ["synth", str(requests), "--out", str(tmp_path / "o"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert_tables_whole(drawn, 80)
+
+
+def _commands(group, path=()):
+    import click
+
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_help_at_a_narrow_width_gives_every_description_40_columns_or_more(width):
+    """Typer's panels leave a description 17 columns of 80 (the option, its negative form, -h and the
+    type take a column each); narrower than they need, help is Click's layout, the description beside
+    the option from column 30 at most or below it."""
+    from typer.main import get_command
+
+    for path, command in _commands(get_command(app)):
+        output = runner.invoke(app, [*path, "--help"], env={"COLUMNS": str(width)}).output
+        assert "…" not in output and max(map(len, output.splitlines())) <= width, output
+        lines = output.splitlines()
+        for param in command.params:
+            if param.help:
+                column = _description_column(lines, [*param.opts, *param.secondary_opts], param.help.split()[0])
+                assert width - column >= 40, (path, param.opts, output)
+    for group in ([], ["config"]):  # each command's first sentence whole, not cut with "..."
+        output = " ".join(runner.invoke(app, [*group, "--help"], env={"COLUMNS": str(width)}).output.split())
+        listed = output[output.index("Commands") :]
+        assert "..." not in listed and "…" not in listed, output
+        for name, command in get_command(app).commands.items() if not group else []:
+            first = " ".join(command.help.split(".")[0].split())
+            assert f"{name} {first}." in output, (name, output)
+    assert "╭─ Options" in runner.invoke(app, ["bench", "--help"], env={"COLUMNS": "200"}).output  # room for panels
+
+
+def _description_column(lines: list[str], names: list[str], first: str) -> int:
+    """Where the description of the option called one of `names` starts (its first word `first`):
+    after a gap of two spaces on the option's line, else on the line below it."""
+    import re
+
+    for at, line in enumerate(lines):
+        words = re.findall(r"[^\s,│\[\]]+", line)  # an optional argument is [NAME]
+        if words and words[0].lower() in names and len(line) - len(line.lstrip(" │")) <= 3:  # not a description's line
+            gap = re.search(r"\S\s{2,}(?=\S)", line.rstrip(" │"))
+            below = lines[at + 1]
+            column = gap.end() if gap else len(below) - len(below.lstrip(" │"))
+            assert (line if gap else below)[column:].startswith(first), (names, line, below)
+            return column
+    raise AssertionError(f"{names[0]} is not in the help")

@@ -9,7 +9,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 import soundfile as sf
-from cli_runs import flat, moss, write_rows  # tests/ is on sys.path
+from cli_runs import assert_tables_whole, flat, moss, tables_at, write_rows  # tests/ is on sys.path
 from page import is_png, parse_page
 
 from moss_cli.io.audio import pcm_sha256
@@ -69,8 +69,10 @@ def test_two_runs_of_the_same_requests_are_identical_and_no_audio_is_decoded(run
 
 
 def test_one_changed_seed_exits_1_and_names_the_seed_as_the_likely_cause(runs, tmp_path):
-    result = moss("diff", runs["a"], runs["reseeded"], "--json", tmp_path / "d.json", "--junit", tmp_path / "d.xml")
+    with tables_at(80) as drawn:
+        result = moss("diff", runs["a"], runs["reseeded"], "--json", tmp_path / "d.json", "--junit", tmp_path / "d.xml")
     assert result.exit_code == 1, result.output
+    assert_tables_whole(drawn, 80)
     assert "beta: seed 2 -> 5" in flat(result.output)
     cases = _cases(tmp_path / "d.json")
     beta = cases["beta"]

@@ -59,6 +59,57 @@ def test_a_failing_audit_page_is_well_formed_with_both_clips_and_plots_of_every_
     assert "rng-coupling" in page.words and "torch_version" in page.words and "talker_checkpoint" in page.words
 
 
+def _matrix(html: str) -> list[tuple[str, str, str]]:
+    """The matrix's cells as drawn: (status, link, text), row by row."""
+    import re
+
+    table = html[html.index('<table class="matrix">') : html.index("</table>", html.index('<table class="matrix">'))]
+    return re.findall(r'<td class="m ([^"]+)"[^>]*><a href="([^"]+)">([^<]+)</a></td>', table)
+
+
+def test_the_page_leads_with_the_request_by_scenario_matrix_then_the_first_divergence(failing):
+    html = (failing / "index.html").read_text()
+    page = parse_page(failing / "index.html")
+    doc = json.loads((failing / "audit.json").read_text())
+    assert html.index('id="matrix"') < html.index('id="first"') < html.index('id="summary"')
+    cells = _matrix(html)
+    requests, scenarios = [r["id"] for r in ROWS], list(doc["summary"]["scenarios"])
+    assert scenarios == ["repeat", "batched"] and len(cells) == len(requests) * len(scenarios)
+    for (status, link, text), (request, scenario) in zip(cells, [(r, s) for r in requests for s in scenarios]):
+        mine = [c for c in doc["cases"] if (c["request"], c["scenario"]) == (request, scenario)]
+        assert status == ("fail" if any(c["verdict"] == "fail" for c in mine) else "pass")
+        if status == "fail":  # named by its cause, linking to its pair, which shows it
+            assert text == mine[0]["attribution"]["cause"] and link.startswith("#pair-")
+            assert any(a.get("id") == link[1:] for a in page.all("article"))
+    legend = [a.get("class") for a in page.all("span") if a.get("class", "").startswith("m ")]
+    assert legend == ["m fail", "m pass"]  # the statuses shown, failures first
+    # The first pair sits right below the matrix and is not repeated in the list of pairs.
+    assert html.index('id="pair-1"') < html.index('id="summary"')
+    assert len([a for a in page.all("article") if a.get("id") == "pair-1"]) == 1
+    # What the logits tables show is said once, not once per pair.
+    assert page.words.count("largest logits in each composition") <= 1
+
+
+def test_a_verdict_the_page_does_not_know_gets_a_colour_and_its_place_in_the_legend(failing, tmp_path):
+    """The matrix's colours come from each comparison's verdict, whatever its name: a failure, a pass,
+    or any other verdict (a difference that is not a failure) between them."""
+    folder = Path(shutil.copytree(failing, tmp_path / "copy"))
+    shutil.rmtree(folder / "plots")
+    doc = json.loads((folder / "audit.json").read_text())
+    novel = next(c for c in doc["cases"] if c["scenario"] == "repeat")
+    novel["verdict"] = "varies-somehow"
+    novel["attribution"] = {"cause": "varies-somehow", "detail": "a difference named later"}
+    write_page(folder, audit_view(doc), max_plots=0)
+    html = (folder / "index.html").read_text()
+    at = [r["id"] for r in ROWS].index(novel["request"]) * 2  # its row's first column: repeat
+    status, link, text = _matrix(html)[at]
+    assert status == text == "varies-somehow" and link.startswith("#pair-")  # a pair like any difference
+    page = parse_page(folder / "index.html")
+    legend = [a.get("class") for a in page.all("span") if a.get("class", "").startswith("m ")]
+    assert legend == ["m fail", "m varies-somehow", "m pass"]
+    assert "varies-somehow differs, not a failure" in page.words
+
+
 def test_ids_and_paths_from_users_are_escaped(failing):
     page = parse_page(failing / "index.html")
     assert "a<b>&'c" in page.words  # shown as text ...

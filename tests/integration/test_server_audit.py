@@ -8,7 +8,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 import soundfile as sf
-from cli_runs import AuditRun, flat, moss, moss_audit, write_rows  # tests/ is on sys.path
+from cli_runs import AuditRun, assert_tables_whole, flat, moss, moss_audit, tables_at, write_rows
 from speech_servers import Behaviour, serving, synthesize
 
 from moss_cli.audit.scenarios import SERVER_SCENARIOS
@@ -49,8 +49,11 @@ def _verdicts(report: dict) -> dict[str, str]:
 
 
 def test_a_server_that_ignores_the_seed_is_reported_seed_ignored(requests, tmp_path):
-    code, report, output = _audit(Behaviour(seeds="ignore"), requests, tmp_path)
+    with tables_at(80) as drawn:
+        code, report, output = _audit(Behaviour(seeds="ignore"), requests, tmp_path)
     assert code == 1, output
+    assert len(drawn) == 5  # scenarios, worst offenders, and the server's paths, requests and runs
+    assert_tables_whole(drawn, 80)
     # Seed 5 and seed 6 give the same audio; so do no seed and an explicit one.
     assert _verdicts(report) == {"seeded": "seed-ignored", "unseeded": "seed-ignored"}
     failed = {(c["request"], c["run"]) for c in report["cases"] if c["verdict"] == "fail"}

@@ -56,8 +56,10 @@ def test_headless_chromium_renders_the_report_of_a_failing_audit(tmp_path):
     assert failures > 0
     url = (rep / "index.html").resolve().as_uri()
 
-    # The DOM after load: the page's own script marks every image loaded or not, and counts errors.
-    shown = _chromium(tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom", url)
+    # The DOM after load, in a 1400 x 1000 window: the page's own script marks every image loaded or
+    # not, counts errors, and marks where the matrix and the first pair lie.
+    window = "--window-size=1400,1000"
+    shown = _chromium(tmp_path / "profile", window, "--virtual-time-budget=10000", "--dump-dom", url)
     assert shown.returncode == 0, shown.stderr[-2000:]
     dumped = tmp_path / "dom.html"  # checked well-formed like the file itself
     dom = shown.stdout
@@ -73,8 +75,13 @@ def test_headless_chromium_renders_the_report_of_a_failing_audit(tmp_path):
     assert len(page.all("audio")) == 2 * failures
     console = [line for line in shown.stderr.splitlines() if "CONSOLE" in line]
     assert not console, console
+    # The request x scenario matrix is on the first screen, whole; the first pair starts below it.
+    placed = {a["id"]: [int(v) for v in a["data-measure"].split()] for a in page.all("section") if "data-measure" in a}
+    top, bottom = placed["matrix"]
+    assert 0 < top < bottom < 1000, placed
+    assert placed["matrix"][1] <= placed["first"][0] < 1000, placed
 
-    shot = rep / "screenshot.png"
-    taken = _chromium(tmp_path / "profile", "--window-size=1280,2400", f"--screenshot={shot}", url)
+    shot = rep / "screenshot.png"  # the first screen, as a person opening the report sees it
+    taken = _chromium(tmp_path / "profile", window, f"--screenshot={shot}", url)
     assert taken.returncode == 0, taken.stderr[-2000:]
     assert is_png(shot) and shot.stat().st_size > 20_000  # a rendered page, not a blank one
