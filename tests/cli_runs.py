@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from moss_cli.cli.app import app
 

@@ -9,6 +9,7 @@ from . import config
 from .audit import audit_determinism
 from .bench import bench
 from .diff import diff
+from .options import typed_params
 from .serve import serve
 from .synth import synth
 
@@ -20,11 +21,11 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},  # every command's -h, as other tools have
     help="Batch speech synthesis with MOSS-TTS-Local, and audits that prove it is reproducible.",
 )
-app.command("synth")(synth)
-app.command("audit-determinism")(audit_determinism)
-app.command("bench")(bench)
-app.command("diff")(diff)
-app.command("serve")(serve)
+app.command("synth")(typed_params(synth))
+app.command("audit-determinism")(typed_params(audit_determinism))
+app.command("bench")(typed_params(bench))
+app.command("diff")(typed_params(diff))
+app.command("serve")(typed_params(serve))
 app.add_typer(config.app, name="config")
 
 

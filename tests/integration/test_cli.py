@@ -1,3 +1,6 @@
+from pathlib import Path
+
+import pytest
 from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
@@ -97,3 +100,37 @@ def test_piped_output_is_drawn_wide_not_at_80_columns():
     assert "moss_cli/assets/deploy-tiny.yaml:" in shown and max(map(len, shown.splitlines())) > 80
     narrow = subprocess.run(command, capture_output=True, text=True, env={**env, "COLUMNS": "60"}, check=True).stdout
     assert max(map(len, narrow.splitlines())) <= 60  # COLUMNS still wins
+
+
+def test_engine_options_reach_the_library_typed_on_every_typer(tmp_path, monkeypatch):
+    """--device, --dtype and --deploy reach the library as its values (text, a Path) from every command
+    that takes them. Typer 0.27 leaves ctx.params as click parsed it (text for an Enum or a Path), and
+    every such command died there with an AttributeError; CI runs this on Typer 0.27.2
+    (scripts/test_dependency_ranges.sh)."""
+    pytest.importorskip("fastapi")  # moss serve's extra
+    import moss_cli.audit.runner
+    import moss_cli.jobs.local
+    import moss_cli.serve.server
+
+    seen = []
+
+    def stop(*args, **kwargs):  # the options the command built, then an interrupt: nothing runs
+        seen.append(args[-1])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(moss_cli.jobs.local, "synthesize", stop)
+    monkeypatch.setattr(moss_cli.audit.runner, "run_audit", stop)
+    monkeypatch.setattr(moss_cli.serve.server, "prepare", stop)
+    request = tmp_path / "one.txt"
+    request.write_text("A single short line.\n")
+    deploy = Path(__file__).parents[2] / "recipes" / "moss_tts_local_tiny.yaml"
+    engine = ["--device", "cpu", "--dtype", "float32", "--deploy", str(deploy)]
+    for argv in (
+        ["synth", str(request), "--out", str(tmp_path / "o"), *engine],
+        ["audit-determinism", str(request), "--scenarios", "repeat", *engine],
+        ["serve", *engine],
+    ):
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 130, (argv, result.output)
+    synth_options = [seen[0], seen[1].synth, seen[2]]
+    assert [(o.device, o.dtype, o.deploy) for o in synth_options] == [("cpu", "float32", deploy)] * 3
