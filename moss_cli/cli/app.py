@@ -8,6 +8,7 @@ from .. import __version__
 from . import config
 from .audit import audit_determinism
 from .bench import bench
+from .common import OneErrorStyle
 from .diff import diff
 from .options import typed_params
 from .serve import serve
@@ -15,6 +16,7 @@ from .synth import synth
 
 app = typer.Typer(
     name="moss",
+    cls=OneErrorStyle,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

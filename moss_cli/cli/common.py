@@ -12,6 +12,7 @@ from enum import Enum
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from ..config.deploy import DeployWarning
 from ..errors import MossError
@@ -79,12 +80,16 @@ def user_errors(resumable: bool = False):
             yield
 
 
+def _error(text: str) -> None:
+    stderr.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
 @contextmanager
 def _errors_to_exit_codes(resumable: bool):
     try:
         yield
     except MossError as e:
-        stderr.print(f"[bold red]error:[/] {escape(e.describe())}", highlight=False, soft_wrap=True)
+        _error(e.describe())
         raise typer.Exit(2) from None
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", 2)  # SIGINT unless the run says otherwise (SIGTERM: 15)
@@ -97,6 +102,45 @@ def _errors_to_exit_codes(resumable: bool):
         stderr.print(f"[bold red]error:[/] {type(e).__name__}: {escape(str(e))}", highlight=False, soft_wrap=True)
         stderr.print("(set MOSS_DEBUG=1 for the traceback)", style="dim")
         raise typer.Exit(2) from None
+
+
+# click's UsageError, the base of its errors about the command line (an unknown option or command, a
+# missing argument, a value outside an option's choices or range), from the click Typer runs on (newer
+# Typer releases carry their own copy of click).
+UsageError = typer.BadParameter.__base__
+
+
+@contextmanager
+def _usage_errors():
+    """click's errors about the command line in moss's style (exit 2 as before): one `error:` line,
+    `[--option]: what is wrong` where click names the option, and where the help is."""
+    try:
+        yield
+    except UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare `moss` or `moss config`: click shows the help
+            raise
+        param = getattr(e, "param", None)
+        if type(e) is typer.BadParameter and param is not None:  # a value: name the option, not "Invalid value for"
+            name = param.opts[0] if param.param_type_name == "option" else param.human_readable_name
+            text = MossError(e.message, field=name).describe()
+        else:
+            text = e.format_message()
+        help_option = f"{e.ctx.command_path} {e.ctx.help_option_names[0]}" if e.ctx is not None else "moss -h"
+        _error(f"{text.rstrip('.')} (see {help_option})")
+        raise typer.Exit(2) from None
+
+
+class OneErrorStyle(TyperGroup):
+    """The command group of `moss`: errors about its command line, its subcommands' included, read
+    like moss's own (`_usage_errors`), not in Typer's boxes."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _usage_errors():
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx):
+        with _usage_errors():
+            return super().invoke(ctx)
 
 
 def command_line(ctx: typer.Context) -> str:
