@@ -112,7 +112,7 @@ UsageError = typer.BadParameter.__base__
 
 @contextmanager
 def _usage_errors():
-    """click's errors about the command line in moss's style (exit 2 as before): one `error:` line,
+    """click's errors about the command line in moss's style, exit 2 (click's code too): one `error:` line,
     `[--option]: what is wrong` where click names the option, and where the help is."""
     try:
         yield
