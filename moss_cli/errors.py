@@ -28,9 +28,16 @@ class MossError(Exception):
             where = self.file
             if self.line is not None:
                 where += f":{self.line}"
-        if self.field is not None:
+        if self.field is not None and not _begins_with(self.message, self.field):
             where = f"{where} [{self.field}]" if where else f"[{self.field}]"
         return f"{where}: {self.message}" if where else self.message
+
+
+def _begins_with(message: str, field: str) -> bool:
+    """Whether the message opens with the field's name ("--timeout: must be > 0", "n_vq must be
+    positive"), which then is not shown twice; "--ray-address ..." does not open with "--ray"."""
+    rest = message[len(field) :] if message.startswith(field) else None
+    return rest is not None and not (rest[:1].isalnum() or rest[:1] in ("_", "-", ".", "["))
 
 
 class CheckpointError(MossError):

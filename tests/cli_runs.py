@@ -11,8 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from moss_cli.cli.app import app
 

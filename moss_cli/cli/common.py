@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from ..config.deploy import DeployWarning
 from ..errors import MossError
+from .help import HelpGroup
 
 PIPED_WIDTH = 200  # piped or in CI, Rich would draw at 80 columns and break keys and cells mid-word
 
@@ -79,12 +80,16 @@ def user_errors(resumable: bool = False):
             yield
 
 
+def _error(text: str) -> None:
+    stderr.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
 @contextmanager
 def _errors_to_exit_codes(resumable: bool):
     try:
         yield
     except MossError as e:
-        stderr.print(f"[bold red]error:[/] {escape(e.describe())}", highlight=False, soft_wrap=True)
+        _error(e.describe())
         raise typer.Exit(2) from None
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", 2)  # SIGINT unless the run says otherwise (SIGTERM: 15)
@@ -97,6 +102,48 @@ def _errors_to_exit_codes(resumable: bool):
         stderr.print(f"[bold red]error:[/] {type(e).__name__}: {escape(str(e))}", highlight=False, soft_wrap=True)
         stderr.print("(set MOSS_DEBUG=1 for the traceback)", style="dim")
         raise typer.Exit(2) from None
+
+
+# click's UsageError, the base of its errors about the command line (an unknown option or command, a
+# missing argument, a value outside an option's choices or range), from the click Typer runs on (newer
+# Typer releases carry their own copy of click).
+UsageError = typer.BadParameter.__base__
+
+
+@contextmanager
+def _usage_errors():
+    """click's errors about the command line in moss's style, exit 2 (click's code too): one `error:` line,
+    `[--option]: what is wrong` where click names the option, and where the help is."""
+    try:
+        yield
+    except UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare `moss` or `moss config`: its help, exit 2
+            # The message is the help in Click's layout; Typer's panels were already drawn (an empty message).
+            if e.format_message():
+                typer.echo(e.format_message())
+            raise typer.Exit(e.exit_code) from None
+        param = getattr(e, "param", None)
+        if type(e) is typer.BadParameter and param is not None:  # a value: name the option, not "Invalid value for"
+            name = param.opts[0] if param.param_type_name == "option" else param.human_readable_name
+            text = MossError(e.message, field=name).describe()
+        else:
+            text = e.format_message()
+        help_option = f"{e.ctx.command_path} {e.ctx.help_option_names[0]}" if e.ctx is not None else "moss -h"
+        _error(f"{text.rstrip('.')} (see {help_option})")
+        raise typer.Exit(2) from None
+
+
+class OneErrorStyle(HelpGroup):
+    """The command group of `moss` (help readable at any width: HelpGroup): errors about its command
+    line, its subcommands' included, read like moss's own (`_usage_errors`), not in Typer's boxes."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _usage_errors():
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx):
+        with _usage_errors():
+            return super().invoke(ctx)
 
 
 def command_line(ctx: typer.Context) -> str:

@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from ..assets import TINY_DEPLOY
 from ..config.deploy import DRIVES_NOTE, PLATFORMS, STAGE0_DRIVES, load_deploy
+from ..errors import MossError
 from ..report.terminal import print_table
 from .common import stdout, user_errors
 from .help import HelpCommand, HelpGroup
@@ -22,7 +23,13 @@ SHOWN = ("temperature", "top_p", "top_k", "max_tokens", "seed", "repetition_pena
 
 @app.command("show", cls=HelpCommand)
 def show(
-    deploy: Annotated[Optional[Path], typer.Option(help="Deploy YAML (default: the shipped tiny recipe).")] = None,
+    file: Annotated[
+        Optional[Path],
+        typer.Argument(metavar="DEPLOY", help="Deploy YAML (default: the shipped tiny recipe).", show_default=False),
+    ] = None,
+    deploy: Annotated[
+        Optional[Path], typer.Option(help="DEPLOY, as an option (as the other commands take it).")
+    ] = None,
     platform: Annotated[str, typer.Option(help=f"Platform section to apply: {', '.join(PLATFORMS)}.")] = "cpu",
     builtin: Annotated[
         bool,
@@ -37,6 +44,13 @@ def show(
     each with the file and line it came from (after base_config and platform merges) and what it
     drives in a vllm-omni MOSS-TTS-Local deployment and in moss."""
     with user_errors():
+        if file is not None and deploy is not None:
+            raise MossError("give the deploy file once: as DEPLOY or with --deploy", field="--deploy")
+        deploy = file or deploy
+        if builtin and deploy is not None:
+            raise MossError(
+                "shows vllm-omni's built-in defaults, not a deploy file: give one or the other", field="--builtin"
+            )
         config = load_deploy(
             None if builtin else (deploy or TINY_DEPLOY), platform.lower(), allow_foreign=allow_foreign_deploy
         )

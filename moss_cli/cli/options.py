@@ -87,10 +87,28 @@ def option(name: str, annotation, default) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
+def typed_params(command):
+    """Typer hands a command converted values (an Enum option's member, a Path, a repeatable option's
+    list), but `ctx.params` holds what click parsed, which is the raw text and tuples on some Typer
+    releases (0.27 among them). This puts the converted values in `ctx.params` too, so the builders
+    below (`synth_options`, `ray_cluster`, `server_settings`) read the same types on every release."""
+    hints = typing.get_type_hints(command, include_extras=True)
+    contexts = [name for name, hint in hints.items() if isinstance(hint, type) and issubclass(hint, typer.Context)]
+
+    @functools.wraps(command)
+    def run(**given):
+        for name in contexts:
+            given[name].params.update((key, value) for key, value in given.items() if key in given[name].params)
+        return command(**given)
+
+    return run
+
+
 def with_options(*groups: tuple[inspect.Parameter, ...]):
     """Typer has no option groups: this adds each group's options to a command's signature, after
     its own parameters. The command is called with its own; it reads a group's values from
-    `ctx.params` through the group's builder (`synth_options`, `ray_cluster`, `server_settings`)."""
+    `ctx.params` (typed: see `typed_params`) through the group's builder (`synth_options`,
+    `ray_cluster`, `server_settings`)."""
 
     def decorate(command):
         hints = typing.get_type_hints(command, include_extras=True)

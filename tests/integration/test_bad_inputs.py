@@ -68,14 +68,14 @@ REQUEST_CASES = [
 DEPLOY_CASES = [
     ("invalid-yaml.yaml", ["invalid-yaml.yaml:", "invalid YAML"]),
     ("no-stage-0.yaml", ["no-stage-0.yaml", "stage_id 0"]),
-    ("missing-base.yaml", ["missing-base.yaml:1 [base_config]", "does-not-exist.yaml"]),
-    ("loop-a.yaml", ["[base_config]", "cycle", "loop-a.yaml", "loop-b.yaml"]),
+    ("missing-base.yaml", ["missing-base.yaml:1: base_config 'does-not-exist.yaml'"]),
+    ("loop-a.yaml", ["loop-b.yaml: base_config forms a cycle", "loop-a.yaml"]),
     ("top-p-range.yaml", ["top-p-range.yaml:5", "top_p"]),
     ("removed-schema.yaml", ["removed-schema.yaml:1 [stage_args]", "removed"]),
     ("not-a-mapping.yaml", ["not-a-mapping.yaml", "must be a YAML mapping"]),
     ("bad-max-num-seqs.yaml", ["bad-max-num-seqs.yaml:3", "max_num_seqs must be a positive integer"]),
     ("seed-float.yaml", ["seed-float.yaml:3", "seed"]),
-    ("base-is-directory.yaml", ["base-is-directory.yaml:1 [base_config]", "is a directory, expected a YAML file"]),
+    ("base-is-directory.yaml", ["base-is-directory.yaml:1: base_config '.' is a directory, expected a YAML file"]),
     (
         "foreign-subtalker.yaml",
         [
@@ -85,7 +85,7 @@ DEPLOY_CASES = [
         ],
     ),
     ("foreign-three-stages.yaml", ["foreign-three-stages.yaml:4 [stages.2.stage_id]", "0 (talker) and 1 (codec)"]),
-    ("model-runner-v3.yaml", ["model-runner-v3.yaml:1 [model_runner]", "'v1' or 'v2'"]),
+    ("model-runner-v3.yaml", ["model-runner-v3.yaml:1: model_runner must be 'v1' or 'v2'"]),
     (
         "seed-typo.yaml",
         ["seed-typo.yaml:5 [stages.0.default_sampling_params.sed]", "unknown key 'sed'", "did you mean 'seed'"],

@@ -79,7 +79,7 @@ def test_a_run_that_would_not_fit_is_refused_before_allocating(monkeypatch):
     assert result.exit_code == 2, result.output
     message = " ".join(result.output.split())
     assert "Traceback" not in result.output and not built
-    assert "[--random-weights]" in message and "--random-weights v1.5 --dtype bfloat16 --batch 8 needs about" in message
+    assert "error: --random-weights v1.5 --dtype bfloat16 --batch 8 needs about" in message  # the option named once
     assert "but only 6.0 GiB is available; try a smaller --batch or freeing memory" in message
     result = runner.invoke(app, [*args, "--dtype", "float32"])
     message = " ".join(result.output.split())

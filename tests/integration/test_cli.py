@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from cli_runs import Drawn, assert_tables_whole, tables_at, write_rows  # tests/ is on sys.path
 from typer.testing import CliRunner
@@ -176,3 +178,72 @@ def _description_column(lines: list[str], names: list[str], first: str) -> int:
             assert (line if gap else below)[column:].startswith(first), (names, line, below)
             return column
     raise AssertionError(f"{names[0]} is not in the help")
+
+
+def test_engine_options_reach_the_library_typed_on_every_typer(tmp_path, monkeypatch):
+    """--device, --dtype and --deploy reach the library as its values (text, a Path) from every command
+    that takes them. Typer 0.27 leaves ctx.params as click parsed it (text for an Enum or a Path), and
+    every such command died there with an AttributeError; CI runs this on Typer 0.27.2
+    (scripts/test_dependency_ranges.sh)."""
+    pytest.importorskip("fastapi")  # moss serve's extra
+    import moss_cli.audit.runner
+    import moss_cli.jobs.local
+    import moss_cli.serve.server
+
+    seen = []
+
+    def stop(*args, **kwargs):  # the options the command built, then an interrupt: nothing runs
+        seen.append(args[-1])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(moss_cli.jobs.local, "synthesize", stop)
+    monkeypatch.setattr(moss_cli.audit.runner, "run_audit", stop)
+    monkeypatch.setattr(moss_cli.serve.server, "prepare", stop)
+    request = tmp_path / "one.txt"
+    request.write_text("A single short line.\n")
+    deploy = Path(__file__).parents[2] / "recipes" / "moss_tts_local_tiny.yaml"
+    engine = ["--device", "cpu", "--dtype", "float32", "--deploy", str(deploy)]
+    for argv in (
+        ["synth", str(request), "--out", str(tmp_path / "o"), *engine],
+        ["audit-determinism", str(request), "--scenarios", "repeat", *engine],
+        ["serve", *engine],
+    ):
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 130, (argv, result.output)
+    synth_options = [seen[0], seen[1].synth, seen[2]]
+    assert [(o.device, o.dtype, o.deploy) for o in synth_options] == [("cpu", "float32", deploy)] * 3
+
+
+@pytest.mark.parametrize(
+    "argv, start",
+    [
+        (["synth", "x.txt", "--device", "gpu"], "error: [--device]: "),  # not one of the choices
+        (["synth", "x.txt", "--max-batch", "0"], "error: [--max-batch]: "),  # below the option's min=
+        (["serve", "--port", "70000"], "error: [--port]: "),  # above its max=
+        (["synth"], "error: Missing argument "),
+        (["synth", "x.txt", "--bogus"], "error: No such option: --bogus"),
+        (["synt"], "error: No such command 'synt'"),
+        (["config", "show", "a.yaml", "b.yaml"], "error: Got unexpected extra argument"),
+    ],
+)
+def test_usage_errors_are_one_error_line_like_moss_own_and_exit_2(argv, start):
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    [line] = result.output.strip().splitlines()  # no usage block, no box
+    assert line.startswith(start) and line.endswith(" -h)"), line
+
+
+def test_a_bare_group_still_shows_its_help():
+    for argv in ([], ["config"]):
+        assert "Usage: moss" in runner.invoke(app, argv).output
+
+
+def test_the_moss_command_prints_a_usage_error_as_one_error_line():
+    import subprocess
+    import sys
+
+    moss = Path(sys.executable).parent / "moss"  # the console script this environment installed
+    result = subprocess.run([moss, "synth", "x.txt", "--dtype", "float8"], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: [--dtype]: ") and result.stderr.endswith("(see moss synth -h)\n")
+    assert len(result.stderr.splitlines()) == 1, result.stderr

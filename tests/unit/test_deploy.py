@@ -382,6 +382,16 @@ def test_cli_config_show_refuses_an_unknown_platform():
     assert result.exit_code == 2 and "unknown platform 'tpu'" in result.output and "Traceback" not in result.output
 
 
+def test_cli_config_show_takes_the_deploy_file_as_an_argument_or_with_deploy():
+    v15 = str(RECIPES / "moss_tts_local_v1.5.yaml")
+    shown = [CliRunner().invoke(app, ["config", "show", *given, "--json"]) for given in ([v15], ["--deploy", v15])]
+    assert [r.exit_code for r in shown] == [0, 0], [r.output for r in shown]
+    assert shown[0].output == shown[1].output and f'"deploy": "{v15}"' in shown[0].output
+    for extra in (["--deploy", v15], ["--builtin"]):  # the file, and something else it could mean
+        twice = CliRunner().invoke(app, ["config", "show", v15, *extra])
+        assert twice.exit_code == 2 and f"error: [{extra[0]}]:" in twice.output, twice.output
+
+
 @pytest.mark.parametrize(
     "request_seed, deploy_seed, expected",
     [
