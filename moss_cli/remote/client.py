@@ -291,7 +291,10 @@ class SpeechClient:
         headers = moss_headers(response.headers)
         fmt = str(body.get("response_format", self.options.response_format))
         content_type = response.headers.get("content-type", "")
-        pcm, rate = self._audio(response.content, fmt, content_type, headers, what, request, response.status_code)
+        raw_stream = body.get("stream_format") == "audio"  # vllm-omni's is_raw_audio_stream (protocol/audio.py:327-328)
+        pcm, rate = self._audio(
+            response.content, fmt, content_type, headers, what, request, response.status_code, raw_stream
+        )
         return Reply(request, context, pcm, rate, headers, arrivals=arrivals)
 
     async def _answer(self, what: str, request: str, sent: Awaitable[httpx.Response]) -> httpx.Response:
@@ -316,14 +319,22 @@ class SpeechClient:
         return response
 
     def _audio(
-        self, content: bytes, fmt: str, content_type: str, headers: dict[str, str], what: str, request: str, status: int
+        self,
+        content: bytes,
+        fmt: str,
+        content_type: str,
+        headers: dict[str, str],
+        what: str,
+        request: str,
+        status: int,
+        raw_stream: bool = False,
     ) -> tuple[np.ndarray, int]:
         """(int16 samples, rate) of an answer's audio. Raw PCM says nothing of its layout: the
         server's headers where sent, else the options."""
         rate = _positive(headers.get(speech_api.HEADER_SAMPLE_RATE)) or self.options.sample_rate or DEFAULT_PCM_RATE
         channels = _positive(headers.get(speech_api.HEADER_CHANNELS)) or self.options.channels or DEFAULT_PCM_CHANNELS
         try:
-            return decode_audio(content, fmt, content_type, sample_rate=rate, channels=channels)
+            return decode_audio(content, fmt, content_type, sample_rate=rate, channels=channels, raw_stream=raw_stream)
         except NotAudio as e:
             raise self._fail(f"{what}: HTTP {status}, but the body is not {fmt} audio: {e}", request, status) from None
 
