@@ -75,7 +75,7 @@ AllowDroppedFieldsOption = Annotated[
         "--allow-dropped-fields",
         help="--server: send request fields that vllm-omni's MOSS-TTS-Local drops silently (audio_* sampling "
         "overrides, instruction, tokens, quality, sound_event, ambient_sound) with a warning, instead of "
-        "refusing the request file (exit 2).",
+        "refusing the request file (exit 2). moss serve honours them: they go to it as they are.",
     ),
 ]
 API_KEY_ENV = "MOSS_API_KEY"  # the same variable `moss serve --api-key` reads
