@@ -71,10 +71,8 @@ class ServerExecutor:
         self.deploy = None
         if options.synth.deploy is not None:  # its platform sections for CUDA, where vllm-omni serves
             self.deploy = load_deploy(options.synth.deploy, "cuda", allow_foreign=options.synth.allow_foreign_deploy)
-        self._requests, self.dropped = (
-            builtin_requests(for_server=True),
-            [],
-        )  # a request file's: once the server is known
+        # A request file's requests are read once the server is known (`session`): it decides which fields it drops.
+        self._requests, self.dropped = builtin_requests(for_server=True), []
         self.target = Target(server=True, concurrency=self.server.concurrency)
         self.sample_rate = 0  # known from the first answer
         self.chunk_schedule: list[int] = []

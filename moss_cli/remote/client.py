@@ -314,7 +314,7 @@ class SpeechClient:
         headers = moss_headers(response.headers)
         fmt = str(body.get("response_format", self.options.response_format))
         content_type = response.headers.get("content-type", "")
-        raw_stream = body.get("stream_format") == "audio"  # vllm-omni's is_raw_audio_stream (protocol/audio.py:327-328)
+        raw_stream = body.get("stream_format") == "audio"  # is_raw_audio_stream (protocol/audio.py:327-328)
         pcm, rate = self._audio(
             response.content, fmt, content_type, headers, what, request, response.status_code, raw_stream
         )
