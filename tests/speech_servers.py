@@ -209,7 +209,8 @@ def serving(behaviour: Behaviour, start_timeout: float = 10.0) -> Iterator[str]:
 @contextmanager
 def resetting(start_timeout: float = 5.0) -> Iterator[str]:
     """A server that accepts each connection, reads the request and closes without answering (a
-    reset connection, as a crashing worker or a proxy gives)."""
+    reset connection, as a crashing worker or a proxy gives), except a GET (the client's probe),
+    answered 404: no such endpoint."""
     sock = free_socket()
     sock.listen()
     sock.settimeout(0.1)
@@ -224,7 +225,8 @@ def resetting(start_timeout: float = 5.0) -> Iterator[str]:
             with conn:
                 conn.settimeout(start_timeout)
                 try:
-                    conn.recv(65536)
+                    if conn.recv(65536).startswith(b"GET "):
+                        conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 except OSError:
                     pass
 
@@ -236,6 +238,15 @@ def resetting(start_timeout: float = 5.0) -> Iterator[str]:
         stop.set()
         thread.join(timeout=5)
         sock.close()
+
+
+@contextmanager
+def silent() -> Iterator[str]:
+    """A server that takes connections and never answers (a hung process): the socket listens, so
+    the system completes each connection, and nothing ever reads or writes on it."""
+    with free_socket() as sock:
+        sock.listen(64)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 @contextmanager

@@ -40,6 +40,16 @@ class AuditOptions:
     allow_dropped_fields: bool = False  # send fields vllm-omni drops (a warning instead of exit 2)
     on_retry: Callable[[Retry], None] | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        # A request sent longer than the timeout after another overlaps nothing of it (that one has
+        # finished or failed by then): such a stagger would only make the audit wait.
+        if self.server is not None and self.stagger_s is not None and not 0 <= self.stagger_s <= self.server.timeout_s:
+            raise MossError(
+                f"must be from 0 to --timeout ({self.server.timeout_s * 1000:g} ms), got {self.stagger_s * 1000:g}: "
+                "a request sent later than that after another overlaps nothing of it",
+                field="--stagger-ms",
+            )
+
     def chosen(self) -> tuple[str, ...]:
         """The scenarios to run, checked (with the other options); the repeat first, since every
         verdict rests on it."""

@@ -71,9 +71,8 @@ class ServerExecutor:
         self.deploy = None
         if options.synth.deploy is not None:  # its platform sections for CUDA, where vllm-omni serves
             self.deploy = load_deploy(options.synth.deploy, "cuda", allow_foreign=options.synth.allow_foreign_deploy)
+        # A request file's requests are read once the server is known (`session`): it decides which fields it drops.
         self._requests, self.dropped = builtin_requests(for_server=True), []
-        if options.requests is not None:
-            self._requests, self.dropped = read_for_server(options.requests, options.allow_dropped_fields)
         self.target = Target(server=True, concurrency=self.server.concurrency)
         self.sample_rate = 0  # known from the first answer
         self.chunk_schedule: list[int] = []
@@ -103,8 +102,12 @@ class ServerExecutor:
         self.client = SpeechClient(self.server, self.options.on_retry)
         try:
             self._loop.run_until_complete(self.client.__aenter__())
-            self.models = self._loop.run_until_complete(self.client.models())
-            self.served = self._loop.run_until_complete(self.client.environment())
+            info = self._loop.run_until_complete(self.client.probe())
+            self.models, self.served = info.models, info.environment
+            if self.options.requests is not None:
+                self._requests, self.dropped = read_for_server(
+                    self.options.requests, info, self.options.allow_dropped_fields
+                )
             self._loop.run_until_complete(self._voice_for_all())
             yield self
         finally:

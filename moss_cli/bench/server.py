@@ -31,7 +31,7 @@ from ..config.deploy import load_deploy
 from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..errors import MossError
-from ..remote.client import Retry, ServerError, SpeechClient
+from ..remote.client import Retry, ServerError, SpeechClient, probe
 from ..remote.reply import Reply
 from ..remote.request_file import read_for_server
 from ..remote.settings import ServerOptions
@@ -202,8 +202,12 @@ class ServerBench:
                 options.deploy, "cuda", allow_foreign=options.allow_foreign_deploy
             ).default_seed
         check_deploy_seed(options.arms, self.deploy_seed, options.deploy is not None)
+        # What the server is, asked first: a silent one fails here, and it decides which fields it drops.
+        self.server_info = probe(options.server)
         if options.requests is not None:
-            self.requests, self.dropped = read_for_server(options.requests, options.allow_dropped_fields)
+            self.requests, self.dropped = read_for_server(
+                options.requests, self.server_info, options.allow_dropped_fields
+            )
         else:
             self.requests, self.dropped = builtin_requests(for_server=True), []
         if options.frames is not None:
@@ -226,8 +230,7 @@ class ServerBench:
         with tempfile.TemporaryDirectory(prefix="moss-bench-") as workdir:
             async with SpeechClient(server, self.on_retry) as client:
                 self.client = client
-                models = await client.models()
-                served = await client.environment()
+                models, served = self.server_info.models, self.server_info.environment
                 voice_note = await self._voice(client, Path(workdir))
                 bodies = {arm: [self._body(arm, r, i) for i, r in enumerate(self.requests)] for arm in o.arms}
                 on_phase(f"references: {len(self.requests)} request(s) x {len(o.arms)} arm(s), each alone")

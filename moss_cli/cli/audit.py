@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from ..audit.scenarios import SCENARIOS, SERVER_SCENARIOS
 from ..errors import MossError
+from . import numbers
 from . import options as opt
 from . import server_options as srv
 from .common import command_line, ray_event, stderr, stdout, user_errors
@@ -27,7 +28,9 @@ def audit_determinism(
         ),
     ] = None,
     level: Annotated[str, typer.Option(help="What counts as a violation: codes | waveform | bitwise.")] = "codes",
-    min_snr_db: Annotated[float, typer.Option(help="Waveform level: minimum SNR against the reference.")] = 60.0,
+    min_snr_db: Annotated[
+        float, typer.Option(callback=numbers.SNR_DB, help="Waveform level: minimum SNR against the reference.")
+    ] = 60.0,
     strict_unseeded: Annotated[bool, typer.Option(help="Fail on differences of unseeded requests too.")] = False,
     allow_unseeded: Annotated[
         bool,
@@ -51,7 +54,7 @@ def audit_determinism(
         Optional[float],
         typer.Option(
             "--stagger-ms",
-            min=0,
+            callback=numbers.STAGGER_MS,
             help="--server, scenario staggered: milliseconds between sends (default: a quarter of the time a "
             "request takes alone, so that they overlap).",
         ),

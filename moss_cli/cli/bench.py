@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from ..errors import MossError
 from ..report.terminal import print_table
+from . import numbers
 from . import server_options as srv
 from .common import Device, DType, command_line, interactive, stderr, stdout, user_errors
 from .options import AllowForeignDeploy, CodecOption, CompileOption, DeviceOption, ModelOption, ThreadsOption
@@ -38,16 +39,6 @@ SERVER_BENCH = ("num_requests", "duration", "request_rate", "warmup", "level", "
 SERVER_BENCH += ("report_dir", "allow_unseeded")
 
 
-def _numbers(text: str, option: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        values = ()
-    if not values or min(values) < 1:
-        raise MossError(f"expected comma-separated positive integers, got {text!r}", field=option)
-    return values
-
-
 def _only(ctx: typer.Context, names: tuple[str, ...], where: str) -> None:
     """Options given on the command line that mean nothing here are an error, not silently ignored."""
     given = [
@@ -70,7 +61,7 @@ def bench(
     frames: Annotated[
         Optional[int],
         typer.Option(
-            min=2,
+            callback=numbers.FRAMES,
             help="Frames per request (default 32); with --server, every request's max_new_tokens (default: "
             "the requests' own).",
         ),
@@ -90,7 +81,11 @@ def bench(
         ),
     ] = None,
     repeats: Annotated[
-        int, typer.Option(min=1, help="Runs per figure (the median is reported); with --server, rounds per level.")
+        int,
+        typer.Option(
+            callback=numbers.REPEATS,
+            help="Runs per figure (the median is reported); with --server, rounds per level.",
+        ),
     ] = 3,
     device: DeviceOption = Device.auto,
     dtype: Annotated[
@@ -123,28 +118,39 @@ def bench(
         Optional[int],
         typer.Option(
             "--num-requests",
-            min=1,
+            callback=numbers.REQUESTS,
             help="--server: requests per arm, level and round (default: twice the level, at least the request set).",
         ),
     ] = None,
     duration: Annotated[
         Optional[float],
-        typer.Option("--duration", help="--server: instead of a count, seconds of sending per arm, level and round."),
+        typer.Option(
+            "--duration",
+            callback=numbers.SECONDS,
+            help="--server: instead of a count, seconds of sending per arm, level and round.",
+        ),
     ] = None,
     request_rate: Annotated[
         float,
         typer.Option(
-            "--request-rate", help="--server: Poisson arrivals, requests per second (inf: back to back, closed loop)."
+            "--request-rate",
+            callback=numbers.REQUEST_RATE,
+            help="--server: Poisson arrivals, requests per second (inf: back to back, closed loop).",
         ),
     ] = float("inf"),
     warmup: Annotated[
-        int, typer.Option("--warmup", min=0, help="--server: requests sent first, neither measured nor checked.")
+        int,
+        typer.Option(
+            "--warmup", callback=numbers.WARMUP, help="--server: requests sent first, neither measured nor checked."
+        ),
     ] = 2,
     level: Annotated[
         str,
         typer.Option(help="--server: how a response must match its request sent alone: bitwise | waveform (SNR)."),
     ] = "bitwise",
-    min_snr_db: Annotated[float, typer.Option(help="--server --level waveform: minimum SNR against it.")] = 60.0,
+    min_snr_db: Annotated[
+        float, typer.Option(callback=numbers.SNR_DB, help="--server --level waveform: minimum SNR against it.")
+    ] = 60.0,
     streamed: Annotated[
         bool,
         typer.Option(
@@ -203,7 +209,7 @@ def bench(
             model=model,
             codec=codec,
             random_weights=random_weights,
-            batches=_numbers(batch, "--batch"),
+            batches=numbers.integers(batch, "--batch", numbers.BATCH),
             frames=frames if frames is not None else 32,
             modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
             arms=parse_arms(arms) if arms is not None else ("seeded",),
@@ -239,7 +245,7 @@ def _server_bench(ctx, server, frames, arms, repeats, deploy, allow_foreign_depl
         srv.refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
         _only(ctx, LOCAL_BENCH, "for the local engine, not with --server")
         check_outputs(json_path, report_dir)
-        levels = _numbers(p["concurrency"], "--concurrency")
+        levels = numbers.integers(p["concurrency"], "--concurrency", numbers.BATCH)
         settings = srv.server_options(
             server=server,
             concurrency=max(levels),

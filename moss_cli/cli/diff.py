@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import MossError
+from . import numbers
 from .common import command_line, stderr, stdout, user_errors
 
 SIDE = "An output directory of `moss synth` (manifest.csv + audio) or a golden file (--save-golden)."
@@ -20,7 +21,9 @@ def diff(
     level: Annotated[
         str, typer.Option(help="bitwise: identical PCM; waveform: equal codes and SNR >= --min-snr-db.")
     ] = "bitwise",
-    min_snr_db: Annotated[float, typer.Option(help="Waveform level: the lowest SNR that still passes.")] = 60.0,
+    min_snr_db: Annotated[
+        float, typer.Option(callback=numbers.SNR_DB, help="Waveform level: the lowest SNR that still passes.")
+    ] = 60.0,
     report_dir: Annotated[
         Optional[Path],
         typer.Option(help="Write every report, the clips of each differing id and an HTML page with plots."),

@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from . import numbers
 from .common import Device, DType
 
 DeployOption = Annotated[
@@ -37,13 +38,15 @@ DeviceOption = Annotated[Device, typer.Option("--device", help="Where to run.")]
 DTypeOption = Annotated[DType, typer.Option("--dtype", help="Model dtype (auto: float32 on CPU, bfloat16 elsewhere).")]
 MaxBatchOption = Annotated[
     Optional[int],
-    typer.Option("--max-batch", min=1, help="Requests in flight at once (default: stage-0 max_num_seqs)."),
+    typer.Option(
+        "--max-batch", callback=numbers.BATCH, help="Requests in flight at once (default: stage-0 max_num_seqs)."
+    ),
 ]
 ThreadsOption = Annotated[
     Optional[int],
     typer.Option(
         "--threads",
-        min=1,
+        callback=numbers.THREADS,
         help="CPU threads for torch (default: 1 for small models, all cores for large ones; "
         "OMP_NUM_THREADS is respected).",
     ),
@@ -204,19 +207,27 @@ WorkersOption = Annotated[
     typer.Option(
         "--workers",
         rich_help_panel=RAY_PANEL,
-        min=1,
+        callback=numbers.WORKERS,
         help="Ray workers, each with its own models and engine (default: one per --gpus-per-worker GPUs, else 1).",
     ),
 ]
 GpusPerWorkerOption = Annotated[
     Optional[float],
     typer.Option(
-        "--gpus-per-worker", min=0, rich_help_panel=RAY_PANEL, help="GPUs (NPUs with --device npu) per Ray worker."
+        "--gpus-per-worker",
+        callback=numbers.GPUS_PER_WORKER,
+        rich_help_panel=RAY_PANEL,
+        help="GPUs (NPUs with --device npu) per Ray worker.",
     ),
 ]
 CpusPerWorkerOption = Annotated[
     Optional[float],
-    typer.Option("--cpus-per-worker", min=0.01, rich_help_panel=RAY_PANEL, help="CPUs per Ray worker (default 1)."),
+    typer.Option(
+        "--cpus-per-worker",
+        callback=numbers.CPUS_PER_WORKER,
+        rich_help_panel=RAY_PANEL,
+        help="CPUs per Ray worker (default 1).",
+    ),
 ]
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
+from . import numbers
 from .common import Device, DType, stderr, stdout, user_errors
 from .options import (
     AllowForeignDeploy,
@@ -36,7 +37,7 @@ def serve(
     model: ModelOption = None,
     codec: CodecOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8091,
+    port: Annotated[int, typer.Option(callback=numbers.PORT, help="Port to listen on.")] = 8091,
     max_batch: MaxBatchOption = None,
     legacy_global_rng: LegacyGlobalRng = False,
     batch_invariant: BatchInvariant = True,
@@ -53,7 +54,7 @@ def serve(
     max_queue: Annotated[
         Optional[int],
         typer.Option(
-            min=1,
+            callback=numbers.QUEUE,
             help="Requests that may wait for a place in the batch; past them the answer is 503 with Retry-After "
             "(default: no bound).",
         ),
@@ -61,6 +62,7 @@ def serve(
     request_timeout: Annotated[
         Optional[float],
         typer.Option(
+            callback=numbers.SECONDS,
             help="Seconds a request may take; one still unfinished then is cancelled, frees its place in the "
             "batch and gets a 504 (a stream is cut) (default: no limit).",
         ),

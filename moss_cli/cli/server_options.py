@@ -9,6 +9,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..errors import MossError
+from . import numbers
 from .options import ENGINE_OPTIONS, RAY_OPTIONS, option
 
 ServerOption = Annotated[
@@ -19,15 +20,22 @@ ServerOption = Annotated[
         "send the requests to its POST /v1/audio/speech instead of running the model here.",
     ),
 ]
-ConcurrencyOption = Annotated[int, typer.Option("--concurrency", min=1, help="--server: requests in flight at once.")]
+ConcurrencyOption = Annotated[
+    int, typer.Option("--concurrency", callback=numbers.BATCH, help="--server: requests in flight at once.")
+]
 TimeoutOption = Annotated[
-    float, typer.Option("--timeout", help="--server: seconds to wait for each answer before giving up (exit 2).")
+    float,
+    typer.Option(
+        "--timeout",
+        callback=numbers.SECONDS,
+        help="--server: seconds to wait for each answer before giving up (exit 2).",
+    ),
 ]
 RetriesOption = Annotated[
     int,
     typer.Option(
         "--retries",
-        min=0,
+        callback=numbers.RETRIES,
         help="--server: re-send a request after a 5xx answer or a reset connection, at most N "
         "times; each re-send is reported.",
     ),
@@ -47,7 +55,7 @@ SampleRateOption = Annotated[
     Optional[int],
     typer.Option(
         "--sample-rate",
-        min=1,
+        callback=numbers.SAMPLE_RATE,
         help="--server with --response-format pcm: the sample rate when the server sends none "
         "(x-moss-sample-rate; default 48000, MOSS-TTS-Local v1.5's).",
     ),
@@ -56,7 +64,7 @@ ChannelsOption = Annotated[
     Optional[int],
     typer.Option(
         "--channels",
-        min=1,
+        callback=numbers.CHANNELS,
         help="--server with --response-format pcm: interleaved channels when the server does not say "
         "(x-moss-channels; default 2, MOSS-TTS-Local v1.5's stereo).",
     ),
@@ -67,7 +75,7 @@ AllowDroppedFieldsOption = Annotated[
         "--allow-dropped-fields",
         help="--server: send request fields that vllm-omni's MOSS-TTS-Local drops silently (audio_* sampling "
         "overrides, instruction, tokens, quality, sound_event, ambient_sound) with a warning, instead of "
-        "refusing the request file (exit 2).",
+        "refusing the request file (exit 2). moss serve honours them: they go to it as they are.",
     ),
 ]
 API_KEY_ENV = "MOSS_API_KEY"  # the same variable `moss serve --api-key` reads

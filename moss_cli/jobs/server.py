@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple
 from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..io.fingerprint import fingerprint
-from ..remote.client import Retry, SpeechClient
+from ..remote.client import Retry, SpeechClient, probe
 from ..remote.reply import Reply
 from ..remote.request_file import read_for_server, reference_sha256
 from ..remote.settings import ServerOptions
@@ -72,7 +72,9 @@ class ServerSource:
         self.requests: dict[str, Request] = {}
 
     def plan(self, requests_path: Path, audio_format: str) -> Planned:
-        requests, dropped = read_for_server(requests_path, self.allow_dropped_fields)
+        """The request file's requests, checked against the server, which is asked what it is first
+        (a dry run too: whether a field is dropped depends on the server)."""
+        requests, dropped = read_for_server(requests_path, probe(self.server), self.allow_dropped_fields)
         for warning in dropped:
             if self.on_warning:
                 self.on_warning(f"sent although vllm-omni drops it: {warning}")
@@ -87,7 +89,7 @@ class ServerSource:
         )
 
     def start(self) -> None:
-        """Nothing to load: the first answer shows whether the server is there."""
+        """Nothing to load: the probe in `plan` found the server there."""
 
     def run(self, ids: list[str], stream_to: StreamTo | None, deliver: Deliver) -> None:
         asyncio.run(self._send_all([self.requests[rid] for rid in ids], deliver))

@@ -26,6 +26,9 @@ from .settings import DEFAULT_PCM_CHANNELS, DEFAULT_PCM_RATE, ServerOptions
 
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # before re-send 1, 2, ...; the last repeats
 MAX_RETRY_AFTER_S = 60.0  # a server's Retry-After is honoured up to this
+# The probe's GETs wait this long at most (or --timeout, if shorter): a speech server answers them at
+# once, busy or not (they never reach its engine), so a silent one is down or is no speech server.
+PROBE_TIMEOUT_S = 10.0
 T = TypeVar("T")
 _BODY_ENCODING = ("content-encoding", "content-length", "transfer-encoding")  # of a body read piece by piece
 
@@ -54,6 +57,19 @@ class Retry:
     @property
     def message(self) -> str:
         return f"{self.reason}; sending it again (attempt {self.attempt})"
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a server says of itself before any speech request (`SpeechClient.probe`)."""
+
+    models: list[str] | None  # the ids GET /v1/models lists; None: no such endpoint
+    environment: dict | None  # moss serve's GET /moss/environment; None from any other server (vllm-omni)
+
+    @property
+    def is_moss_serve(self) -> bool:
+        """`moss serve`, the one server with that endpoint: it honours every field of a request file."""
+        return self.environment is not None
 
 
 class _Transient(Exception):
@@ -174,23 +190,30 @@ class SpeechClient:
     def _fail(self, message: str, request: str | None = None, status: int | None = None) -> ServerError:
         return ServerError(self.options.redact(message), request=request, status=status)
 
-    async def models(self) -> list[str] | None:
-        """The ids `GET /v1/models` lists, or None when the server has no such endpoint."""
+    async def probe(self) -> ServerInfo:
+        """What the server says of itself, asked before any speech request by every command that sends
+        them: the models it serves (`GET /v1/models`) and, from moss serve only, what its engine
+        computes with (`GET /moss/environment`: torch, device, dtype, threads, checkpoints, deploy).
+        Each GET waits PROBE_TIMEOUT_S at most, so a server that is down, or that takes connections
+        and never answers, is an error within seconds instead of after --timeout."""
         listed = await self._document(speech_api.MODELS_PATH)
         data = listed.get("data", []) if isinstance(listed, dict) else None
-        return [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else None
-
-    async def environment(self) -> dict | None:
-        """What `moss serve` reports of its engine (`GET /moss/environment`: torch, device, dtype,
-        threads, checkpoints, deploy), or None from a server without that endpoint (vllm-omni)."""
+        models = [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else None
         reported = await self._document(speech_api.ENVIRONMENT_PATH)
-        return reported if isinstance(reported, dict) else None
+        return ServerInfo(models, reported if isinstance(reported, dict) else None)
 
     async def _document(self, path: str):
         """The JSON a `GET path` answers with, or None when it answers no 200 JSON (no such
-        endpoint); a server that cannot be reached is an error."""
+        endpoint); a server that cannot be reached, or does not answer in time, is an error."""
+        wait_s = min(PROBE_TIMEOUT_S, self.options.timeout_s)
         try:
-            response = await self._http.get(path)
+            response = await self._http.get(path, timeout=wait_s)
+        except httpx.TimeoutException:
+            raise self._fail(
+                f"{self._where(path)}: no answer within {wait_s:g} s, asked before any speech request; is a speech "
+                "server (vllm-omni, moss serve) up and ready there, and is the URL its base, e.g. "
+                "http://127.0.0.1:8091?"
+            ) from None
         except httpx.HTTPError as e:
             raise self._fail(f"{self._where(path)}: {self._describe(e)}") from None
         if response.status_code != 200:
@@ -291,7 +314,10 @@ class SpeechClient:
         headers = moss_headers(response.headers)
         fmt = str(body.get("response_format", self.options.response_format))
         content_type = response.headers.get("content-type", "")
-        pcm, rate = self._audio(response.content, fmt, content_type, headers, what, request, response.status_code)
+        raw_stream = body.get("stream_format") == "audio"  # is_raw_audio_stream (protocol/audio.py:327-328)
+        pcm, rate = self._audio(
+            response.content, fmt, content_type, headers, what, request, response.status_code, raw_stream
+        )
         return Reply(request, context, pcm, rate, headers, arrivals=arrivals)
 
     async def _answer(self, what: str, request: str, sent: Awaitable[httpx.Response]) -> httpx.Response:
@@ -316,14 +342,22 @@ class SpeechClient:
         return response
 
     def _audio(
-        self, content: bytes, fmt: str, content_type: str, headers: dict[str, str], what: str, request: str, status: int
+        self,
+        content: bytes,
+        fmt: str,
+        content_type: str,
+        headers: dict[str, str],
+        what: str,
+        request: str,
+        status: int,
+        raw_stream: bool = False,
     ) -> tuple[np.ndarray, int]:
         """(int16 samples, rate) of an answer's audio. Raw PCM says nothing of its layout: the
         server's headers where sent, else the options."""
         rate = _positive(headers.get(speech_api.HEADER_SAMPLE_RATE)) or self.options.sample_rate or DEFAULT_PCM_RATE
         channels = _positive(headers.get(speech_api.HEADER_CHANNELS)) or self.options.channels or DEFAULT_PCM_CHANNELS
         try:
-            return decode_audio(content, fmt, content_type, sample_rate=rate, channels=channels)
+            return decode_audio(content, fmt, content_type, sample_rate=rate, channels=channels, raw_stream=raw_stream)
         except NotAudio as e:
             raise self._fail(f"{what}: HTTP {status}, but the body is not {fmt} audio: {e}", request, status) from None
 
@@ -382,6 +416,16 @@ class SpeechClient:
 
 def _positive(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() and int(value) > 0 else None
+
+
+def probe(options: ServerOptions) -> ServerInfo:
+    """`SpeechClient.probe` from outside an event loop, on a client of its own."""
+
+    async def ask() -> ServerInfo:
+        async with SpeechClient(options) as client:
+            return await client.probe()
+
+    return asyncio.run(ask())
 
 
 async def all_or_nothing(jobs: Iterable[Awaitable]) -> list:

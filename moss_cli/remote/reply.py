@@ -193,11 +193,21 @@ def streamed_wav(content: bytes) -> tuple[np.ndarray, int]:
 
 
 def decode_audio(
-    content: bytes, response_format: str, content_type: str, *, sample_rate: int, channels: int
+    content: bytes,
+    response_format: str,
+    content_type: str,
+    *,
+    sample_rate: int,
+    channels: int,
+    raw_stream: bool = False,
 ) -> tuple[np.ndarray, int]:
     """(int16 [samples, channels], sample rate) of a body. `sample_rate` and `channels` describe
-    raw PCM, which carries neither; WAV and FLAC say their own."""
+    raw PCM, which carries neither; WAV and FLAC say their own. `raw_stream`: the body of a
+    `stream_format: "audio"` request, whose WAV header comes with its first audio chunk
+    (serving_speech.py:1666-1691): a stream with no audio is an empty body, read as no samples."""
     kind = content_type.split(";")[0].strip().lower()
+    if raw_stream and not content:
+        return np.zeros((0, channels), dtype="<i2"), sample_rate
     if kind == "text/event-stream":
         content, response_format = sse_audio(content)
         kind = f"audio/{response_format}"

@@ -139,3 +139,27 @@ def test_a_batch_item_refused_for_the_setting_names_its_request_and_what_to_chan
     assert error.request == "two" and f"item 1 ('two'): {LOCAL_FILES[:-1]}. That is a setting of the server" in message
     assert "--allowed-local-media-path DIR" in message
     assert client.sent == 1 and len(engine.received_batches) == 1
+
+
+@pytest.mark.parametrize("response_format", ["wav", "pcm"])
+def test_a_raw_stream_with_no_audio_is_an_empty_answer_like_the_other_routes(response_format):
+    """vllm-omni writes a raw stream's WAV header together with its first audio chunk
+    (serving_speech.py:1666-1691), so a request whose stop gate fires at its first frame answers 200
+    with an empty body. That is no audio, not a broken answer, as the single route and SSE say too."""
+    bodies = {
+        "single": {},
+        "sse": {"stream": True},
+        "raw-stream": {"stream_format": "audio"},
+    }
+    request = {"input": "Yes.", "ref_audio": data_url(reference_wav()), "seed": 34, "response_format": response_format}
+    engine = FakeMossLocalEngine(fixed=True)
+
+    async def run(url: str):
+        async with SpeechClient(ServerOptions(url, retries=0, timeout_s=60)) as client:
+            return {path: await client.speak(path, {**request, **extra}, "synth") for path, extra in bodies.items()}
+
+    with serving_vllm_omni(engine) as url:
+        replies = asyncio.run(run(url))
+    assert [job.frames for job in engine.jobs] == [0, 0, 0]  # seed 34: "Yes." stops before its first frame
+    assert {path: reply.pcm.shape[0] for path, reply in replies.items()} == dict.fromkeys(bodies, 0)
+    assert len({reply.pcm_sha256 for reply in replies.values()}) == 1
