@@ -16,7 +16,7 @@ import torch
 
 from ..engine.requests import LogitsHook
 from ..engine.step import STOP_HEAD
-from ..report.metrics import format_abs, format_db
+from ..measures.waveform import format_abs, format_db
 from .compare import STOP, Comparison
 
 

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
 from ..io.outcome import Outcome
-from ..report.metrics import (
-    first_differing_sample,
-    format_metrics,
-    log_spectral_distance,
-    max_abs_difference,
-    snr_db,
-)
+from ..measures import passes
+from ..measures.waveform import first_differing_sample, format_metrics, measure
 
 STOP = "stop"  # the first difference is in the stop decision (one output is longer)
 
@@ -36,6 +31,10 @@ class Comparison:
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+    def passes(self, level: str, min_snr_db: float) -> bool:
+        """Whether it passes at `level` (measures.passes)."""
+        return passes(level, min_snr_db, codes_equal=self.codes_equal, pcm_equal=self.pcm_equal, snr_db=self.snr_db)
 
 
 def first_divergence(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int | str] | None:
@@ -67,7 +66,6 @@ def compare(reference: Outcome, other: Outcome, sample_rate: int) -> Comparison:
         div = None
         known = reference.codes_hash is not None and other.codes_hash is not None
         codes_equal = reference.codes_hash == other.codes_hash if known else None
-    ref_audio, other_audio = reference.waveform, other.waveform
     return Comparison(
         codes_equal=codes_equal,
         first_frame=None if div is None else div[0],
@@ -76,9 +74,7 @@ def compare(reference: Outcome, other: Outcome, sample_rate: int) -> Comparison:
         frames_other=other.frames,
         duration_diff_s=(other.pcm.shape[0] - reference.pcm.shape[0]) / sample_rate,
         pcm_equal=reference.pcm_sha256 == other.pcm_sha256,
-        max_abs_diff=max_abs_difference(ref_audio, other_audio),
-        snr_db=snr_db(ref_audio, other_audio),
-        log_spectral_distance=log_spectral_distance(ref_audio, other_audio),
+        **asdict(measure(reference.waveform, other.waveform)),
         first_diverging_s=_first_diverging_s(reference, other, div, sample_rate),
     )
 

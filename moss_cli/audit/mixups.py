@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..io.outcome import Outcome
+from ..measures.waveform import format_db, snr_db
 from ..pipeline import Prepared
-from ..report.metrics import format_db, snr_db
 
 
 def request_content(p: Prepared, seeds_used: bool = True) -> dict:

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import MossError
+from ..measures import check_level
 from ..pipeline.options import SynthOptions
 from .scenarios import SCENARIOS, SERVER_SCENARIOS
-from .verdicts import LEVELS
 
 if TYPE_CHECKING:
     from ..engine.requests import LogitsHook
@@ -54,8 +54,7 @@ class AuditOptions:
         """The scenarios to run, checked (with the other options); the repeat first, since every
         verdict rests on it."""
         known = SERVER_SCENARIOS if self.server is not None else SCENARIOS
-        if self.level not in LEVELS:
-            raise MossError(f"unknown level {self.level!r}; expected one of {', '.join(LEVELS)}", field="--level")
+        check_level(self.level, ("codes", "waveform", "bitwise"))
         if self.allow_unseeded and self.strict_unseeded:
             raise MossError(
                 "--allow-unseeded accepts unseeded requests that vary and --strict-unseeded fails them: give one",

@@ -11,8 +11,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from ..measures.waveform import format_db
 from ..report.files import write_report_files
-from ..report.metrics import format_db
 from ..report.terminal import print_table
 from .compare import format_audio
 from .formats import junit_xml, markdown, to_json

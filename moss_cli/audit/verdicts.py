@@ -38,7 +38,7 @@ from typing import Callable
 
 from ..config.effective import SeedSource
 from ..io.outcome import Outcome
-from ..report.metrics import format_db
+from ..measures.waveform import format_db
 from ..vllm_omni import BATCH_ITEM_CAUSE, RETRY_CAUSE, UNSEEDED_CAUSES
 from .attribution import Attribution, codec_numeric
 from .compare import Comparison, compare
@@ -60,7 +60,6 @@ VERDICTS = (
     SEED_IGNORED,
     UNSEEDED,
 )
-LEVELS = ("codes", "waveform", "bitwise")
 DEPLOY_HINT = "pass --deploy FILE (the deploy file the server runs) to check that unseeded requests get its seed"
 TELL_APART = "--deploy FILE (the deploy file the server runs) tells the two apart"
 NO_DEPLOY_SEED_CAUSE = "the server's deploy config gives stage 0 no seed"
@@ -121,14 +120,6 @@ class Alone:
     detail: str = ""
 
 
-def violates(cmp: Comparison, level: str, min_snr_db: float) -> bool:
-    if level == "codes":  # unknown codes (a server that reports none): identical audio stands for them
-        return not (cmp.pcm_equal if cmp.codes_equal is None else cmp.codes_equal)
-    if level == "waveform":  # unknown codes: the SNR alone decides
-        return cmp.codes_equal is False or (cmp.snr_db is not None and cmp.snr_db < min_snr_db)
-    return not cmp.pcm_equal
-
-
 def unseeded_causes(retried: bool, deploy_seed_known: bool = True) -> str:
     """The possible causes of an unseeded request's varying audio on a server, for its detail
     (`retried`: it may be retried with a random seed: no frame budget, not streamed); where the
@@ -143,7 +134,7 @@ def unseeded_causes(retried: bool, deploy_seed_known: bool = True) -> str:
 
 def alone(request, reference: Outcome, repeat: Outcome, rules: Rules) -> Alone:
     cmp = compare(reference, repeat, rules.sample_rate)
-    if not violates(cmp, rules.level, rules.min_snr_db):
+    if cmp.passes(rules.level, rules.min_snr_db):
         return Alone(True)
     if request.id in rules.greedy:
         return Alone(False, RUN_TO_RUN, "greedy decoding, yet two runs alone differ")
@@ -219,7 +210,7 @@ def judge(
             sent = f"seed {reference.seed}" if reference.seed_source == SeedSource.REQUEST else "no seed"
             return _fail(case, SEED_IGNORED, f"{sent} and seed {out.seed} give identical audio: the seed is ignored")
         return case if request_alone.stable else _as_alone(case, request_alone, rules)
-    if not violates(cmp, rules.level, rules.min_snr_db):
+    if cmp.passes(rules.level, rules.min_snr_db):
         return case
     if batch_item and rules.deploy_seed is not None and out.seed_source != "deploy":
         also = "" if request_alone.stable else " (nor are two runs of it alone the same)"

@@ -26,11 +26,12 @@ from .. import __version__
 from ..audit.builtin import builtin_requests
 from ..audit.compare import compare
 from ..audit.scenarios import default_voice, with_voice
-from ..audit.verdicts import unseeded_causes, violates
+from ..audit.verdicts import unseeded_causes
 from ..config.deploy import load_deploy
 from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..errors import MossError
+from ..measures import check_level
 from ..remote.client import Retry, ServerError, SpeechClient, probe
 from ..remote.reply import Reply
 from ..remote.request_file import read_for_server
@@ -82,8 +83,7 @@ class ServerBenchOptions:
                 f"got {self.server.response_format}; or pass --no-stream",
                 field="--response-format",
             )
-        if self.level not in ("bitwise", "waveform"):
-            raise MossError(f"expected bitwise or waveform, got {self.level!r}", field="--level")
+        check_level(self.level, ("bitwise", "waveform"))
         if self.num_requests is not None and self.duration_s is not None:
             raise MossError("give a count (--num-requests) or a duration (--duration), not both", field="--duration")
         if self.duration_s is not None and not self.duration_s > 0:
@@ -369,7 +369,7 @@ class ServerBench:
         seed = arm_seed(arm, request.seed, s.index % len(self.requests), self.deploy_seed)
         cmp = compare(reference.outcome(request, seed), reply.outcome(request, seed), reference.sample_rate)
         c.comparison = cmp.as_dict()
-        if not violates(cmp, self.options.level, self.options.min_snr_db):
+        if cmp.passes(self.options.level, self.options.min_snr_db):
             c.check = WITHIN_SNR
         else:
             c.check = VARIED if must_hold(arm, deploy_known, self.options.allow_unseeded) else VARIED_UNSEEDED

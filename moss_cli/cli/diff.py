@@ -7,7 +7,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import MossError
 from . import numbers
 from .common import command_line, stderr, stdout, user_errors
 
@@ -41,13 +40,13 @@ def diff(
 
     Exit 0: identical (or within --min-snr-db at --level waveform); 1: they differ; 2: bad input."""
     with user_errors():
-        from ..diff.compare import LEVELS, diff_runs
+        from ..diff.compare import diff_runs
         from ..diff.report import REPORT_DIR_FILES, render, write_reports
         from ..diff.sides import load_side
+        from ..measures import check_level
         from ..report.files import check_output_paths
 
-        if level not in LEVELS:
-            raise MossError(f"unknown level {level!r}; expected one of {', '.join(LEVELS)}", field="--level")
+        check_level(level, ("bitwise", "waveform"))
         files = {"--json": json_path, "--junit": junit, "--markdown": markdown}
         check_output_paths(files, report_dir, REPORT_DIR_FILES)
         sides = [load_side(a, "A"), load_side(b, "B")]

@@ -5,7 +5,7 @@ distance, max abs) only where the two PCM hashes differ. No audio is kept beyond
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +15,9 @@ import torch
 from ..audit.verdicts import UNSEEDED_NOT_REPRODUCIBLE
 from ..config.effective import SeedSource
 from ..io.audio import pcm_sha256
-from ..report.metrics import first_differing_sample, log_spectral_distance, max_abs_difference, snr_db
+from ..measures import passes
+from ..measures.waveform import first_differing_sample, measure
 from .causes import likely_cause
-
-LEVELS = ("bitwise", "waveform")
 
 
 @dataclass
@@ -112,9 +111,7 @@ def _measure(case: DiffCase, pair: _Pair) -> None:
     (pcm_a, rate), (pcm_b, _) = pair.audio
     a, b = _float(pcm_a), _float(pcm_b)
     case.audio_compared = True
-    case.snr_db = snr_db(a, b)
-    case.log_spectral_distance = log_spectral_distance(a, b)
-    case.max_abs_diff = max_abs_difference(a, b)
+    vars(case).update(asdict(measure(a, b)))
     sample = first_differing_sample(a, b)
     case.first_diverging_s = None if sample is None else sample / rate
 
@@ -125,11 +122,9 @@ def _judge(
     if pair.pcm_equal and pair.codes_equal is not False and not pair.notes:  # unknown codes: the PCM decides
         case.status, case.cause = "identical", "-"
         return
-    within = (
-        level == "waveform"
-        and pair.codes_equal
-        and case.audio_compared
-        and (case.snr_db is None or case.snr_db >= min_snr_db)
+    # Without audio (a golden file keeps hashes only) nothing is measured, so only identical passes.
+    within = case.audio_compared and passes(
+        level, min_snr_db, codes_equal=pair.codes_equal, pcm_equal=pair.pcm_equal, snr_db=case.snr_db
     )
     case.status = "within-tolerance" if within and not pair.notes else "differs"
     case.cause, case.detail = likely_cause(pair.rows, pair.codes_equal, pair.fingerprints, changes)

@@ -8,8 +8,8 @@ from collections import Counter
 from xml.etree import ElementTree as ET
 
 from .. import __version__
+from ..measures.waveform import format_metrics
 from ..report.files import json_safe
-from ..report.metrics import format_metrics
 from .compare import DiffCase, DiffResult
 
 ORDER = {"fail": 0, "unseeded": 1, "pass": 2}

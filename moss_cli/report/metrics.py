@@ -1,76 +1,7 @@
-"""How two clips of the same request differ, as numbers (SNR, log-spectral distance, the largest
-sample difference, the first differing sample) and as the short texts reports show people, with a
-changed environment field in words; the audit (audit/compare.py, audit/golden.py) and `moss diff`
-(diff/compare.py) measure and describe with these."""
+"""A changed environment field (a run's or a golden file's), in words: the audit (audit/golden.py) and
+`moss diff` (diff/causes.py) name what changed between two runs with it."""
 
 from __future__ import annotations
-
-import math
-
-import torch
-
-
-def snr_db(reference: torch.Tensor, other: torch.Tensor) -> float | None:
-    """Signal-to-noise ratio of `other` against `reference` over their common length."""
-    n = min(reference.shape[-1], other.shape[-1])
-    ref, oth = reference[..., :n].double(), other[..., :n].double()
-    noise = (ref - oth).pow(2).sum().item()
-    if noise == 0.0 and reference.shape[-1] == other.shape[-1]:
-        return None
-    signal = ref.pow(2).sum().item()
-    if noise == 0.0:
-        noise = 1e-30  # equal over the overlap but different lengths
-    return 10.0 * math.log10(max(signal, 1e-30) / noise)
-
-
-def log_spectral_distance(reference: torch.Tensor, other: torch.Tensor, n_fft: int = 1024, hop: int = 256) -> float:
-    """Mean over STFT frames of the RMS difference of the log power spectra (dB), on the mono mix."""
-    n = min(reference.shape[-1], other.shape[-1])
-    if n < n_fft:
-        return 0.0 if torch.equal(reference, other) else float("nan")
-    window = torch.hann_window(n_fft, dtype=torch.float64)
-
-    def log_power(x: torch.Tensor) -> torch.Tensor:
-        spec = torch.stft(x[..., :n].double().mean(0), n_fft, hop, window=window, return_complex=True)
-        return 10.0 * torch.log10(spec.abs().pow(2) + 1e-10)
-
-    diff = log_power(reference) - log_power(other)
-    return float(diff.pow(2).mean(0).sqrt().mean())
-
-
-def max_abs_difference(reference: torch.Tensor, other: torch.Tensor) -> float:
-    """Largest sample difference over the common length of two [channels, samples] signals."""
-    n = min(reference.shape[-1], other.shape[-1])
-    return float((reference[..., :n] - other[..., :n]).abs().max()) if n else 0.0
-
-
-def first_differing_sample(reference: torch.Tensor, other: torch.Tensor) -> int | None:
-    """Index of the first sample where two [channels, samples] signals differ (the common length
-    when one is a prefix of the other), None when they are equal."""
-    n = min(reference.shape[-1], other.shape[-1])
-    if n == 0:  # an empty clip (a server answers one when the first frame stops)
-        return None if reference.shape[-1] == other.shape[-1] else 0
-    differs = (reference[..., :n] != other[..., :n]).reshape(-1, n).any(0).nonzero()
-    if differs.numel():
-        return int(differs[0])
-    return None if reference.shape[-1] == other.shape[-1] else n
-
-
-# People read these; JSON keeps the full precision.
-def format_db(value: float | None) -> str:
-    """An SNR or a log-spectral distance in dB, to 2 decimals; None is an infinite SNR."""
-    return "inf" if value is None else f"{value:.2f}"
-
-
-def format_abs(value: float) -> str:
-    """A sample difference, compact (3 significant digits)."""
-    return f"{value:.3g}"
-
-
-def format_metrics(snr: float | None, lsd: float, max_abs: float) -> str:
-    """The waveform metrics of one comparison in one line: SNR, log-spectral distance, max abs."""
-    return f"SNR {format_db(snr)} dB, LSD {format_db(lsd)} dB, max abs {format_abs(max_abs)}"
-
 
 # Environment fields that are content hashes: their values mean nothing to people, so only a
 # prefix is shown.

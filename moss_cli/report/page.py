@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..io.atomic import write_text_atomic
-from .metrics import format_abs, format_db
+from ..measures.waveform import format_abs, format_db
 
 # A failing audit of thousands of comparisons must not take minutes to draw: past this many
 # diverging pairs the rest keep their audio players, and the page says how many were drawn.

@@ -261,3 +261,17 @@ def test_runs_through_a_server_without_codes_hashes_are_compared_by_their_audio(
     cases = _cases(tmp_path / "d.json")
     assert cases["beta"]["status"] == "differs" and cases["beta"]["cause"] == "seed"
     assert cases["alpha"]["status"] == "identical"
+
+
+def test_runs_without_codes_hashes_pass_the_waveform_level_by_their_snr_as_the_audit_judges_them(runs, tmp_path):
+    """Unknown codes: the SNR alone decides at --level waveform (measures.passes, the audit's rule too)."""
+    a, b = _copy(runs["a"], tmp_path, "a"), _copy(runs["a"], tmp_path, "b")
+    for run in (a, b):
+        _edit_manifest(run, lambda r: {**r, "codes_sha256": ""})
+    _requantise(b, "gamma", 3, update_manifest=True)
+    assert moss("diff", a, b).exit_code == 1
+    waveform = moss("diff", a, b, "--level", "waveform", "--json", tmp_path / "w.json")
+    assert waveform.exit_code == 0, waveform.output
+    gamma = _cases(tmp_path / "w.json")["gamma"]
+    assert gamma["status"] == "within-tolerance" and gamma["codes_equal"] is None and 60 < gamma["snr_db"]
+    assert moss("diff", a, b, "--level", "waveform", "--min-snr-db", "1000").exit_code == 1

@@ -15,11 +15,12 @@ LAYERS = {
     "serve": 6,  # moss serve: the speech API over one running engine
     "scaleout": 5,  # Ray: the cluster, workers and dispatch that jobs/ray.py and audit/ray_executor.py use
     "pipeline": 4,
-    "report": 4,  # what the audit's and diff's reports share: the HTML page, metrics, report files
+    "report": 4,  # what the audit's and diff's reports share: the HTML page, report files
     "remote": 4,  # the speech-API client: requests in, audio out (the pipeline's counterpart for a server)
     "speech_api": 4,
     "engine": 3,
     "io": 3,
+    "measures": 3,  # where audio is measured (waveform, speech) and the one rule of what passes at a level
     "config": 3,
     "model": 2,
     "assets": 2,

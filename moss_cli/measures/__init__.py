@@ -1,0 +1,56 @@
+"""One place where audio is measured, and the one rule of what passes at each level; the audit,
+`moss diff` and `moss bench --server` judge with it, and their reports format with it.
+
+Public API:
+- `LEVELS`: the levels, loosest first: codes, waveform, speech, bitwise. `check_level(level,
+  allowed=LEVELS)` returns the level or raises a MossError (field --level) naming the ones allowed;
+  a command passes the subset it supports.
+- `passes(level, min_snr_db, *, codes_equal, pcm_equal, snr_db, same_speech=None) -> bool`: does a
+  comparison pass at a level. codes: equal codes (unknown codes: identical PCM stands for them);
+  waveform: codes not known to differ and SNR >= min_snr_db (None: identical); speech: identical
+  PCM, or `same_speech` (a SpeechJudgement's `.same`; None: not judged, so it fails); bitwise:
+  identical PCM.
+- waveform.py: `measure(reference, other) -> WaveformMeasures(snr_db, log_spectral_distance,
+  max_abs_diff)` (with `.describe()`), the single measures `snr_db`, `log_spectral_distance`,
+  `max_abs_difference`, `first_differing_sample`, and the formatters `format_db`, `format_abs`,
+  `format_metrics`. Signals are float [channels, samples] tensors.
+- speech.py: whether two clips are "the same speech", judged offline on CPU (the `speech` extra:
+  librosa, pocketsphinx): see its docstring for `judge_speech`, `SpeechJudgement`,
+  `SpeechThresholds`, `require_speech`.
+
+A measure is one file here plus its test; the level rule is `passes`, nowhere else.
+"""
+
+from __future__ import annotations
+
+from ..errors import MossError
+
+LEVELS = ("codes", "waveform", "speech", "bitwise")
+
+
+def check_level(level: str, allowed: tuple[str, ...] = LEVELS) -> str:
+    """`level`, if it is one of `allowed` (the levels a command supports), else a MossError."""
+    if level not in allowed:
+        raise MossError(f"unknown level {level!r}; expected one of {', '.join(allowed)}", field="--level")
+    return level
+
+
+def passes(
+    level: str,
+    min_snr_db: float,
+    *,
+    codes_equal: bool | None,
+    pcm_equal: bool,
+    snr_db: float | None,
+    same_speech: bool | None = None,
+) -> bool:
+    """Whether a comparison of two clips passes at `level`. `codes_equal` None: the codes are not
+    known (a server that reports none); `snr_db` None: identical audio; `same_speech` None: not
+    judged."""
+    if level == "codes":  # unknown codes: identical audio stands for them
+        return pcm_equal if codes_equal is None else codes_equal
+    if level == "waveform":  # unknown codes: the SNR alone decides
+        return codes_equal is not False and (snr_db is None or snr_db >= min_snr_db)
+    if level == "speech":
+        return pcm_equal or bool(same_speech)
+    return pcm_equal

@@ -1,0 +1,228 @@
+"""Whether two clips of one request are "the same speech": judged offline, on CPU, with nothing
+fetched at run time (the `speech` extra: librosa, and pocketsphinx, whose wheel ships its en-us
+acoustic model, dictionary and language model). A response under load whose audio differs from
+its response alone passes the speech level when it is the same speech; the checks, in the order
+the first failing one is named (`SpeechJudgement.failed`):
+
+- `sanity`: the other clip is speech at all: not silent (`rms-dbfs` >= min_rms_dbfs), not clipped
+  (`clipped-fraction` <= max_clipped), not noise (`spectral-flatness`, the median over frames,
+  <= max_flatness);
+- `duration-ratio`: the shorter clip's speech (silence trimmed at both ends) over the longer's;
+- `mfcc-dtw`: the two clips' MFCCs aligned by dynamic time warping, the path's mean cosine distance
+  (language-independent: another rate or pitch of the same words costs little, other words much);
+- `alignment` (English text only): the other clip force-aligns to the request's text where the
+  reference does (pocketsphinx's alignment mode; its free decoding is no transcriber).
+
+API:
+- `judge_speech(reference, other, sample_rate, text=None, language=None, thresholds=SpeechThresholds())
+  -> SpeechJudgement`. `reference`, `other`: int16 or float, numpy or torch, [channels, samples]
+  (Outcome.waveform), [samples, channels] (Outcome.pcm) or [samples]; mixed to mono and resampled to
+  16 kHz. `language`: the request's (None or "auto": English if the text's words are all in the
+  dictionary; "en", "en-US", "English", ...: English; anything else: no alignment).
+- `SpeechJudgement`: `.same`, `.failed` (None, or one of CHECKS), `.measures` (Measure(name, value,
+  threshold, passed) tuples, value and threshold floats, or for `alignment` strings), `.durations`
+  ((reference_s, other_s), whole clips), `.notes` (why a check was not made), `.as_dict()` (JSON).
+- `SpeechThresholds`: the thresholds, with the defaults calibrated in docs/speech-level.md; a CLI
+  names each as `--speech-<field with dashes>` (e.g. --speech-max-dtw-cost).
+- `require_speech()`: a MossError with the install line where the extra is missing.
+- `CHECKS`: the check names.
+Cost: an identical pair returns at once; otherwise about 0.1 CPU-s a pair of 3 s clips
+(benchmarks/calibrate_speech.py prints it); the pocketsphinx decoder is made once per process.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import MossError
+
+RATE = 16000  # what pocketsphinx's en-us model and the MFCCs are computed at
+CHECKS = ("sanity", "duration-ratio", "mfcc-dtw", "alignment")
+INSTALL = "pip install 'moss-tts-repro[speech]'"
+_N_FFT, _HOP = 512, 160  # 32 ms windows every 10 ms
+_TRIM_DB = 40.0  # below the loudest frame: silence at either end
+
+
+@dataclass(frozen=True)
+class SpeechThresholds:
+    max_dtw_cost: float = 0.2  # mfcc-dtw: the largest mean cosine distance along the warping path
+    min_duration_ratio: float = 0.7  # duration-ratio: the shorter speech over the longer
+    align: bool = True  # alignment: check it where the text is English
+    min_rms_dbfs: float = -45.0  # sanity: quieter is silence
+    max_clipped: float = 0.01  # sanity: the largest fraction of samples at full scale
+    max_flatness: float = 0.3  # sanity: the median spectral flatness above which it is noise
+
+
+class Measure(NamedTuple):
+    name: str
+    value: float | str | None  # None: not measurable (a clip too short)
+    threshold: float | str
+    passed: bool
+
+
+@dataclass
+class SpeechJudgement:
+    same: bool
+    failed: str | None  # the first of CHECKS that failed
+    measures: list[Measure]
+    durations: tuple[float, float]  # seconds: the reference, the other
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["measures"] = [m._asdict() for m in self.measures]
+        out["durations"] = list(self.durations)
+        return out
+
+
+def require_speech() -> None:
+    """A MossError naming the install line unless librosa and pocketsphinx import."""
+    try:
+        import librosa  # noqa: F401
+        import pocketsphinx  # noqa: F401
+    except ImportError as e:
+        raise MossError(f"the speech level needs {e.name}: {INSTALL}", field="--level") from None
+
+
+def judge_speech(
+    reference,
+    other,
+    sample_rate: int,
+    text: str | None = None,
+    language: str | None = None,
+    thresholds: SpeechThresholds = SpeechThresholds(),
+) -> SpeechJudgement:
+    """Whether `other` is the same speech as `reference` (see the module's docstring)."""
+    ref, oth = _mono(reference), _mono(other)
+    durations = (ref.shape[0] / sample_rate, oth.shape[0] / sample_rate)
+    if np.array_equal(ref, oth):
+        return SpeechJudgement(True, None, [], durations, ["identical audio"])
+    require_speech()
+    ref, oth = _resampled(ref, sample_rate), _resampled(oth, sample_rate)
+    t = thresholds
+    measures = {check: [] for check in CHECKS}
+    notes: list[str] = []
+    measures["sanity"] = _sanity(oth, t)
+    ref_speech, oth_speech = _trimmed(ref), _trimmed(oth)
+    ratio = min(len(ref_speech), len(oth_speech)) / max(len(ref_speech), len(oth_speech), 1)
+    measures["duration-ratio"] = [Measure("duration-ratio", ratio, t.min_duration_ratio, ratio >= t.min_duration_ratio)]
+    cost = dtw_cost(ref_speech, oth_speech)
+    measures["mfcc-dtw"] = [Measure("mfcc-dtw", cost, t.max_dtw_cost, cost is not None and cost <= t.max_dtw_cost)]
+    if t.align:
+        words, why_not = _alignable_words(text, language)
+        if why_not is None and not aligns(ref, words):
+            why_not = "the reference itself does not align to the text"
+        if why_not is None:
+            ok = aligns(oth, words)
+            measures["alignment"] = [Measure("alignment", "aligned" if ok else "not aligned", "aligned", ok)]
+        else:
+            notes.append(f"alignment not checked: {why_not}")
+    failed = next((check for check in CHECKS if not all(m.passed for m in measures[check])), None)
+    flat = [m for check in CHECKS for m in measures[check]]
+    return SpeechJudgement(failed is None, failed, flat, durations, notes)
+
+
+def _mono(clip) -> np.ndarray:
+    """float32 [samples], full scale 1.0, from int16 or float, numpy or torch, in either layout."""
+    x = clip.detach().cpu().numpy() if hasattr(clip, "detach") else np.asarray(clip)
+    scale = 1 / 32767.0 if x.dtype == np.int16 else 1.0
+    x = x.astype(np.float32) * np.float32(scale)
+    if x.ndim == 2:
+        x = x.mean(axis=0 if x.shape[0] <= x.shape[1] else 1)  # channels are the shorter axis
+    return np.ascontiguousarray(x.reshape(-1))
+
+
+def _resampled(x: np.ndarray, sample_rate: int) -> np.ndarray:
+    import soxr
+
+    return x if sample_rate == RATE else soxr.resample(x, sample_rate, RATE).astype(np.float32)
+
+
+def _sanity(x: np.ndarray, t: SpeechThresholds) -> list[Measure]:
+    import librosa
+
+    rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if x.size else 0.0
+    dbfs = 20 * np.log10(max(rms, 1e-10))
+    clipped = float(np.mean(np.abs(x) >= 0.999)) if x.size else 0.0
+    if x.size >= _N_FFT:
+        flatness = float(np.median(librosa.feature.spectral_flatness(y=x, n_fft=_N_FFT, hop_length=_HOP)))
+    else:
+        flatness = 1.0  # nothing to measure: not speech
+    return [
+        Measure("rms-dbfs", dbfs, t.min_rms_dbfs, dbfs >= t.min_rms_dbfs),
+        Measure("clipped-fraction", clipped, t.max_clipped, clipped <= t.max_clipped),
+        Measure("spectral-flatness", flatness, t.max_flatness, flatness <= t.max_flatness),
+    ]
+
+
+def _trimmed(x: np.ndarray) -> np.ndarray:
+    """The clip without the silence at its two ends (the whole clip where that leaves too little)."""
+    import librosa
+
+    if x.size < _N_FFT:
+        return x
+    speech, _ = librosa.effects.trim(x, top_db=_TRIM_DB, frame_length=_N_FFT, hop_length=_HOP)
+    return speech if speech.size >= _N_FFT else x
+
+
+def dtw_cost(a: np.ndarray, b: np.ndarray) -> float | None:
+    """The mean cosine distance along the DTW path between two 16 kHz clips' MFCCs (each
+    coefficient's mean removed; c0, the loudness, left out). None: a clip too short to measure."""
+    import librosa
+
+    if min(a.size, b.size) < _N_FFT:
+        return None
+    fa, fb = (_mfcc(x) for x in (a, b))
+    cost, path = librosa.sequence.dtw(X=fa, Y=fb, metric="cosine")
+    return float(cost[-1, -1] / len(path))
+
+
+def _mfcc(x: np.ndarray) -> np.ndarray:
+    import librosa
+
+    m = librosa.feature.mfcc(y=x, sr=RATE, n_mfcc=20, n_fft=_N_FFT, hop_length=_HOP, n_mels=40)[1:]
+    return m - m.mean(axis=1, keepdims=True)
+
+
+def _alignable_words(text: str | None, language: str | None) -> tuple[list[str], str | None]:
+    """The text's words for pocketsphinx, or (_, why it cannot be aligned)."""
+    if not text:
+        return [], "no text"
+    lang = (language or "auto").strip().lower()
+    english = lang.startswith("en") or lang == "english"
+    if not english and lang != "auto":
+        return [], f"language {language!r} is not English"
+    words = re.findall(r"[a-z]+(?:'[a-z]+)*", text.lower())
+    unknown = sorted({w for w in words if _decoder().lookup_word(w) is None})
+    if unknown or not words or (lang == "auto" and not text.isascii()):
+        shown = ", ".join(unknown[:5]) or "none"
+        return [], f"the text is not all words of pocketsphinx's en-us dictionary (outside it: {shown})"
+    return words, None
+
+
+_lock = threading.Lock()  # one decoder per process; its searches are not re-entrant
+
+
+@lru_cache(maxsize=1)
+def _decoder():
+    from pocketsphinx import Decoder
+
+    return Decoder(lm=None, loglevel="FATAL", samprate=RATE)
+
+
+def aligns(x: np.ndarray, words: list[str]) -> bool:
+    """Whether pocketsphinx force-aligns a 16 kHz clip to these words."""
+    pcm = (np.clip(x, -1.0, 1.0) * 32767).astype(np.int16).tobytes()
+    with _lock:
+        decoder = _decoder()
+        decoder.set_align_text(" ".join(words))
+        decoder.start_utt()
+        decoder.process_raw(pcm, full_utt=True)
+        decoder.end_utt()
+        return decoder.hyp() is not None
