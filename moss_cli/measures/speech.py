@@ -136,6 +136,8 @@ def _mono(clip) -> np.ndarray:
     x = clip.detach().cpu().numpy() if hasattr(clip, "detach") else np.asarray(clip)
     scale = 1 / 32767.0 if x.dtype == np.int16 else 1.0
     x = x.astype(np.float32) * np.float32(scale)
+    if x.size == 0:  # an empty response (a server answers one when the first frame stops)
+        return np.zeros(0, dtype=np.float32)
     if x.ndim == 2:
         x = x.mean(axis=0 if x.shape[0] <= x.shape[1] else 1)  # channels are the shorter axis
     return np.ascontiguousarray(x.reshape(-1))
@@ -237,11 +239,15 @@ def _reference_aligns(x: np.ndarray, words: list[str]) -> bool:
 
 def aligns(x: np.ndarray, words: list[str]) -> bool:
     """Whether pocketsphinx force-aligns a 16 kHz clip to these words."""
+    if x.size < _N_FFT:  # pocketsphinx fails on a buffer too short for a frame
+        return False
     pcm = (np.clip(x, -1.0, 1.0) * 32767).astype(np.int16).tobytes()
     with _lock:
         decoder = _decoder()
         decoder.set_align_text(" ".join(words))
         decoder.start_utt()
-        decoder.process_raw(pcm, full_utt=True)
-        decoder.end_utt()
+        try:
+            decoder.process_raw(pcm, full_utt=True)
+        finally:  # an utterance left open would fail every later alignment
+            decoder.end_utt()
         return decoder.hyp() is not None

@@ -97,7 +97,13 @@ def test_silence_clipping_and_noise_fail_the_sanity_check(reference):
     clip, rate = reference
     loud = np.clip(clip.astype(np.int32) * 20, -32767, 32767).astype(np.int16)
     noise = np.random.default_rng(0).normal(0, 3000, clip.shape).astype(np.int16)
-    for other, measure in [(np.zeros_like(clip), "rms-dbfs"), (loud, "clipped-fraction"), (noise, "spectral-flatness")]:
+    empty = np.zeros((0, 1), dtype=np.int16)  # a server's answer when the first frame stops
+    for other, measure in [
+        (np.zeros_like(clip), "rms-dbfs"),
+        (empty, "rms-dbfs"),
+        (loud, "clipped-fraction"),
+        (noise, "spectral-flatness"),
+    ]:
         judged = judge_speech(clip, other, rate, TEXT, "en")
         assert judged.failed == "sanity", (measure, judged.as_dict())
         assert not next(m for m in judged.measures if m.name == measure).passed
