@@ -120,7 +120,7 @@ def judge_speech(
     if t.align:
         words, why_not = _alignable_words(text, language)
         if why_not is None and not _reference_aligns(ref, words):
-            why_not = "the reference itself does not align to the text"
+            why_not = "the reference clip (the response alone) does not align to it"
         if why_not is None:
             ok = aligns(oth, words)
             measures["alignment"] = [Measure("alignment", "aligned" if ok else "not aligned", "aligned", ok)]
