@@ -23,10 +23,18 @@ def _numeric_options() -> list[tuple[str, str, type]]:
     found = []
     for name, command in typer.main.get_command(app).commands.items():
         for param in getattr(command, "params", []):
-            kind = param.type_descriptor.annotation
+            kind = _kind(param)
             if kind in (int, float) and param.param_type_name == "option":
                 found.append((name, param.opts[0], kind))
     return found
+
+
+def _kind(param) -> type | None:
+    """An option's value type: Typer 0.29 describes it (`type_descriptor`), earlier releases hand
+    click a type (`type`) named "integer" or "float"."""
+    if hasattr(param, "type_descriptor"):
+        return param.type_descriptor.annotation
+    return {"integer": int, "float": float}.get(param.type.name)
 
 
 def _one_line(text: str) -> str:
