@@ -152,7 +152,8 @@ def test_help_at_a_narrow_width_gives_every_description_40_columns_or_more(width
         lines = output.splitlines()
         for param in command.params:
             if param.help:
-                column = _description_column(lines, [*param.opts, *param.secondary_opts], param.help.split()[0])
+                names = [*param.opts, *param.secondary_opts, *([param.metavar.lower()] if param.metavar else [])]
+                column = _description_column(lines, names, param.help.split()[0])
                 assert width - column >= 40, (path, param.opts, output)
     for group in ([], ["config"]):  # each command's first sentence whole, not cut with "..."
         output = " ".join(runner.invoke(app, [*group, "--help"], env={"COLUMNS": str(width)}).output.split())
