@@ -31,10 +31,10 @@ def _numeric_options() -> list[tuple[str, str, type]]:
 
 def _kind(param) -> type | None:
     """An option's value type: Typer 0.29 describes it (`type_descriptor`), earlier releases hand
-    click a type (`type`) named "integer" or "float"."""
-    if hasattr(param, "type_descriptor"):
+    click a type (`type`), named "integer" by click and "int" by the click that Typer 0.27 carries."""
+    if getattr(param, "type_descriptor", None) is not None:
         return param.type_descriptor.annotation
-    return {"integer": int, "float": float}.get(param.type.name)
+    return {"integer": int, "int": int, "float": float}.get(param.type.name)
 
 
 def _one_line(text: str) -> str:
