@@ -104,10 +104,24 @@ class SpeechStream:
             await self._socket.close()
 
     async def _send(self, message: dict[str, Any], request: str | None) -> None:
+        """Send a message; if the server has closed the session, its last words (an error it sent
+        before closing, still buffered here) are the failure."""
         try:
             await self._socket.send(json.dumps(message))
         except ConnectionClosed as e:
-            raise self._fail(f"{self.where}: the server closed the session ({e})", request) from None
+            said = []
+            try:
+                while True:
+                    raw = await asyncio.wait_for(self._socket.recv(), 1.0)
+                    if isinstance(raw, str) and '"error"' in raw:
+                        said.append(str(json.loads(raw).get("message")))
+            except (ConnectionClosed, asyncio.TimeoutError, ValueError, AttributeError):
+                pass
+            what = f"utterance {request!r} ({self.context}) to {self.where}" if request else self.where
+            if NOT_AVAILABLE in said:
+                raise StreamUnavailable(self.options.redact(f"{what}: {NOT_AVAILABLE}"), NOT_AVAILABLE) from None
+            words = "; ".join(said) or f"the server closed the session ({e})"
+            raise self._fail(f"{what}: {words}", request) from None
 
     async def speak(self, request: str, chunks: Sequence[str]) -> Reply:
         """One utterance: its text in `chunks` (each an input.text message), then input.done; its audio
