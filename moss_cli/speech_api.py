@@ -22,6 +22,7 @@ from .vllm_omni import DROPPED_INSTRUCTION, DROPPED_PROMPT, DROPPED_SAMPLER, EXT
 
 SPEECH_PATH = "/v1/audio/speech"
 BATCH_PATH = "/v1/audio/speech/batch"  # several requests in one body; the batch answers each in a result
+STREAM_PATH = "/v1/audio/speech/stream"  # a WebSocket: text in chunks, audio per utterance (speech_stream.py)
 MODELS_PATH = "/v1/models"
 HEALTH_PATH = "/health"
 ENVIRONMENT_PATH = "/moss/environment"  # moss serve only: what its engine computes with
@@ -64,6 +65,40 @@ def batch_item_lacks(request: Request) -> list[str]:
     lacks = ["seed"] if request.seed is not None else []
     given = {**request.prompt_fields, **request.sampling}
     return lacks + [name for name in (*EXTRA_PARAMS, *SAMPLING_FIELDS) if given.get(name) is not None]
+
+
+# The fields of vllm-omni 0.30.0's session.config (`StreamingSpeechSessionConfig`, protocol/audio.py:556-638) that
+# its WebSocket handler copies, by name, into the request each utterance generates with
+# (serving_speech_stream.py:311-330); `stream_audio` becomes the request's `stream`. `split_granularity`
+# stays with the session; `type` names the message.
+SESSION_REQUEST_FIELDS = (
+    "model",
+    "voice",
+    "task_type",
+    "language",
+    "instructions",
+    "response_format",
+    "speed",
+    "max_new_tokens",
+    "initial_codec_chunk_frames",
+    "non_streaming_mode",
+    "ref_audio",
+    "ref_text",
+    "x_vector_only_mode",
+    "speaker_embedding",
+    "word_timestamps",
+    "seed",
+)
+
+
+def session_config(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A speech request's body (`body_from_request`) as the session.config whose utterances, with the
+    body's `input` as their text and split_granularity "none", generate the same request; and the
+    body's fields a session.config cannot carry (vllm-omni's handler has no `extra_params` or
+    sampling fields: such a request cannot go through the stream unchanged)."""
+    config = {"type": "session.config", "split_granularity": "none"}
+    config.update({key: value for key, value in body.items() if key in SESSION_REQUEST_FIELDS})
+    return config, [key for key in body if key not in SESSION_REQUEST_FIELDS and key != "input"]
 
 
 def data_uri(path: Path) -> str:

@@ -14,6 +14,13 @@ codec config (configuration_moss_audio_tokenizer_v2.py). Nothing here is copied 
   `BatchSpeechRequest` field for field (audio.py), plain pydantic models, so unknown keys such as
   `temperature` are dropped silently.
 - The routes validate in vllm-omni's order and answer its error JSON (serving_speech.py).
+- The WebSocket route `/v1/audio/speech/stream` (api_server.py:1696-1715, serving_speech_stream.py)
+  takes `StreamingSpeechSessionConfig` (audio.py:556-638) and the handler's messages, errors and
+  timeouts; `split_granularity` "none" only. Each flushed utterance is the request the handler builds
+  (serving_speech_stream.py:311-330: session.config's fields by name, `input` the stripped buffer,
+  `stream` = stream_audio) run through the path of a non-streaming POST (`_generate_audio_bytes`,
+  serving_speech.py:2140, 2624), so without stream_audio its audio frame is byte for byte the body of
+  `POST /v1/audio/speech` with those fields, seed rule included.
 - Behind them, `FakeMossLocalEngine` is a continuous-batching loop: each step makes one frame for
   every active row, drawing the stop gate and then 12 codes per row (gpu_model_runner.py). Where
   those random numbers come from is the point: a seeded request has its own generator; an unseeded one draws
@@ -47,10 +54,10 @@ from urllib.parse import urlparse
 
 import numpy as np
 import soundfile as sf
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, ValidationError, field_validator, model_validator
 from speech_servers import serving_app  # tests/ is on sys.path
 
 SAMPLE_RATE = 48_000  # the codec's sampling_rate (codec config)
@@ -252,6 +259,44 @@ class BatchSpeechRequest(BaseModel):
     max_new_tokens: int | None = Field(default=None, ge=1, le=_INT64_MAX)
     initial_codec_chunk_frames: int | None = Field(default=None, ge=0, le=_INT64_MAX)
     non_streaming_mode: bool | None = None
+
+
+class StreamingSpeechSessionConfig(BaseModel):
+    model: str | None = None
+    voice: str | None = Field(default=None, validation_alias=AliasChoices("voice", "speaker"))
+    task_type: Literal["CustomVoice", "VoiceDesign", "Base"] | None = None
+    language: str | None = None
+    instructions: str | None = None
+    response_format: Literal["wav", "pcm", "flac", "mp3", "opus"] = "wav"
+    speed: float | None = Field(default=1.0, ge=0.25, le=4.0)
+    max_new_tokens: int | None = Field(default=None, ge=1, le=_INT64_MAX)
+    initial_codec_chunk_frames: int | None = Field(default=None, ge=0, le=_INT64_MAX)
+    non_streaming_mode: bool | None = Field(default=None)
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
+    speaker_embedding: list[float] | None = Field(default=None, max_length=8192)
+    stream_audio: bool = Field(default=False)
+    word_timestamps: bool = Field(default=False)
+    seed: int | None = Field(default=None, ge=_INT64_MIN, le=_INT64_MAX)
+    split_granularity: Literal["none", "sentence", "clause"] = Field(default="none")
+
+    @model_validator(mode="after")
+    def _streamed_audio_is_pcm_at_speed_1(self) -> StreamingSpeechSessionConfig:
+        if self.stream_audio:
+            if self.response_format != "pcm":
+                raise ValueError(
+                    "WebSocket streaming audio (stream_audio=true) requires response_format='pcm'. "
+                    f"Got response_format='{self.response_format}'."
+                )
+            if self.speed is None:
+                self.speed = 1.0
+            elif self.speed != 1.0:
+                raise ValueError(
+                    "WebSocket stream_audio=true currently requires speed=1.0; "
+                    "native speed control is only available through HTTP streaming."
+                )
+        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -870,6 +915,179 @@ class _SpeechService:
             }
         )
 
+    def session_request(self, config: StreamingSpeechSessionConfig, text: str) -> OpenAICreateSpeechRequest:
+        """The request an utterance generates with (serving_speech_stream.py:311-330): session.config's
+        fields by name, `stream` from stream_audio, the flushed text as `input`. No sample_rate,
+        stream_format or extra_params: session.config has none."""
+        fields = ("model", "voice", "task_type", "language", "instructions", "speed", "max_new_tokens")
+        fields += ("initial_codec_chunk_frames", "non_streaming_mode", "ref_audio", "ref_text", "x_vector_only_mode")
+        fields += ("speaker_embedding", "word_timestamps", "seed")
+        return OpenAICreateSpeechRequest(
+            input=text,
+            response_format=config.response_format or "wav",
+            stream=config.stream_audio,
+            **{name: getattr(config, name) for name in fields},
+        )
+
+    async def utterance(
+        self, websocket: WebSocket, config: StreamingSpeechSessionConfig, text: str, utterance: int, sentence: int
+    ) -> None:
+        """One flushed text: audio.start, its audio, audio.done (serving_speech_stream.py:274-421). Without
+        stream_audio it is `_generate_audio_bytes`, the non-streaming POST's path (serving_speech.py:2140,
+        2624): the same bytes as POST /v1/audio/speech with those fields, in one binary frame; with it,
+        the raw PCM chunks as they are decoded."""
+        if config.word_timestamps:  # this server runs without --forced-aligner (serving_speech_stream.py:293-301)
+            await _send_stream_error(
+                websocket,
+                "word_timestamps=true but the server was launched without --forced-aligner; either restart the "
+                "server with that flag or set word_timestamps=false in session.config.",
+            )
+            return
+        request = self.session_request(config, text)  # outside the try: a refusal here ends the session
+        start = {"type": "audio.start", "utterance_index": utterance, "sentence_index": sentence}
+        start.update(sentence_text=text, format=request.response_format)
+        if config.stream_audio:
+            start["sample_rate"] = 24_000  # the handler's nominal rate, whatever the model's (line 77, 339-342)
+        await websocket.send_json(start)
+        total, failed = 0, False
+        try:
+            self.engine.requests.append(request.model_copy(deep=True))
+            job = await self.start(request)
+            if config.stream_audio:
+                async for piece in self.byte_chunks(job, "pcm"):
+                    total += len(piece)
+                    await websocket.send_bytes(piece)
+            else:
+                body, _ = encode_audio(await self.collect(job), request.response_format, request.speed or 1.0)
+                total = len(body)
+                await websocket.send_bytes(body)
+        except WebSocketDisconnect:
+            raise
+        except Exception as exc:
+            failed = True
+            message = f"Generation failed for utterance {utterance}, sentence {sentence}: {exc}"
+            await _send_stream_error(websocket, message, partial_audio=total > 0)
+        finally:
+            done = {"type": "audio.done", "utterance_index": utterance, "sentence_index": sentence}
+            try:
+                await websocket.send_json({**done, "total_bytes": total, "error": failed})
+            except Exception:
+                pass
+
+    def session_config(self, message: dict[str, Any]) -> tuple[StreamingSpeechSessionConfig | None, str | None]:
+        """A session.config message's model, or the error it answers (serving_speech_stream.py:258-272)."""
+        try:
+            config = StreamingSpeechSessionConfig(**{k: v for k, v in message.items() if k != "type"})
+        except ValidationError as exc:
+            return None, f"Invalid session config: {exc}"
+        if config.model and config.model not in self.served_names:
+            # vLLM's _check_model answer (an ErrorResponse), as str() prints it.
+            info = f"message='The model `{config.model}` does not exist.', type='NotFoundError'"
+            info += ", param='model', code=404"
+            return None, f"error=ErrorInfo({info})"
+        if config.split_granularity != "none":
+            return None, "this double only models split_granularity='none'"  # not vllm-omni's: its limit
+        return config, None
+
+    async def session(self, websocket: WebSocket) -> None:
+        """handle_session (serving_speech_stream.py:108-226): session.config first (within 10 s), then
+        input.text chunks buffered until input.done, which synthesizes the stripped buffer as one request
+        (split_granularity none: speech_text_splitter.py:195-202) and answers session.done; the connection
+        stays open for the next utterance until session.close or 30 s without a message. An error before
+        the first config ends the session; after it, only a failure outside generation does."""
+        await websocket.accept()
+        config: StreamingSpeechSessionConfig | None = None
+        buffer, utterance, sentence, open_utterance = "", 0, 0, False
+        try:
+            while True:
+                try:
+                    raw = await asyncio.wait_for(
+                        websocket.receive_text(), STREAM_CONFIG_TIMEOUT_S if config is None else STREAM_IDLE_TIMEOUT_S
+                    )
+                except asyncio.TimeoutError:
+                    waited = "Timeout waiting for session.config" if config is None else "Idle timeout"
+                    await _send_stream_error(websocket, waited + ("" if config is None else ": no message received"))
+                    return
+                message, problem = _stream_message(raw)
+                if message is None:
+                    await _send_stream_error(websocket, problem)
+                    if config is None:
+                        return
+                    continue
+                kind = message.get("type")
+                if kind == "session.config":
+                    if open_utterance:
+                        await _send_stream_error(
+                            websocket,
+                            "session.config cannot be applied while an utterance is in progress; send input.done first",
+                        )
+                        continue
+                    new_config, problem = self.session_config(message)
+                    if new_config is None:
+                        await _send_stream_error(websocket, problem)
+                        if config is None:
+                            return
+                        continue
+                    config = new_config
+                elif config is None:
+                    await _send_stream_error(websocket, f"Expected session.config, got: {kind}")
+                    return
+                elif kind == "input.text":
+                    text = message.get("text", "")
+                    if not isinstance(text, str):
+                        await _send_stream_error(websocket, "input.text requires a string value")
+                        continue
+                    open_utterance = open_utterance or bool(text)
+                    buffer += text
+                elif kind == "input.done":
+                    if buffer.strip():
+                        await self.utterance(websocket, config, buffer.strip(), utterance, sentence)
+                        sentence += 1
+                    await websocket.send_json(
+                        {"type": "session.done", "utterance_index": utterance, "total_sentences": sentence}
+                    )
+                    buffer, utterance, sentence, open_utterance = "", utterance + 1, 0, False
+                elif kind == "session.close":
+                    await websocket.close()
+                    return
+                else:
+                    await _send_stream_error(websocket, f"Unknown message type: {kind}")
+        except WebSocketDisconnect:
+            pass
+        except Exception as exc:  # e.g. a binary frame: receive_text() finds no text (KeyError 'text')
+            await _send_stream_error(websocket, f"Internal error: {exc}")
+
+
+STREAM_CONFIG_TIMEOUT_S = 10.0  # serving_speech_stream.py:75-76
+STREAM_IDLE_TIMEOUT_S = 30.0
+STREAM_CONFIG_MESSAGE_BYTES = 4 * 1024 * 1024  # serving_speech_stream.py:79-80 (characters, as len(raw))
+STREAM_TEXT_MESSAGE_BYTES = 128 * 1024
+
+
+def _stream_message(raw: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A client message, or why it is refused (serving_speech_stream.py:228-256)."""
+    if len(raw) > STREAM_CONFIG_MESSAGE_BYTES:
+        return None, "WebSocket message too large"
+    try:
+        message = json.loads(raw)
+    except json.JSONDecodeError:
+        return None, "Invalid JSON message"
+    if not isinstance(message, dict):
+        return None, "WebSocket messages must be JSON objects"
+    if message.get("type") != "session.config" and len(raw) > STREAM_TEXT_MESSAGE_BYTES:
+        return None, "input.text message too large"  # whatever the type
+    return message, None
+
+
+async def _send_stream_error(websocket: WebSocket, message: str, *, partial_audio: bool = False) -> None:
+    payload: dict[str, Any] = {"type": "error", "message": message}
+    if partial_audio:
+        payload.update(partial_audio=True, action="discard")
+    try:
+        await websocket.send_json(payload)
+    except Exception:
+        pass  # the client is gone
+
 
 class _FetchError(Exception):
     """vLLM's VLLMUnprocessableEntityError for a reference URL that answered 4xx."""
@@ -883,12 +1101,14 @@ def make_vllm_omni_app(
     max_model_len: int = 4096,
     batch_max_items: int = BATCH_MAX_ITEMS,
     ref_audio_urls: Mapping[str, bytes] | None = None,
+    streaming_speech_available: bool = True,
 ) -> FastAPI:
     """The speech routes of `vllm serve ... --omni` for MOSS-TTS-Local (api_server.py).
 
     served_model_name: the --served-model-name value(s) (default: the model path); model_path:
     the model as /v1/models reports it (`root`); ref_audio_urls: http(s) reference URLs this
-    server can "fetch", with their bytes (any other http(s) URL fails as a 404 fetch would).
+    server can "fetch", with their bytes (any other http(s) URL fails as a 404 fetch would);
+    streaming_speech_available: False answers the WebSocket route as a deploy without its handler does.
     """
     names = (served_model_name,) if isinstance(served_model_name, str) else tuple(served_model_name)
     service = _SpeechService(engine, names, batch_max_items, ref_audio_urls or {})
@@ -972,6 +1192,17 @@ def make_vllm_omni_app(
     async def create_speech_batch(request: BatchSpeechRequest) -> Response:
         return await service.batch(request)
 
+    @app.websocket("/v1/audio/speech/stream")
+    async def streaming_speech(websocket: WebSocket) -> None:
+        """api_server.py:1696-1715: without a handler (a pure-diffusion or duplex deploy leaves it None:
+        api_server.py:851, 620-660) one error, then the socket closes."""
+        if not streaming_speech_available:
+            await websocket.accept()
+            await websocket.send_json({"type": "error", "message": "Streaming speech is not available"})
+            await websocket.close()
+            return
+        await service.session(websocket)
+
     return app
 
 
@@ -1006,6 +1237,7 @@ __all__ = [
     "GenerationJob",
     "OpenAICreateSpeechRequest",
     "SpeechBatchItem",
+    "StreamingSpeechSessionConfig",
     "data_url",
     "make_vllm_omni_app",
     "reference_wav",

@@ -1,4 +1,5 @@
-"""The HTTP routes (FastAPI): `POST /v1/audio/speech` (and the batch route, batch.py),
+"""The HTTP routes (FastAPI): `POST /v1/audio/speech` (and the batch route, batch.py, and the
+WebSocket speech stream, stream.py),
 `GET /v1/models`, `GET /health`, with vllm-omni's error shape for everything a client can get
 wrong. What a route does with a request is in requests.py (the body) and exchange.py (the answer)."""
 
@@ -47,6 +48,7 @@ from .exchange import (
 )
 from .limits import ApiKey, BodyLimit
 from .requests import Intake
+from .stream import add_stream_route
 
 
 def create_app(
@@ -143,4 +145,5 @@ def create_app(
         return Response(content, media_type=MEDIA_TYPES[ask.response_format], headers=headers)
 
     add_batch_route(app, engine, intake, request_timeout_s)
+    add_stream_route(app, engine, intake, request_timeout_s)
     return app

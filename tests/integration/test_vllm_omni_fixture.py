@@ -27,6 +27,7 @@ from vllm_omni_server import (  # tests/ is on sys.path
     FakeMossLocalEngine,
     OpenAICreateSpeechRequest,
     SpeechBatchItem,
+    StreamingSpeechSessionConfig,
     data_url,
     reference_wav,
     serving_vllm_omni,
@@ -496,7 +497,9 @@ def _runtime_spec(model: type, name: str) -> dict[str, Any]:
 
 @pytest.mark.skipif(not WHEEL.exists(), reason=f"{WHEEL} is absent: scripts/setup.sh downloads it")
 @pytest.mark.parametrize(
-    "model", [OpenAICreateSpeechRequest, SpeechBatchItem, BatchSpeechRequest], ids=lambda m: m.__name__
+    "model",
+    [OpenAICreateSpeechRequest, SpeechBatchItem, BatchSpeechRequest, StreamingSpeechSessionConfig],
+    ids=lambda m: m.__name__,
 )
 def test_request_models_match_the_vllm_omni_wheel(model):
     with zipfile.ZipFile(WHEEL) as wheel:

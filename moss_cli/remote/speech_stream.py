@@ -1,0 +1,201 @@
+"""Speech over vllm-omni's WebSocket stream (`/v1/audio/speech/stream`), the path voice agents use to
+feed an LLM's text into TTS as it arrives; `moss serve` serves it too.
+
+The protocol, as vllm-omni 0.30.0 speaks it (entrypoints/openai/serving_speech_stream.py:23-52,
+108-226 of its wheel): the client sends `session.config` (the request's fields, the seed among them:
+protocol/audio.py:556-638), then each utterance's text as `input.text` chunks and `input.done`, which
+flushes the utterance and keeps the connection open, and at last `session.close`. For each utterance
+the server answers `audio.start`, the audio as binary frames (or `audio.chunk` JSON with base64 PCM when
+`word_timestamps` is on), `audio.done`, then `session.done`; a problem is `{"type": "error", "message"}`.
+A server whose deploy has no handler for the route answers only "Streaming speech is not available"
+(api_server.py:1696-1715).
+
+`SpeechStream` is one session: each `speak` one utterance, answered as the HTTP client answers a
+request (a `Reply`; a `ServerError` naming the request). A server without the route is a
+`StreamUnavailable`, which says why, so a caller can skip the path instead of failing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from typing import Any, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
+
+from .. import speech_api
+from .client import ServerError
+from .reply import NotAudio, Reply, decode_audio, item_headers
+from .settings import DEFAULT_PCM_CHANNELS, DEFAULT_PCM_RATE, ServerOptions
+
+NOT_AVAILABLE = "Streaming speech is not available"  # api_server.py:1704-1714
+NO_ROUTE = (403, 404)  # the upgrade refused: a server or proxy without the route (Starlette answers 403)
+
+
+class StreamUnavailable(ServerError):
+    """The server does not serve the stream; `reason` says why (a caller may skip the path on it)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def stream_url(options: ServerOptions) -> str:
+    """The route's ws:// (wss:// for https) URL, with --server's path prefix and query."""
+    parts = urlsplit(options.base_url)
+    scheme = "wss" if parts.scheme == "https" else "ws"
+    return urlunsplit((scheme, parts.netloc, parts.path + speech_api.STREAM_PATH, options.query, ""))
+
+
+class SpeechStream:
+    """One WebSocket session: `async with SpeechStream(options, config) as stream:`, then `await
+    stream.speak(request, chunks)` for each utterance, one at a time. `config` is the session.config
+    message's fields (`speech_api.session_config` makes it from a request's body); its `seed`, if any,
+    seeds every utterance. The connection and each utterance wait `options.timeout_s` at most."""
+
+    def __init__(self, options: ServerOptions, config: dict[str, Any], context: str = "stream") -> None:
+        self.options = options
+        self.config = {**config, "type": "session.config"}
+        self.context = context
+        self.utterances = 0  # input.done sent
+        self._socket: ClientConnection | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.options.public_url}{speech_api.STREAM_PATH}"
+
+    def _fail(self, message: str, request: str | None = None) -> ServerError:
+        return ServerError(self.options.redact(message), request=request)
+
+    async def __aenter__(self) -> SpeechStream:
+        try:
+            self._socket = await connect(
+                stream_url(self.options),
+                additional_headers=dict(self.options.headers),
+                open_timeout=self.options.timeout_s,
+                close_timeout=min(self.options.timeout_s, 10.0),
+                max_size=None,  # an utterance's audio comes as one frame when not streamed: a whole file
+                proxy=None,  # as the HTTP client: straight to --server
+            )
+        except InvalidStatus as e:
+            status = e.response.status_code
+            if status in NO_ROUTE:
+                reason = f"HTTP {status} to the WebSocket upgrade: the server has no {speech_api.STREAM_PATH}"
+                raise StreamUnavailable(self.options.redact(f"{self.where}: {reason}"), reason) from None
+            raise self._fail(f"{self.where}: HTTP {status} to the WebSocket upgrade") from None
+        except TimeoutError:
+            raise self._fail(f"{self.where}: no WebSocket handshake within {self.options.timeout_s:g} s") from None
+        except (OSError, InvalidURI, WebSocketException) as e:
+            raise self._fail(f"{self.where}: cannot open a WebSocket ({type(e).__name__}: {e})") from None
+        await self._send(self.config, None)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        """session.close; the server closes the connection (serving_speech_stream.py:209-211)."""
+        try:
+            await self._socket.send(json.dumps({"type": "session.close"}))
+            await self._socket.wait_closed()
+        except ConnectionClosed:
+            pass
+        finally:
+            await self._socket.close()
+
+    async def _send(self, message: dict[str, Any], request: str | None) -> None:
+        """Send a message; if the server has closed the session, its last words (an error it sent
+        before closing, still buffered here) are the failure."""
+        try:
+            await self._socket.send(json.dumps(message))
+        except ConnectionClosed as e:
+            said = []
+            try:
+                while True:
+                    raw = await asyncio.wait_for(self._socket.recv(), 1.0)
+                    if isinstance(raw, str) and '"error"' in raw:
+                        said.append(str(json.loads(raw).get("message")))
+            except (ConnectionClosed, asyncio.TimeoutError, ValueError, AttributeError):
+                pass
+            what = f"utterance {request!r} ({self.context}) to {self.where}" if request else self.where
+            if NOT_AVAILABLE in said:
+                raise StreamUnavailable(self.options.redact(f"{what}: {NOT_AVAILABLE}"), NOT_AVAILABLE) from None
+            words = "; ".join(said) or f"the server closed the session ({e})"
+            raise self._fail(f"{what}: {words}", request) from None
+
+    async def speak(self, request: str, chunks: Sequence[str]) -> Reply:
+        """One utterance: its text in `chunks` (each an input.text message), then input.done; its audio
+        as a Reply. An error the server sends is a ServerError naming `request` (after the rest of the
+        utterance's answer is read, so the session can go on); NOT_AVAILABLE is a StreamUnavailable."""
+        what = f"utterance {request!r} ({self.context}) to {self.where}"
+        begin = time.perf_counter()
+        for chunk in chunks:
+            await self._send({"type": "input.text", "text": chunk}, request)
+        await self._send({"type": "input.done"}, request)
+        self.utterances += 1
+        audio, arrivals, facts, errors, started = bytearray(), [], {}, [], False
+        deadline = time.monotonic() + self.options.timeout_s
+        while True:
+            message = await self._receive(what, request, deadline, errors)
+            if message is None:  # the server closed the session
+                break
+            if isinstance(message, bytes):
+                audio += message
+                arrivals.append((time.perf_counter() - begin, len(audio)))
+                continue
+            kind = message.get("type")
+            if kind == "error":
+                words = str(message.get("message", message))
+                if words == NOT_AVAILABLE:
+                    raise StreamUnavailable(self.options.redact(f"{what}: {words}"), words)
+                errors.append(words)
+            elif kind == "audio.chunk":  # word_timestamps: base64 PCM in JSON
+                audio += base64.b64decode(message.get("audio_b64") or "")
+                arrivals.append((time.perf_counter() - begin, len(audio)))
+            elif kind in ("audio.start", "audio.done"):
+                started = True
+                facts.update(message)
+            elif kind == "session.done":
+                break
+        if errors:
+            raise self._fail(f"{what}: {'; '.join(errors)}", request)
+        if not started:  # a blank text is no request (speech_text_splitter.py:195-202)
+            raise self._fail(f"{what}: session.done without audio: the server synthesized nothing", request)
+        headers = item_headers(facts)  # moss serve's moss_* keys, as a batch item carries them
+        reply = Reply(request, self.context, *self._audio(bytes(audio), headers, what, request), headers)
+        reply.wall_s = time.perf_counter() - begin
+        reply.arrivals = arrivals
+        return reply
+
+    async def _receive(self, what: str, request: str, deadline: float, errors: list[str]) -> dict | bytes | None:
+        """The next message (JSON decoded), or None once the server has closed the session."""
+        try:
+            raw = await asyncio.wait_for(self._socket.recv(), max(deadline - time.monotonic(), 0.0))
+        except asyncio.TimeoutError:
+            raise self._fail(f"{what}: no answer within {self.options.timeout_s:g} s (--timeout)", request) from None
+        except ConnectionClosed as e:
+            if errors:
+                return None
+            raise self._fail(f"{what}: the server closed the session ({e})", request) from None
+        if isinstance(raw, bytes):
+            return raw
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            raise self._fail(f"{what}: a text message that is not JSON: {raw[:120]!r}", request) from None
+        if not isinstance(message, dict):
+            raise self._fail(f"{what}: a message that is not a JSON object: {raw[:120]!r}", request)
+        return message
+
+    def _audio(self, content: bytes, headers: dict[str, str], what: str, request: str) -> tuple:
+        """(int16 samples, rate): a whole file per utterance, or raw PCM (stream_audio, word_timestamps).
+        vllm-omni's audio.start gives raw PCM a nominal 24 kHz whatever the model's rate
+        (serving_speech_stream.py:77, 339-342): the rate comes from moss serve's facts or the options."""
+        raw = bool(self.config.get("stream_audio") or self.config.get("word_timestamps"))
+        fmt = "pcm" if raw else str(self.config.get("response_format") or "wav")
+        rate = int(headers.get(speech_api.HEADER_SAMPLE_RATE) or self.options.sample_rate or DEFAULT_PCM_RATE)
+        channels = int(headers.get(speech_api.HEADER_CHANNELS) or self.options.channels or DEFAULT_PCM_CHANNELS)
+        try:
+            return decode_audio(content, fmt, "", sample_rate=rate, channels=channels)
+        except NotAudio as e:
+            raise self._fail(f"{what}: the audio is not {fmt}: {e}", request) from None

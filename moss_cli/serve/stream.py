@@ -1,0 +1,239 @@
+"""`/v1/audio/speech/stream`: vllm-omni 0.30.0's WebSocket speech stream (route: api_server.py:1696-1715;
+handler: entrypoints/openai/serving_speech_stream.py; session.config: protocol/audio.py:556-638), for
+voice agents that feed an LLM's text into TTS as it arrives.
+
+The client sends `session.config` first (within 10 s), then `input.text` chunks; `input.done` flushes
+them as one utterance (split_granularity "none") and the connection stays open; `session.close` ends
+it, as do 30 s without a message. Each utterance is one request of the live engine with the body a
+`POST /v1/audio/speech` would have (session.config's fields by name and the stripped text as `input`,
+as serving_speech_stream.py:311-330 builds it), through the same checks (`Intake.prepare`), so it
+gets bitwise the POST's audio: an unseeded one the deploy seed. Answers: `audio.start`, the audio (the
+whole file in one binary frame; with stream_audio, raw PCM chunk by chunk), `audio.done` (with moss's
+facts as `moss_*` keys, as a batch item carries them), `session.done`; problems are `{"type": "error"}`
+in vllm-omni's words. moss serve splits no sentences: "sentence" and "clause" are refused by name."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Literal
+
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.concurrency import run_in_threadpool
+
+from ..io.audio import to_pcm16
+from ..pipeline.live import LiveEngine, Unavailable
+from ..speech_api import STREAM_PATH
+from ..validation import INT64_MAX, INT64_MIN
+from .audio import encode
+from .errors import ApiError
+from .exchange import Unfinished, engine_outputs, hand_over, request_facts, result_facts
+from .requests import Intake
+
+CONFIG_TIMEOUT_S = 10.0  # serving_speech_stream.py:75-76
+IDLE_TIMEOUT_S = 30.0
+CONFIG_MESSAGE_CHARS = 4 * 1024 * 1024  # serving_speech_stream.py:79-80, 228-256
+TEXT_MESSAGE_CHARS = 128 * 1024
+
+
+class SessionConfig(BaseModel):
+    """vllm-omni's `StreamingSpeechSessionConfig` (protocol/audio.py:556-638), field for field; fields
+    it does not have are refused by name (it drops them: a typo must not pass silently)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    voice: str | None = Field(None, validation_alias=AliasChoices("voice", "speaker"))
+    task_type: Literal["CustomVoice", "VoiceDesign", "Base"] | None = None
+    language: str | None = None
+    instructions: str | None = None
+    response_format: Literal["wav", "pcm", "flac", "mp3", "opus"] = "wav"
+    speed: float | None = Field(1.0, ge=0.25, le=4.0)
+    max_new_tokens: int | None = Field(None, ge=1, le=INT64_MAX)
+    initial_codec_chunk_frames: int | None = Field(None, ge=0, le=INT64_MAX)
+    non_streaming_mode: bool | None = None
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
+    speaker_embedding: list[float] | None = Field(None, max_length=8192)
+    stream_audio: bool = False
+    word_timestamps: bool = False
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
+    split_granularity: Literal["none", "sentence", "clause"] = "none"
+
+    @model_validator(mode="after")
+    def _streamed_audio_is_pcm_at_speed_1(self) -> SessionConfig:
+        """audio.py:624-638: stream_audio needs pcm and speed 1."""
+        if self.stream_audio:
+            if self.response_format != "pcm":
+                raise ValueError(
+                    "WebSocket streaming audio (stream_audio=true) requires response_format='pcm'. "
+                    f"Got response_format='{self.response_format}'."
+                )
+            if self.speed is not None and self.speed != 1.0:
+                raise ValueError("WebSocket stream_audio=true currently requires speed=1.0")
+        return self
+
+    def body(self, text: str) -> dict[str, Any]:
+        """The POST body of an utterance: the fields the client set, `input` the text; stream_audio
+        is a raw PCM stream (`stream_format: "audio"`)."""
+        body = self.model_dump(exclude_unset=True, exclude={"stream_audio", "split_granularity"})
+        body = {key: value for key, value in body.items() if key in type(self).model_fields}
+        if self.stream_audio:
+            body["stream_format"] = "audio"
+        return {"input": text, **body}
+
+
+def session_config(message: dict[str, Any], intake: Intake) -> SessionConfig | str:
+    """A session.config message's config, or the error it answers (vllm-omni's words where it has them)."""
+    try:
+        config = SessionConfig(**{key: value for key, value in message.items() if key != "type"})
+    except ValidationError as e:
+        return f"Invalid session config: {e}"
+    except TypeError as e:  # a key that is no identifier-like string cannot be a keyword
+        return f"Invalid session config: {e}"
+    if config.model_extra:
+        return f"Invalid session config: not session.config fields: {', '.join(config.model_extra)}"
+    if config.split_granularity != "none":
+        return f"Invalid session config: split_granularity {config.split_granularity!r}: moss serve splits no text"
+    if config.model and config.model != intake.model_name:
+        return f"the model {config.model!r} does not exist; this server serves {intake.model_name!r}"
+    return config
+
+
+def read_message(raw: str) -> dict[str, Any] | str:
+    """A client message, or why it is refused (serving_speech_stream.py:228-256)."""
+    if len(raw) > CONFIG_MESSAGE_CHARS:
+        return "WebSocket message too large"
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        return "Invalid JSON message"
+    if not isinstance(message, dict):
+        return "WebSocket messages must be JSON objects"
+    if message.get("type") != "session.config" and len(raw) > TEXT_MESSAGE_CHARS:
+        return "input.text message too large"
+    return message
+
+
+async def send_error(websocket: WebSocket, message: str) -> None:
+    try:
+        await websocket.send_json({"type": "error", "message": message})
+    except Exception:  # the client is gone
+        pass
+
+
+def add_stream_route(app: FastAPI, engine: LiveEngine, intake: Intake, request_timeout_s: float | None) -> None:
+    rate, channels = engine.synth.codec_config.sampling_rate, engine.synth.codec_config.channels
+
+    async def utterance(websocket: WebSocket, config: SessionConfig, text: str, index: int) -> None:
+        """audio.start, the audio, audio.done (serving_speech_stream.py:274-421); a failure is an error
+        between them, in vllm-omni's words ("Generation failed for utterance U, sentence 0: ...")."""
+        start = {"type": "audio.start", "utterance_index": index, "sentence_index": 0, "sentence_text": text}
+        await websocket.send_json({**start, "format": config.response_format})
+        done: dict[str, Any] = {"type": "audio.done", "utterance_index": index, "sentence_index": 0}
+        sent, problem = 0, None
+        try:
+            ask = await run_in_threadpool(intake.prepare, config.body(text))
+            done.update({f"moss_{name}": value for name, value in request_facts(ask).items()})
+            loop, arrived = asyncio.get_running_loop(), asyncio.Queue()
+
+            def finished(future) -> None:  # in the engine thread
+                intake.release(ask)
+                hand_over(loop, arrived.put_nowait, future.exception() or future.result())
+
+            def chunk(audio) -> None:  # in the engine thread
+                hand_over(loop, arrived.put_nowait, to_pcm16(audio).tobytes())
+
+            try:
+                future = engine.submit(ask.prepared, chunk if config.stream_audio else None)
+            except Unavailable as e:
+                intake.release(ask)
+                raise ApiError(503, str(e)) from None
+            future.add_done_callback(finished)
+            key = ask.prepared.request.id
+            async for item in engine_outputs(ask, arrived, lambda: engine.cancel(key), request_timeout_s):
+                if isinstance(item, bytes):
+                    sent += len(item)
+                    await websocket.send_bytes(item)
+                    continue
+                done.update({f"moss_{name}": value for name, value in result_facts(item).items()})
+                done.update(moss_sample_rate=rate, moss_channels=channels)
+                if not config.stream_audio:
+                    audio = await run_in_threadpool(encode, item.pcm, rate, ask.response_format)
+                    sent = len(audio)
+                    await websocket.send_bytes(audio)
+        except ApiError as e:
+            problem = e.message
+        except Unfinished as e:
+            problem = str(e)
+        if problem is not None:
+            error = {"type": "error", "message": f"Generation failed for utterance {index}, sentence 0: {problem}"}
+            if sent:
+                error.update(partial_audio=True, action="discard")
+            await websocket.send_json(error)
+        await websocket.send_json({**done, "total_bytes": sent, "error": problem is not None})
+
+    @app.websocket(STREAM_PATH)
+    async def speech_stream(websocket: WebSocket) -> None:
+        """handle_session (serving_speech_stream.py:108-226): its messages, order, errors and timeouts."""
+        await websocket.accept()
+        config: SessionConfig | None = None
+        buffer, index = "", 0
+        try:
+            while True:
+                try:
+                    wait_s = CONFIG_TIMEOUT_S if config is None else IDLE_TIMEOUT_S
+                    raw = await asyncio.wait_for(websocket.receive_text(), wait_s)
+                except asyncio.TimeoutError:
+                    idle = "Idle timeout: no message received"
+                    await send_error(websocket, "Timeout waiting for session.config" if config is None else idle)
+                    return
+                message = read_message(raw)
+                if isinstance(message, str):
+                    await send_error(websocket, message)
+                    if config is None:
+                        return
+                    continue
+                kind = message.get("type")
+                if kind == "session.config":
+                    if buffer:
+                        await send_error(
+                            websocket,
+                            "session.config cannot be applied while an utterance is in progress; send input.done first",
+                        )
+                        continue
+                    new = session_config(message, intake)
+                    if isinstance(new, str):
+                        await send_error(websocket, new)
+                        if config is None:
+                            return
+                        continue
+                    config = new
+                elif config is None:
+                    await send_error(websocket, f"Expected session.config, got: {kind}")
+                    return
+                elif kind == "input.text":
+                    text = message.get("text", "")
+                    if not isinstance(text, str):
+                        await send_error(websocket, "input.text requires a string value")
+                        continue
+                    buffer += text
+                elif kind == "input.done":
+                    said = buffer.strip()  # speech_text_splitter.py:195-202: a blank utterance is no request
+                    if said:
+                        await utterance(websocket, config, said, index)
+                    await websocket.send_json(
+                        {"type": "session.done", "utterance_index": index, "total_sentences": int(bool(said))}
+                    )
+                    buffer, index = "", index + 1
+                elif kind == "session.close":
+                    await websocket.close()
+                    return
+                else:
+                    await send_error(websocket, f"Unknown message type: {kind}")
+        except WebSocketDisconnect:
+            pass
+        except Exception as e:  # e.g. a binary frame, which receive_text() cannot read
+            await send_error(websocket, f"Internal error: {type(e).__name__}: {e}")
