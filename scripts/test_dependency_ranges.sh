@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 root=.cache/dependency-ranges
-TESTS=(tests/unit tests/integration/test_{cli,synth,checkpoint,codec,diff,audit_reports,remote_client,serve}.py)
+TESTS=(tests/unit tests/integration/test_{cli,synth,checkpoint,codec,diff,audit_reports,remote_client,serve,serve_stream,speech_stream}.py)
 
 # "name>=floor" of [project] dependencies and of the serve extra, as "name==floor" (torch left out).
 floors=$(sed -n -e '/^dependencies = \[/,/^\]/p' -e '/^serve = /p' pyproject.toml \
