@@ -24,7 +24,7 @@ codec config (configuration_moss_audio_tokenizer_v2.py). Nothing here is copied 
   audio never depends on other rows except through the shared generator.
 - `speak=True`: real words instead: espeak-ng reads the request's input (its pitch and rate set by the
   conditioning), each frame a 80 ms slice of that speech at a level set by the frame's first code; the
-  gate cannot stop before the words end. A different code changes the level, never the words.
+  gate stops when the words end. A different code changes the level, never the words.
 - Servers whose arithmetic depends on the batch (`shared_steps`): "flip": a row's first code flips
   in every step it shares with other rows, as a GPU's kernels round a row differently at another
   batch shape (seeded rows alike; its random stream stays its own); "cut": the same, and a row whose
@@ -315,10 +315,10 @@ class GenerationJob:
 
     def stop_probability(self, frame: int) -> float:
         """The gate's chance to stop at this frame: rises with the frame index past a length set
-        by the text (speaking: none before its words end, then soon)."""
+        by the text (speaking: none before its words end, then at once)."""
         if self.speech is not None:
             words = -(-self.speech.shape[0] // FRAME_SAMPLES)
-            return 0.0 if frame < words else 1.0 / (1.0 + math.exp(words + 1 - frame))
+            return 0.0 if frame < words else 1.0
         return 1.0 / (1.0 + math.exp((self._expected_frames - frame) / 2.0))
 
     def say_half(self) -> None:
@@ -392,7 +392,8 @@ def voice_of(key: bytes) -> tuple[int, int]:
 
 @lru_cache(maxsize=256)
 def espeak(text: str, pitch: int, rate: int) -> np.ndarray:
-    """float32 [samples] at 48 kHz, peak 0.5: espeak-ng reading `text` (deterministic for its inputs)."""
+    """float32 [samples] at 48 kHz, peak 0.5: espeak-ng reading `text` (deterministic for its inputs),
+    without the silence at either end."""
     with tempfile.TemporaryDirectory() as folder:
         path = f"{folder}/said.wav"
         subprocess.run(
@@ -403,6 +404,8 @@ def espeak(text: str, pitch: int, rate: int) -> np.ndarray:
         )
         said, rate_hz = sf.read(path, dtype="float32")
     said = said if said.ndim == 1 else said.mean(axis=1)
+    loud = np.flatnonzero(np.abs(said) > 0.01 * float(np.abs(said).max()))
+    said = said[loud[0] : loud[-1] + 1]  # without espeak-ng's silence at either end: a clip of speech
     times = np.arange(int(len(said) * SAMPLE_RATE / rate_hz)) / SAMPLE_RATE
     resampled = np.interp(times, np.arange(len(said)) / rate_hz, said)
     return (0.5 * resampled / max(float(np.abs(resampled).max()), 1e-6)).astype(np.float32)
@@ -414,7 +417,7 @@ def speak_frame(key: bytes, speech: np.ndarray, frame: int, codes: np.ndarray) -
     part = np.zeros(FRAME_SAMPLES, dtype=np.float32)
     said = speech[frame * FRAME_SAMPLES : (frame + 1) * FRAME_SAMPLES]
     part[: said.shape[0]] = said
-    level = 0.6 + 0.6 * codes[0] / CODEBOOK_SIZE
+    level = 0.8 + 0.2 * codes[0] / CODEBOOK_SIZE
     balance = 0.8 + key[1] / 255.0 * 0.4
     return np.stack([level * part, level * balance * part]).astype(np.float32)
 

@@ -9,6 +9,7 @@ from .. import __version__
 from ..report.files import json_safe
 from .compare import format_audio, format_divergence
 from .golden import GoldenCheck
+from .questions import composed_cases, seed_cases
 from .runner import AuditResult
 from .server_report import server_markdown
 from .summary import QUESTIONS, outcome, question_lines, summary, worst_cases
@@ -177,28 +178,37 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
 
 
 def _question_suite(root: ET.Element, result: AuditResult, key: str) -> tuple[int, int, int]:
-    """One question (audit.seed, audit.numerics): a testcase per request, failed where the request
-    fails that question, skipped (with why) where it only warns there or it was not checked."""
+    """One question (audit.seed, audit.numerics): a testcase per request it judged, timed by its
+    comparisons there, failed where the request fails that question, skipped (with why) where it
+    only warns there."""
     answer = result.questions[key]
     warned = answer.get("warned") or {}
     if key == "numerics":
         warned = {r: NUMERIC_WARNING for r in answer["differ"] if r not in answer["failed"]}
-    failures = skipped = 0
-    suite = ET.SubElement(root, "testsuite", name=f"audit.{key}", tests=str(len(result.requests)), errors="0")
-    for request in result.requests:
-        tc = ET.SubElement(suite, "testcase", classname=f"audit.{key}", name=request, time="0.000")
+    judged: dict[str, float] = {}
+    for case in seed_cases(result.cases) if key == "seed" else composed_cases(result.cases):
+        judged[case.request] = judged.get(case.request, 0.0) + case.wall_s
+    failures = sum(r in answer["failed"] for r in judged)
+    skipped = sum(r in warned and r not in answer["failed"] for r in judged)
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name=f"audit.{key}",
+        tests=str(len(judged)),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+        time=_seconds(sum(judged.values())),
+    )
+    for request, took in judged.items():
+        tc = ET.SubElement(suite, "testcase", classname=f"audit.{key}", name=request, time=_seconds(took))
         if request in answer["failed"]:
-            failures += 1
             cause = answer["failed"][request]
             ET.SubElement(tc, "failure", message=f"{cause}: {answer['line']}", type=cause).text = answer["line"]
-        elif request in warned or answer["passed"] is None:
-            skipped += 1
-            ET.SubElement(tc, "skipped", message=warned.get(request) or answer["line"])
-    suite.set("failures", str(failures))
-    suite.set("skipped", str(skipped))
-    suite.set("time", "0.000")
+        elif request in warned:
+            ET.SubElement(tc, "skipped", message=warned[request])
     ET.SubElement(suite, "system-out").text = answer["line"]
-    return len(result.requests), failures, skipped
+    return len(judged), failures, skipped
 
 
 NUMERIC_WARNING = "numeric-batch-variance: other bits in a composition, the same speech (a warning)"

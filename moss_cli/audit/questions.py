@@ -38,6 +38,18 @@ def answer(cases: list[Case], requests: list[str], level: str, server: bool) -> 
     return {"seed": seed_question(mine, requests, seeded), "numerics": numerics_question(mine, seeded, level, server)}
 
 
+def seed_cases(cases: list[Case]) -> list[Case]:
+    """The comparisons the seed question rests on: those alone, and any whose cause is the seed's."""
+    return [
+        c for c in cases if c.alone or (c.attribution and c.verdict != "pass" and c.attribution.cause in SEED_CAUSES)
+    ]
+
+
+def composed_cases(cases: list[Case]) -> list[Case]:
+    """The comparisons of requests in compositions (not alone, not a mix-up, not the reference run)."""
+    return [c for c in cases if not c.alone and c.other is None and c.scenario != "reference"]
+
+
 def _names(keys) -> str:
     keys = list(keys)
     return ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
@@ -52,7 +64,7 @@ def _how(alone: list[Case]) -> str:
 
 def seed_question(cases: list[Case], requests: list[str], seeded: set[str]) -> dict:
     alone = [c for c in cases if c.alone]
-    found = [c for c in cases if c.verdict != "pass" and c.attribution and c.attribution.cause in SEED_CAUSES]
+    found = [c for c in seed_cases(cases) if c.verdict != "pass" and c.attribution.cause in SEED_CAUSES]
     failed = {c.request: c.attribution.cause for c in found if c.failed}
     warned = {c.request: c.attribution.cause for c in found if not c.failed and c.request not in failed}
     unseeded = [key for key in requests if key not in seeded]
@@ -89,7 +101,7 @@ def seed_question(cases: list[Case], requests: list[str], seeded: set[str]) -> d
 
 
 def numerics_question(cases: list[Case], seeded: set[str], level: str, server: bool) -> dict:
-    composed = [c for c in cases if not c.alone and c.other is None and c.scenario != "reference"]
+    composed = composed_cases(cases)
     unsettled = {c.request for c in composed if c.attribution and c.attribution.cause in SEED_CAUSES}
     judged = sorted({c.request for c in composed} - unsettled)
     differing = [c for c in composed if c.verdict != "pass" and c.attribution and c.attribution.cause in NUMERIC_CAUSES]
@@ -115,6 +127,9 @@ def numerics_question(cases: list[Case], seeded: set[str], level: str, server: b
     }
     if not composed:
         line = "not checked — no composition was run"
+        return {**out, "verdict": NOT_CHECKED, "passed": None, "line": line}
+    if not differing and not judged:
+        line = "not checked — every request compared in a composition failed the seed question there"
         return {**out, "verdict": NOT_CHECKED, "passed": None, "line": line}
     if not differing:
         line = (

@@ -147,6 +147,7 @@ class Auditor:
                         batch_item=member.batched,
                         sent_alone=run.alone,
                         request=member.request,
+                        path=run.path(key) if executor.target.server else None,
                     )
                     case.wall_s = got[key].wall_s + time.perf_counter() - judged
                     cases += _on_paths(run, [case], executor)

@@ -238,15 +238,17 @@ def judge(
     batch_item: bool = False,
     sent_alone: bool = False,
     request: Request | None = None,
+    path: str | None = None,
 ) -> Case:
     """One audited member compared with its reference. `expect` "different": a seed probe, whose
     audio must change; `evidence`: how many requests were in flight with it, for the detail;
     `attribute`: where the runs can be replayed (the engine), what explains differing codes;
     `batch_item`: sent as an item of a server's batch call, which carries no seed, so with a known
     deploy seed it must be the deploy seed's audio, as the request alone is; `sent_alone`: in a run
-    alone (compared bitwise: the seed question); `request`: its text and language, for the speech level."""
+    alone (compared bitwise: the seed question); `request`: its text and language, for the speech level;
+    `path`: a server's way of answering it (scenarios.SERVER_PATHS)."""
     cmp = compare(reference, out, rules.sample_rate)
-    case = Case(scenario, run, key, reference.seed_source, "pass", cmp, wall_s=out.wall_s, alone=sent_alone)
+    case = Case(scenario, run, key, reference.seed_source, "pass", cmp, wall_s=out.wall_s, alone=sent_alone, path=path)
     if expect == "different":
         if identical(cmp):
             sent = f"seed {reference.seed}" if reference.seed_source == SeedSource.REQUEST else "no seed"

@@ -181,9 +181,12 @@ def test_legacy_global_rng_is_batch_dependent(tmp_path):
             report=tmp_path / "a.json",
         )
     assert code == 1, output
-    assert "batch-dependent" in report["summary"]["causes"]
+    # The server says its draws come from one global stream: a seed failure (rng-coupling), not numerics.
+    assert set(report["summary"]["causes"]) == {"rng-coupling"}
+    assert report["questions"]["seed"]["verdict"] == "rng-coupling"
+    assert report["questions"]["numerics"]["verdict"] == "not checked"  # no request is reproducible there
     assert all(case["verdict"] == "pass" for case in report["cases"] if case["scenario"] == "repeat")
-    assert "batch-dependent" in flat(output)
+    assert "batch-dependent" in flat(output) and "Seed: FAIL rng-coupling" in flat(output)
 
 
 def test_a_deploy_without_a_seed_is_not_reproducible_and_unseeded_only_when_allowed(tmp_path):
