@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up .venv for moss, so the README's two commands work on a fresh clone:
 #   bash scripts/setup.sh          moss itself (a CPU build of torch unless the venv has a torch)
-#   bash scripts/setup.sh --tests  also the test extras (FastAPI, uvicorn, Ray, pytest, ruff), the
-#                                  vllm-omni 0.30.0 wheel the fixture test reads, and Debian's chromium
+#   bash scripts/setup.sh --tests  also the test extras (FastAPI, uvicorn, Ray, librosa, pocketsphinx,
+#                                  pytest, ruff), the vllm-omni 0.30.0 wheel the fixture test reads, and
+#                                  Debian's chromium and espeak-ng
 # Idempotent: when .venv already holds what this script (and pyproject.toml) would install, it
 # installs nothing and takes about a second. GPU/NPU users create .venv with their own torch first.
 set -euo pipefail
@@ -39,14 +40,17 @@ if [ "$tests" = 1 ]; then
     .venv/bin/python -m pip download --no-deps --quiet vllm-omni==0.30.0 -d .cache/vllm-omni \
       || echo "note: could not download the vllm-omni 0.30.0 wheel; its model check in tests/integration/test_vllm_omni_fixture.py will skip" >&2
   fi
-  # The HTML report's browser test drives headless Chromium (Debian's `chromium`). Where it cannot be
-  # installed that test is skipped, with the reason, and nothing else fails.
-  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    as_root=""
-    [ "$(id -u)" = 0 ] || as_root="sudo -n"
-    { $as_root apt-get update -qq && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
-      >/dev/null 2>&1 || echo "note: could not install chromium; the browser test of the report will be skipped" >&2
-  fi
+  # The HTML report's browser test drives headless Chromium (Debian's `chromium`); the speech level's
+  # tests speak with Debian's `espeak-ng`. Where one cannot be installed the tests that need it are
+  # skipped, with the reason, and nothing else fails.
+  for program in chromium espeak-ng; do
+    if ! command -v "$program" >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+      as_root=""
+      [ "$(id -u)" = 0 ] || as_root="sudo -n"
+      { $as_root apt-get update -qq && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$program"; } \
+        >/dev/null 2>&1 || echo "note: could not install $program; the tests that need it will be skipped" >&2
+    fi
+  done
 else
   .venv/bin/python -m pip install --quiet -e .
 fi

@@ -18,7 +18,7 @@ def diff(
     a: Annotated[Path, typer.Argument(metavar="A", help=f"Side A. {SIDE}", show_default=False)],
     b: Annotated[Path, typer.Argument(metavar="B", help=f"Side B. {SIDE}", show_default=False)],
     level: Annotated[
-        str, typer.Option(help="bitwise: identical PCM; waveform: equal codes and SNR >= --min-snr-db.")
+        str, typer.Option(help="bitwise: identical PCM; waveform: codes not known to differ and SNR >= --min-snr-db.")
     ] = "bitwise",
     min_snr_db: Annotated[
         float, typer.Option(callback=numbers.SNR_DB, help="Waveform level: the lowest SNR that still passes.")

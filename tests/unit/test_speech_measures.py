@@ -1,0 +1,135 @@
+"""measures/speech.py on Debian espeak-ng's speech, made at test time (scripts/setup.sh --tests
+installs espeak-ng and the speech extra; each test that needs them skips, with the reason, where
+they are missing)."""
+
+import importlib.util
+import io
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from moss_cli.errors import MossError
+from moss_cli.measures.speech import INSTALL, SpeechThresholds, judge_speech, require_speech
+
+TEXT = "These days a chicken leg is a rare dish."
+OTHER = "Rice is often served in round bowls."
+missing = [name for name in ("librosa", "pocketsphinx") if importlib.util.find_spec(name) is None]
+needs_speech = pytest.mark.skipif(
+    bool(missing) or shutil.which("espeak-ng") is None,
+    reason=f"needs espeak-ng on PATH and the speech extra ({INSTALL}); missing: "
+    + ", ".join(missing + ([] if shutil.which("espeak-ng") else ["espeak-ng"])),
+)
+
+
+def espeak(text: str, *options: str) -> tuple[np.ndarray, int]:
+    """int16 [samples, 1] and the rate of espeak-ng reading `text`."""
+    wav = subprocess.run(["espeak-ng", "--stdout", *options, text], capture_output=True, check=True).stdout
+    return sf.read(io.BytesIO(wav), dtype="int16", always_2d=True)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return espeak(TEXT)
+
+
+def test_an_identical_clip_is_the_same_speech_without_measuring():
+    clip = np.random.default_rng(0).integers(-3000, 3000, (24000, 1), dtype=np.int16)
+    judged = judge_speech(clip, clip.copy(), 24000, "any text", "en")
+    assert judged.same and judged.failed is None and judged.measures == [] and judged.durations == (1.0, 1.0)
+
+
+@needs_speech
+def test_the_same_sentence_at_another_rate_and_pitch_is_the_same_speech(reference):
+    clip, rate = reference
+    for options in (["-s", "200"], ["-p", "70"]):
+        judged = judge_speech(clip, espeak(TEXT, *options)[0], rate, TEXT, "en")
+        assert judged.same and judged.failed is None, judged.as_dict()
+        names = [m.name for m in judged.measures]
+        assert names == ["rms-dbfs", "clipped-fraction", "spectral-flatness", "duration-ratio", "mfcc-dtw", "alignment"]
+        assert all(m.passed for m in judged.measures)
+
+
+@needs_speech
+def test_half_of_the_words_fail_the_duration_ratio(reference):
+    clip, rate = reference
+    judged = judge_speech(clip, espeak("These days a chicken")[0], rate, TEXT, "en")
+    assert not judged.same and judged.failed == "duration-ratio"
+    ratio = next(m for m in judged.measures if m.name == "duration-ratio")
+    assert ratio.value < ratio.threshold == SpeechThresholds().min_duration_ratio
+    assert judged.durations[1] < judged.durations[0]
+
+
+@needs_speech
+def test_another_sentence_fails_the_mfcc_alignment_and_the_forced_alignment(reference):
+    clip, rate = reference
+    judged = judge_speech(clip, espeak(OTHER)[0], rate, TEXT, "en")
+    assert not judged.same and judged.failed in ("duration-ratio", "mfcc-dtw")
+    cost = next(m for m in judged.measures if m.name == "mfcc-dtw")
+    assert not cost.passed and cost.value > cost.threshold
+    # with the language-independent checks let through, the text's alignment still tells
+    loose = SpeechThresholds(max_dtw_cost=1.0, min_duration_ratio=0.0)
+    judged = judge_speech(clip, espeak(OTHER)[0], rate, TEXT, "en", loose)
+    assert judged.failed == "alignment" and judged.measures[-1].value == "not aligned"
+
+
+@needs_speech
+def test_alignment_is_only_checked_for_english_words(reference):
+    clip, rate = reference
+    other = espeak(TEXT, "-s", "200")[0]
+    for text, language, why in [
+        (TEXT, "de", "language 'de' is not English"),
+        ("Zorblax quibbled.", "en", "outside it: quibbled, zorblax"),
+        (None, "en", "no text"),
+    ]:
+        judged = judge_speech(clip, other, rate, text, language)
+        assert judged.same and "alignment" not in [m.name for m in judged.measures]
+        assert any(why in note for note in judged.notes), judged.notes
+
+
+@needs_speech
+def test_silence_clipping_and_noise_fail_the_sanity_check(reference):
+    clip, rate = reference
+    loud = np.clip(clip.astype(np.int32) * 20, -32767, 32767).astype(np.int16)
+    noise = np.random.default_rng(0).normal(0, 3000, clip.shape).astype(np.int16)
+    empty = np.zeros((0, 1), dtype=np.int16)  # a server's answer when the first frame stops
+    for other, measure in [
+        (np.zeros_like(clip), "rms-dbfs"),
+        (empty, "rms-dbfs"),
+        (loud, "clipped-fraction"),
+        (noise, "spectral-flatness"),
+    ]:
+        judged = judge_speech(clip, other, rate, TEXT, "en")
+        assert judged.failed == "sanity", (measure, judged.as_dict())
+        assert not next(m for m in judged.measures if m.name == measure).passed
+
+
+@needs_speech
+def test_every_layout_of_a_clip_is_judged_alike_and_the_judgement_is_json(reference):
+    clip, rate = reference
+    other = espeak(TEXT, "-p", "70")[0]
+    as_pcm = judge_speech(clip, other, rate, TEXT, "en")  # int16 [samples, channels], as Outcome.pcm
+    as_waveform = judge_speech(  # float [channels, samples], as Outcome.waveform
+        torch.from_numpy(clip.T / 32767.0).float(), torch.from_numpy(other.T / 32767.0).float(), rate, TEXT, "en"
+    )
+    assert [m.passed for m in as_pcm.measures] == [m.passed for m in as_waveform.measures]
+    assert as_pcm.durations == as_waveform.durations
+    document = json.loads(json.dumps(as_pcm.as_dict()))
+    assert document["same"] and document["measures"][-1] == {
+        "name": "alignment",
+        "value": "aligned",
+        "threshold": "aligned",
+        "passed": True,
+    }
+
+
+def test_without_the_speech_extra_the_install_line_is_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pocketsphinx", None)  # an import of it raises ImportError
+    with pytest.raises(MossError, match=r"pip install 'moss-tts-repro\[speech\]'") as error:
+        require_speech()
+    assert error.value.field == "--level"
