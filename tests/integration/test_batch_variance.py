@@ -3,13 +3,14 @@ the audit answers the seed question (runs alone, bitwise at every level) apart f
 (compositions), and at `--level speech` tells a response that is other bits of the same speech (a
 warning) from one that says other words (`different-speech`, a failure naming its evidence)."""
 
+import json
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import soundfile as sf
-from cli_runs import AuditRun, moss_audit, write_rows  # tests/ is on sys.path
+from cli_runs import AuditRun, moss, moss_audit, write_rows  # tests/ is on sys.path
 from vllm_omni_server import FakeMossLocalEngine, serving_vllm_omni
 
 from moss_cli.audit.page import audit_view
@@ -138,3 +139,29 @@ def test_a_batch_invariant_server_that_applies_the_deploy_seed_passes_the_speech
     assert set(_verdicts(report).values()) == {"identical"}
     assert report["questions"]["numerics"]["verdict"] == "batch-invariant"
     assert all(c["speech"] is None for c in report["cases"])  # identical audio: nothing to measure
+
+
+@pytest.mark.parametrize("shared_steps, passed", [("flip", True), ("cut", False)])
+def test_diff_at_the_speech_level_passes_other_bits_of_the_same_words_and_fails_fewer_words(
+    tmp_path, shared_steps, passed
+):
+    """Two runs of one request file, one request at a time (A) and four at once (B)."""
+    requests = _requests(tmp_path)
+    with serving_vllm_omni(FakeMossLocalEngine(fixed=True, speak=True, shared_steps=shared_steps)) as url:
+        for side, concurrency in (("a", "1"), ("b", "4")):
+            made = moss("synth", requests, "--server", url, "--concurrency", concurrency, "--out", tmp_path / side)
+            assert made.exit_code == 0, made.output
+    bitwise = moss("diff", tmp_path / "a", tmp_path / "b", "--json", tmp_path / "bitwise.json")
+    assert bitwise.exit_code == 1  # the bits differ either way
+    speech = moss("diff", tmp_path / "a", tmp_path / "b", "--level", "speech", "--json", tmp_path / "speech.json")
+    assert speech.exit_code == (0 if passed else 1), speech.output
+    cases = {c["id"]: c for c in json.loads((tmp_path / "speech.json").read_text())["cases"]}
+    differing = {key for key, c in cases.items() if not c["pcm_equal"]}
+    assert differing and all(cases[key]["speech"] is not None for key in differing)
+    if passed:
+        assert {cases[key]["status"] for key in differing} == {"within-tolerance"}
+        assert all("the same speech" in cases[key]["detail"] for key in differing)
+    else:
+        failed = {key for key, c in cases.items() if c["verdict"] == "fail"}
+        assert failed and {cases[key]["cause"] for key in failed} == {"different-speech"}
+        assert all(cases[key]["speech"]["durations"][1] < cases[key]["speech"]["durations"][0] for key in failed)
