@@ -165,3 +165,33 @@ def test_diff_at_the_speech_level_passes_other_bits_of_the_same_words_and_fails_
         failed = {key for key, c in cases.items() if c["verdict"] == "fail"}
         assert failed and {cases[key]["cause"] for key in failed} == {"different-speech"}
         assert all(cases[key]["speech"]["durations"][1] < cases[key]["speech"]["durations"][0] for key in failed)
+
+
+@pytest.mark.parametrize("shared_steps, code", [("flip", 0), ("cut", 1)])
+def test_bench_at_the_speech_level_counts_bitwise_same_speech_and_different_speech_responses(
+    tmp_path, shared_steps, code
+):
+    engine = FakeMossLocalEngine(fixed=True, speak=True, shared_steps=shared_steps)
+    out = tmp_path / "bench.json"
+    with serving_vllm_omni(engine) as url:
+        result = moss(
+            "bench", "--server", url, "--requests", _requests(tmp_path), "--deploy", DEPLOY, "--level", "speech",
+            "--concurrency", "1,4", "--num-requests", "8", "--repeats", "1", "--warmup", "0", "--no-stream",
+            "--json", out,
+        )  # fmt: skip
+    assert result.exit_code == code, result.output
+    report = json.loads(out.read_text())
+    rows = {(r["arm"], r["max_concurrency"]): r["checks"] for r in report["results"]}
+    for arm in ("unseeded", "seeded"):
+        assert rows[(arm, 1)]["identical"] == 8  # one at a time: the bits of the request alone
+        loaded = rows[(arm, 4)]
+        assert loaded["identical"] + loaded["same-speech"] + loaded["different-speech"] == 8
+    responses = [r for r in report["responses"] if r["check"] in ("same-speech", "different-speech")]
+    assert responses and all(r["speech"]["measures"] for r in responses)  # every response's measures
+    different = [r for r in report["responses"] if r["check"] == "different-speech"]
+    if shared_steps == "flip":
+        assert not different and sum(rows[(arm, 4)]["same-speech"] for arm in ("unseeded", "seeded")) > 0
+    else:
+        assert different
+        named = " ".join(report["summary"]["varied"])
+        assert all(f"{r['label']} is not the same speech" in named for r in different)
