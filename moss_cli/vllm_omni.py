@@ -75,3 +75,15 @@ BATCH_ITEM_CAUSE = (
     "SpeechBatchItem has no seed field, entrypoints/openai/protocol/audio.py:446-463, and each item is "
     "merged into a speech request without one, serving_speech.py:2736-2765"
 )
+
+# What would make a server's bits independent of its batch: vLLM's batch-invariant mode (vLLM's
+# docs/features/batch_invariance.md: VLLM_BATCH_INVARIANT=1, beta, NVIDIA compute capability 9.0+).
+# vllm-omni 0.30.0 passes the variable on to vLLM (config/environment_variable_inventory.py:95) and
+# reads it in its own layers only for LTX-2 (diffusion/models/ltx2/ltx2_phase_adapter.py:211-212).
+BATCH_INVARIANT_ADVICE = (
+    "batch-invariant kernels on the server would make the bits stable: vLLM's VLLM_BATCH_INVARIANT=1 (beta, "
+    "NVIDIA GPUs of compute capability 9.0 or higher), which vllm-omni 0.30.0 passes on to vLLM "
+    "(config/environment_variable_inventory.py:95) but reads in its own layers only for LTX-2 "
+    "(diffusion/models/ltx2/ltx2_phase_adapter.py:211-212), so audit again with it set; or serve one request "
+    "at a time; or judge the audio at --level speech"
+)

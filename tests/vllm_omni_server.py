@@ -29,6 +29,13 @@ codec config (configuration_moss_audio_tokenizer_v2.py). Nothing here is copied 
 - The audio is 48 kHz stereo int16 (codec config): a few sinusoids per frame whose pitches and
   levels come from the frame's codes, shaped by the text, reference audio, ref_text and language. A row's
   audio never depends on other rows except through the shared generator.
+- `speak=True`: real words instead: espeak-ng reads the request's input (its pitch and rate set by the
+  conditioning), each frame a 80 ms slice of that speech at a level set by the frame's first code; the
+  gate stops when the words end. A different code changes the level, never the words.
+- Servers whose arithmetic depends on the batch (`shared_steps`): "flip": a row's first code flips
+  in every step it shares with other rows, as a GPU's kernels round a row differently at another
+  batch shape (seeded rows alike; its random stream stays its own); "cut": the same, and a row whose
+  first step is shared says only the first half of its words (`GenerationJob.cut`).
 
 Run it with `serving_vllm_omni(engine)`, which yields the base URL of a server on 127.0.0.1.
 """
@@ -43,11 +50,14 @@ import json
 import math
 import re
 import struct
+import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from http import HTTPStatus
 from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
@@ -323,8 +333,13 @@ class GenerationJob:
     """One request inside the engine. `chunks()` yields float32 [2, samples] arrays in the deploy's
     chunking (1 frame, then 15 frames each) and raises if the engine failed the request."""
 
-    def __init__(self, cond: Conditioning, seed: int | None, rng_source: str, max_frames: int) -> None:
+    def __init__(
+        self, cond: Conditioning, seed: int | None, rng_source: str, max_frames: int, spoken: str | None = None
+    ) -> None:
         self.conditioning = cond
+        self.spoken = spoken  # speak=True: the words it says (None: sinusoids)
+        self.cut = False  # it said only the first half of its words (shared_steps="cut")
+        self.speech = None if spoken is None else espeak(spoken, *voice_of(cond.key()))
         self.seed = seed  # the generator's seed (None: the shared generator)
         self.rng_source = rng_source  # "request" | "deploy" | "shared"
         self.max_frames = max_frames
@@ -345,8 +360,18 @@ class GenerationJob:
 
     def stop_probability(self, frame: int) -> float:
         """The gate's chance to stop at this frame: rises with the frame index past a length set
-        by the text."""
+        by the text (speaking: none before its words end, then at once)."""
+        if self.speech is not None:
+            words = -(-self.speech.shape[0] // FRAME_SAMPLES)
+            return 0.0 if frame < words else 1.0
         return 1.0 / (1.0 + math.exp((self._expected_frames - frame) / 2.0))
+
+    def say_half(self) -> None:
+        """Say only the first half of its words (before its first frame)."""
+        words = (self.spoken or "").split()
+        if len(words) > 1:
+            self.speech = espeak(" ".join(words[: len(words) // 2]), *voice_of(self._key))
+            self.cut = True
 
     def _flush(self) -> None:
         if self._pending:
@@ -355,7 +380,10 @@ class GenerationJob:
 
     def _add_frame(self, codes: np.ndarray) -> None:
         self.codes.append(codes)
-        self._pending.append(render_frame(self._key, codes))
+        if self.speech is not None:
+            self._pending.append(speak_frame(self._key, self.speech, self.frames, codes))
+        else:
+            self._pending.append(render_frame(self._key, codes))
         self.frames += 1
         if self.frames == FIRST_CHUNK_FRAMES or (self.frames - FIRST_CHUNK_FRAMES) % CHUNK_FRAMES == 0:
             self._flush()
@@ -402,6 +430,43 @@ def render_frame(key: bytes, codes: np.ndarray) -> np.ndarray:
     return np.stack([left, right]).astype(np.float32)
 
 
+def voice_of(key: bytes) -> tuple[int, int]:
+    """espeak-ng's pitch (0-99) and words per minute for a conditioning: another voice, another sound."""
+    return 30 + key[0] % 40, 150 + key[1] % 30
+
+
+@lru_cache(maxsize=256)
+def espeak(text: str, pitch: int, rate: int) -> np.ndarray:
+    """float32 [samples] at 48 kHz, peak 0.5: espeak-ng reading `text` (deterministic for its inputs),
+    without the silence at either end."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/said.wav"
+        subprocess.run(
+            ["espeak-ng", "-v", "en-us", "-p", str(pitch), "-s", str(rate), "-w", path, text],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        said, rate_hz = sf.read(path, dtype="float32")
+    said = said if said.ndim == 1 else said.mean(axis=1)
+    loud = np.flatnonzero(np.abs(said) > 0.01 * float(np.abs(said).max()))
+    said = said[loud[0] : loud[-1] + 1]  # without espeak-ng's silence at either end: a clip of speech
+    times = np.arange(int(len(said) * SAMPLE_RATE / rate_hz)) / SAMPLE_RATE
+    resampled = np.interp(times, np.arange(len(said)) / rate_hz, said)
+    return (0.5 * resampled / max(float(np.abs(resampled).max()), 1e-6)).astype(np.float32)
+
+
+def speak_frame(key: bytes, speech: np.ndarray, frame: int, codes: np.ndarray) -> np.ndarray:
+    """float32 [2, FRAME_SAMPLES]: the frame's slice of the speech (silence past its end) at a level
+    from its first code; the key sets the stereo balance."""
+    part = np.zeros(FRAME_SAMPLES, dtype=np.float32)
+    said = speech[frame * FRAME_SAMPLES : (frame + 1) * FRAME_SAMPLES]
+    part[: said.shape[0]] = said
+    level = 0.8 + 0.2 * codes[0] / CODEBOOK_SIZE
+    balance = 0.8 + key[1] / 255.0 * 0.4
+    return np.stack([level * part, level * balance * part]).astype(np.float32)
+
+
 class FakeMossLocalEngine:
     """A continuous-batching stand-in for stage 0 + codec of MOSS-TTS-Local (gpu_model_runner.py).
 
@@ -420,6 +485,10 @@ class FakeMossLocalEngine:
     the deploy's stage-0 cap): max_new_tokens is a cap, not a length, as in vllm-omni, where it
     only sets stage-0 max_tokens and the Local talker never reads max_new_frames (moss_tts.py).
 
+    `speak`: real words (espeak-ng) instead of sinusoids; `shared_steps`: None (rows never change one
+    another), "flip" (a row's first code flips in each step it shares: batch-dependent arithmetic)
+    or "cut" (that, and a row whose first step is shared says half of its words).
+
     `fail_at_frame`: the engine fails every request when it reaches that frame (to test errors
     mid-stream). `received`/`received_batches` hold every JSON body posted to the speech and
     batch routes (as parsed from JSON, unknown fields included); `requests` the validated speech
@@ -434,8 +503,12 @@ class FakeMossLocalEngine:
         step_s: float = 0.002,
         *,
         fail_at_frame: int | None = None,
+        speak: bool = False,
+        shared_steps: str | None = None,
     ) -> None:
         self.fixed = fixed
+        self.speak = speak
+        self.shared_steps = shared_steps
         self.deploy_seed = deploy_seed
         self.max_tokens = max_tokens
         self.step_s = step_s
@@ -451,15 +524,18 @@ class FakeMossLocalEngine:
         self._task: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
 
-    def submit(self, cond: Conditioning, tts_local_seed: int | None, max_frames: int | None) -> GenerationJob:
-        """Add a request; it joins the batch at the next step. Call from the server's event loop."""
+    def submit(
+        self, cond: Conditioning, tts_local_seed: int | None, max_frames: int | None, spoken: str = ""
+    ) -> GenerationJob:
+        """Add a request (`spoken`: the words it says, where the engine speaks); it joins the batch
+        at the next step. Call from the server's event loop."""
         if tts_local_seed is not None:
             seed, source = tts_local_seed, "request"
         elif self.fixed and self.deploy_seed is not None:
             seed, source = self.deploy_seed, "deploy"
         else:
             seed, source = None, "shared"
-        job = GenerationJob(cond, seed, source, max_frames or self.max_tokens)
+        job = GenerationJob(cond, seed, source, max_frames or self.max_tokens, spoken if self.speak else None)
         self.jobs.append(job)
         self._ensure_running()
         self._waiting.append(job)
@@ -495,16 +571,19 @@ class FakeMossLocalEngine:
             self._waiting = []
             self._active = [job for job in self._active if not job.done]  # cancelled while waiting
             self.steps += 1
+            shared = len(self._active) > 1
             for job in self._active:
                 job.max_batch = max(job.max_batch, len(self._active))
+                if shared and self.shared_steps == "cut" and job.steps == 0:
+                    job.say_half()
                 try:
-                    self._step(job)
+                    self._step(job, shared)
                 except Exception as exc:  # a bug here fails the request instead of hanging it
                     job._finish("error", exc)
             self._active = [job for job in self._active if not job.done]
             await asyncio.sleep(self.step_s)
 
-    def _step(self, job: GenerationJob) -> None:
+    def _step(self, job: GenerationJob, shared: bool = False) -> None:
         rng = job.rng if job.rng is not None else self._shared_rng
         draws = rng.random(1 + N_VQ)  # the gate, then codebooks 0..11, from one stream
         job.steps += 1
@@ -514,7 +593,10 @@ class FakeMossLocalEngine:
         if self.fail_at_frame is not None and job.frames >= self.fail_at_frame:
             job._finish("error", RuntimeError(f"the fake engine failed at frame {job.frames}"))
             return
-        job._add_frame(np.minimum((draws[1:] * CODEBOOK_SIZE).astype(np.int64), CODEBOOK_SIZE - 1))
+        codes = np.minimum((draws[1:] * CODEBOOK_SIZE).astype(np.int64), CODEBOOK_SIZE - 1)
+        if shared and self.shared_steps is not None:  # another batch shape rounds another way: a code flips
+            codes[0] = (codes[0] + CODEBOOK_SIZE // 2) % CODEBOOK_SIZE
+        job._add_frame(codes)
         if job.frames >= job.max_frames:
             job._finish("length")
 
@@ -771,7 +853,7 @@ class _SpeechService:
         if request.seed is not None:
             seed_value = request.seed
         seed = None if seed_value is None else int(seed_value)
-        return self.engine.submit(cond, seed, request.max_new_tokens)
+        return self.engine.submit(cond, seed, request.max_new_tokens, request.input)
 
     async def collect(self, job: GenerationJob) -> np.ndarray:
         """The whole audio, float [2, T]; with no frames a mono array of 0 samples (serving_speech.py)."""

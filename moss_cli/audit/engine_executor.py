@@ -165,6 +165,7 @@ class EngineExecutor:
             options.strict_unseeded,
             self.sample_rate,
             allow_unseeded=options.allow_unseeded,
+            speech=options.speech,
         )
 
     def deploy_seeds(self, reference: dict[str, Outcome]) -> dict[str, int | None]:

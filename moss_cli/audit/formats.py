@@ -9,14 +9,16 @@ from .. import __version__
 from ..report.files import json_safe
 from .compare import format_audio, format_divergence
 from .golden import GoldenCheck
+from .questions import composed_cases, seed_cases
 from .runner import AuditResult
 from .server_report import server_markdown
-from .summary import outcome, summary, worst_cases
-from .verdicts import Case
+from .summary import QUESTIONS, outcome, question_lines, summary, worst_cases
+from .verdicts import SAME_SPEECH, Case, describe_speech
 
-# Version 2: each request's verdict over all its comparisons, for local and server audits alike
-# (`verdicts`; a server audit's `server.requests` holds the same).
-FORMAT = "moss-audit/2"
+# Version 3: the seed and numerics questions answered apart (`questions`, and each server path's);
+# each comparison says whether it was alone and, at --level speech, its speech measures. Version 2:
+# each request's verdict over all its comparisons (`verdicts`; a server audit's `server.requests`).
+FORMAT = "moss-audit/3"
 
 
 def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
@@ -27,6 +29,7 @@ def to_json(result: AuditResult, golden: GoldenCheck | None) -> dict:
             "version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "summary": summary(result, golden),
+            "questions": result.questions,
             "options": {
                 "level": result.options.level,
                 "min_snr_db": result.options.min_snr_db,
@@ -76,6 +79,8 @@ def _failure_text(case: Case) -> str:
         lines.append(f"first differing {format_divergence(cmp)}")
     if cmp is not None:
         lines.append(f"PCM equal: {cmp.pcm_equal}; {format_audio(cmp)}")
+    if case.speech is not None:
+        lines.append(f"speech: {describe_speech(case.speech)}")
     return "\n".join(lines)
 
 
@@ -127,6 +132,10 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
         total += len(cases)
         failures += sum(c.failed for c in cases)
         skipped += sum(c.verdict == "unseeded" for c in cases)
+    for key in QUESTIONS:
+        if key in result.questions:
+            counted = _question_suite(root, result, key)
+            total, failures, skipped = total + counted[0], failures + counted[1], skipped + counted[2]
     if result.server:
         counted = _paths_suite(root, result)
         total, failures, skipped = total + counted[0], failures + counted[1], skipped + counted[2]
@@ -166,6 +175,43 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
     root.set("skipped", str(skipped))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _question_suite(root: ET.Element, result: AuditResult, key: str) -> tuple[int, int, int]:
+    """One question (audit.seed, audit.numerics): a testcase per request it judged, timed by its
+    comparisons there, failed where the request fails that question, skipped (with why) where it
+    only warns there."""
+    answer = result.questions[key]
+    warned = answer.get("warned") or {}
+    if key == "numerics":
+        warned = {r: NUMERIC_WARNING for r in answer["differ"] if r not in answer["failed"]}
+    judged: dict[str, float] = {}
+    for case in seed_cases(result.cases) if key == "seed" else composed_cases(result.cases):
+        judged[case.request] = judged.get(case.request, 0.0) + case.wall_s
+    failures = sum(r in answer["failed"] for r in judged)
+    skipped = sum(r in warned and r not in answer["failed"] for r in judged)
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name=f"audit.{key}",
+        tests=str(len(judged)),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+        time=_seconds(sum(judged.values())),
+    )
+    for request, took in judged.items():
+        tc = ET.SubElement(suite, "testcase", classname=f"audit.{key}", name=request, time=_seconds(took))
+        if request in answer["failed"]:
+            cause = answer["failed"][request]
+            ET.SubElement(tc, "failure", message=f"{cause}: {answer['line']}", type=cause).text = answer["line"]
+        elif request in warned:
+            ET.SubElement(tc, "skipped", message=warned[request])
+    ET.SubElement(suite, "system-out").text = answer["line"]
+    return len(judged), failures, skipped
+
+
+NUMERIC_WARNING = "numeric-batch-variance: other bits in a composition, the same speech (a warning)"
 
 
 def _paths_suite(root: ET.Element, result: AuditResult) -> tuple[int, int, int]:
@@ -214,13 +260,16 @@ def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
     out = [
         f"## {icon} moss audit-determinism: {'passed' if s['passed'] else outcome(s)}",
         "",
+        *(f"- **{line.split(': ', 1)[0]}**: {line.split(': ', 1)[1]}" for line in question_lines(result)),
+        "",
         f"Level `{s['level']}`, {s['requests']} requests, {s['cases']} comparisons, {s['elapsed_s']:.1f} s {where}.",
         "",
-        "| scenario | pass | fail | unseeded |",
-        "|---|---:|---:|---:|",
+        "| scenario | pass | fail | unseeded | same speech |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name, counts in s["scenarios"].items():
-        out.append(f"| {name} | {counts.get('pass', 0)} | {counts.get('fail', 0)} | {counts.get('unseeded', 0)} |")
+        counted = " | ".join(str(counts.get(k, 0)) for k in ("pass", "fail", "unseeded", SAME_SPEECH))
+        out.append(f"| {name} | {counted} |")
     worst = worst_cases(result)
     if worst:
         out += [

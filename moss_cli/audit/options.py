@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import MossError
-from ..measures import check_level
+from ..measures import LEVELS, check_level
+from ..measures.speech import SpeechThresholds, require_speech
 from ..pipeline.options import SynthOptions
 from .scenarios import SCENARIOS, SERVER_SCENARIOS
 
@@ -26,6 +27,7 @@ class AuditOptions:
     scenarios: tuple[str, ...] | None = None  # None: every scenario the executor can compose
     level: str = "codes"
     min_snr_db: float = 60.0
+    speech: SpeechThresholds = field(default_factory=SpeechThresholds)  # --level speech: what the same speech is
     strict_unseeded: bool = False
     allow_unseeded: bool = False  # an unseeded request that differs alone-vs-alone is a warning, not a failure
     command: str | None = None  # the command line that asked for this audit, as the reports show it
@@ -54,7 +56,8 @@ class AuditOptions:
         """The scenarios to run, checked (with the other options); the repeat first, since every
         verdict rests on it."""
         known = SERVER_SCENARIOS if self.server is not None else SCENARIOS
-        check_level(self.level, ("codes", "waveform", "bitwise"))
+        if check_level(self.level, LEVELS) == "speech":
+            require_speech()
         if self.allow_unseeded and self.strict_unseeded:
             raise MossError(
                 "--allow-unseeded accepts unseeded requests that vary and --strict-unseeded fails them: give one",

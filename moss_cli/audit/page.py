@@ -17,7 +17,8 @@ from ..report.page import (
     verdict_view,
 )
 from .server_report import server_blocks
-from .summary import outcome
+from .summary import QUESTIONS, outcome
+from .verdicts import SAME_SPEECH
 
 LOGITS_NOTE = (
     "Top logits: rank by rank, the request's largest logits in each composition at its first diverging draw "
@@ -86,6 +87,7 @@ def _pair(n: int, case: dict) -> PairView:
         where = f", first diverging frame {cmp['first_frame']}, codebook {cmp['first_codebook']}"
     metrics = [("attribution", cause), ("seed source", case.get("seed_source", "-"))] + _comparison_metrics(cmp)
     metrics.append(("first divergence", f"{_seconds(cmp.get('first_diverging_s'))} s{where}"))
+    metrics += _speech_metrics(case.get("speech"))
     if why.get("max_logit_diff") is not None:
         metrics.append(("largest logit difference", f"{why['max_logit_diff']:.3g} ({why.get('head')})"))
     pair = PairView(
@@ -101,6 +103,19 @@ def _pair(n: int, case: dict) -> PairView:
         pair.logits = logits_table(why["top_logits"], ("alone", case["run"]))
         pair.logits_note = f"Head {why.get('head')}, frame {why.get('frame')} ({cause})."
     return pair
+
+
+def _speech_metrics(speech: dict | None) -> list[tuple[str, str]]:
+    """--level speech: whether it is the same speech, each measure next to its threshold, both durations."""
+    if not speech:
+        return []
+    out = [("same speech", "yes" if speech["same"] else f"no ({speech['failed']} failed)")]
+    for m in speech["measures"]:
+        value = m["value"] if isinstance(m["value"], str) or m["value"] is None else f"{m['value']:.3g}"
+        out.append((f"{m['name']} (threshold {m['threshold']})", f"{value}{'' if m['passed'] else ': FAILED'}"))
+    alone_s, here_s = speech["durations"]
+    out.append(("duration (alone / here)", f"{alone_s:.2f} s / {here_s:.2f} s"))
+    return out + [("note", note) for note in speech.get("notes") or []]
 
 
 def _column(case: dict) -> str:
@@ -133,7 +148,11 @@ def _matrix(doc: dict, cases: list[dict], anchors: dict[int, str], level: str) -
         verdict = verdicts.get(key, {}).get("verdict")
         rows.append((f"{key} ({verdict})" if verdict else key, row))
     shown = sorted({cell.status for _, row in rows for cell in row if cell}, key=_rank)
-    meaning = {"fail": "a violation", "pass": f"the same as the request alone (level {level})"}
+    meaning = {
+        "fail": "a violation",
+        "pass": f"the same as the request alone (level {level})",
+        SAME_SPEECH: "other bits than alone, the same speech (numeric batch variance: a warning)",
+    }
     legend = [(status, meaning.get(status, "differs, not a failure")) for status in shown]
     legend += [("absent", "not in that composition")] if any(None in row for _, row in rows) else []
     return Matrix(
@@ -193,9 +212,10 @@ def audit_view(doc: dict) -> PageView:
         classes.append(case["verdict"])
     headers = ["status", "scenario", "run", "request", "seed source", "attribution", "frame", "codebook", "second"]
     table = Table(headers + ["SNR dB", "LSD dB", "max abs", "pair"], rows, classes, sortable=True)
+    kinds = ("pass", "fail", "unseeded", SAME_SPEECH)
     per_scenario = Table(
-        ["scenario", "pass", "fail", "unseeded"],
-        [[name, c.get("pass", 0), c.get("fail", 0), c.get("unseeded", 0)] for name, c in s["scenarios"].items()],
+        ["scenario", "pass", "fail", "unseeded", "same speech"],
+        [[name, *(c.get(k, 0) for k in kinds)] for name, c in s["scenarios"].items()],
     )
     causes = dict(s.get("causes") or {})
     if s.get("unseeded"):
@@ -209,14 +229,18 @@ def audit_view(doc: dict) -> PageView:
         sections.append((f"Server {doc['server']['url']}", server_blocks(doc["server"])))
     if doc.get("golden"):
         sections.append((f"Golden baseline {doc['golden'].get('path', '')}", _drift(doc["golden"])))
+    questions = doc.get("questions") or {}
     facts = [
+        *((name, questions[key]["line"]) for key, name in QUESTIONS.items() if key in questions),
         ("requests", f"{s['requests']} ({options.get('requests', '-')})"),
         ("comparisons", str(s["cases"])),
         ("server", env["server"]) if "server" in env else ("torch / device / dtype / threads", _platform(env)),
     ]
+    answers = "".join(f"{name}: {questions[key]['verdict']}. " for key, name in QUESTIONS.items() if key in questions)
+    same = f", {s['same_speech']} the same speech only" if s.get("same_speech") else ""
     headline = (
-        f"{s['failures']} violation(s), {s['unseeded']} unseeded difference(s) in {s['cases']} comparisons "
-        f"of {s['requests']} requests, level {level}, {s['elapsed_s']:.1f} s."
+        f"{answers}{s['failures']} violation(s), {s['unseeded']} unseeded difference(s){same} in {s['cases']} "
+        f"comparisons of {s['requests']} requests, level {level}, {s['elapsed_s']:.1f} s."
     )
     pairs = [_pair(n, c) for n, c in enumerate(diverging, start=1)]
     notes = [w["message"] for w in doc.get("warnings") or []]

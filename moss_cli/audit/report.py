@@ -18,17 +18,25 @@ from .compare import format_audio
 from .formats import junit_xml, markdown, to_json
 from .golden import GoldenCheck
 from .runner import AuditResult
-from .summary import outcome, summary, worst_cases
+from .summary import outcome, question_lines, summary, worst_cases
+from .verdicts import SAME_SPEECH
 
 __all__ = ["render", "write_reports", "summary", "outcome", "to_json", "junit_xml", "markdown"]
 
 
 def render(console: Console, result: AuditResult, golden: GoldenCheck | None) -> None:
     s = summary(result, golden)
+    for line, (key, answer) in zip(question_lines(result), result.questions.items()):
+        style = {True: "green", False: "red"}.get(answer["passed"], "yellow")
+        if answer["passed"] and answer["verdict"] not in ("pass", "batch-invariant"):
+            style = "yellow"  # a warning
+        name, said = line.split(": ", 1)
+        console.print(f"[bold]{name}:[/] [{style}]{escape(said)}[/]", highlight=False)
     runs: dict[str, set] = {}
     for case in result.cases:
         runs.setdefault(case.scenario, set()).add(case.run)
     rows = []
+    counts_shown = ("pass", "fail", "unseeded") + ((SAME_SPEECH,) if s["same_speech"] else ())
     for name, counts in s["scenarios"].items():
         causes = Counter(c.attribution.cause for c in result.cases if c.scenario == name and c.failed and c.attribution)
         verdict = (
@@ -36,10 +44,11 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
             if not counts.get("fail")
             else "[red]fail[/] (" + ", ".join(f"{k} x{v}" for k, v in causes.items()) + ")"
         )
-        counted = [str(counts.get(key, 0)) for key in ("pass", "fail", "unseeded")]
+        counted = [str(counts.get(key, 0)) for key in counts_shown]
         rows.append([escape(name), escape(", ".join(sorted(runs[name]))), *counted, verdict])
-    headers = ("scenario", "runs", "pass", "fail", "unseeded", "verdict")
-    print_table(console, headers, rows, title=f"moss audit-determinism (level {s['level']})", right=headers[2:5])
+    headers = ("scenario", "runs", *(c.replace("-", " ") for c in counts_shown), "verdict")
+    title = f"moss audit-determinism (level {s['level']})"
+    print_table(console, headers, rows, title=title, right=headers[2 : 2 + len(counts_shown)])
     worst = worst_cases(result)[:10]
     if worst:
         # Short cells; the prose of each divergence goes below the table, where it wraps at spaces.
@@ -77,8 +86,9 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
     status = "[bold green]PASSED[/]" if s["passed"] else f"[bold red]{outcome(s)}[/]"
     warned = f", {s['warnings']} warning(s)" if s["warnings"] else ""
     compiled = f" ({s['compile_s']:.1f} s compiling)" if s["compile_s"] is not None else ""
+    same = f", {s['same_speech']} the same speech only" if s["same_speech"] else ""
     console.print(
-        f"{status}: {s['failures']} violation(s), {s['unseeded']} unseeded difference(s), "
+        f"{status}: {s['failures']} violation(s), {s['unseeded']} unseeded difference(s){same}, "
         f"{s['cases']} comparisons in {s['elapsed_s']:.1f} s{compiled}{warned}"
     )
 

@@ -15,6 +15,7 @@ from ..config.requests import Request
 from ..io.outcome import Outcome
 from .mixups import MixUp, MixUpLog
 from .options import AuditOptions
+from .questions import answer
 from .scenarios import SERVER_PATHS, Run, Skipped, Target, build_runs, reference_run, seed_probes
 from .verdicts import (
     Alone,
@@ -25,6 +26,7 @@ from .verdicts import (
     another_requests_audio,
     judge,
     mixed_up,
+    numeric_variance,
     path_verdicts,
     request_verdicts,
 )
@@ -48,6 +50,7 @@ class AuditResult:
     server: dict | None = None  # a server audit: its URL, requests in flight, probes, retries
     compile_s: float | None = None  # --compile: part of elapsed_s spent compiling the frame step
     verdicts: dict[str, dict] = field(default_factory=dict)  # request -> its verdict over every comparison
+    questions: dict = field(default_factory=dict)  # the seed and numerics questions, answered apart (questions.py)
 
     @property
     def passed(self) -> bool:
@@ -142,19 +145,26 @@ class Auditor:
                         evidence=executor.evidence(run, key),
                         attribute=executor.attribution(baseline, run, key),
                         batch_item=member.batched,
+                        sent_alone=run.alone,
+                        request=member.request,
+                        path=run.path(key) if executor.target.server else None,
                     )
                     case.wall_s = got[key].wall_s + time.perf_counter() - judged
                     cases += _on_paths(run, [case], executor)
             scenario_s[scenario] = time.perf_counter() - began
         for scenario in skipped:
             del scenario_s[scenario]
+        numeric_variance(cases)
         verdicts = request_verdicts(cases, keys)
         server = executor.report(verdicts)
+
+        def questions(judged: list[Case], requests: list[str]) -> dict:
+            return answer(judged, requests, opts.level, executor.target.server)
+
         if server is not None:
             server["skipped"] = skipped
-            server["paths"] = path_verdicts(
-                cases, {path: scenario for path, (_, scenario) in SERVER_PATHS.items()}, self.scenarios, skipped
-            )
+            paths = {path: scenario for path, (_, scenario) in SERVER_PATHS.items()}
+            server["paths"] = path_verdicts(cases, paths, self.scenarios, skipped, questions)
         return AuditResult(
             AuditOptions(**{**opts.__dict__, "scenarios": tuple(s for s in self.scenarios if s not in skipped)}),
             cases,
@@ -170,6 +180,7 @@ class Auditor:
             server=server,
             compile_s=executor.compile_s(),
             verdicts=verdicts,
+            questions=questions(cases, keys),
         )
 
 

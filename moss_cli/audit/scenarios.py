@@ -283,10 +283,11 @@ def _runs(name: str, audited: list[Request], target: Target, workdir: Path) -> l
 
 
 def batch_runs(audited: list[Request], target: Target) -> list[Run]:
-    """The batch route's run: every request an item can carry (no seed, no field a vllm-omni batch
-    item lacks: speech_api.batch_item_lacks) in one batch call, at most BATCH_MAX_ITEMS to a call;
-    at the same time the other requests and two seeded neighbours as single requests, so items and
-    single requests share the server's batch. None where no request can be an item."""
+    """The batch route's runs: every request an item can carry (no seed, no field a vllm-omni batch
+    item lacks: speech_api.batch_item_lacks) first alone, each the one item of its own call (the seed
+    question), then in one batch call, at most BATCH_MAX_ITEMS to a call, while the other requests
+    and two seeded neighbours go as single requests, so items and single requests share the server's
+    batch. None where no request can be an item."""
     items = [m for m in members(audited) if not batch_item_lacks(m.request)]
     if not items:
         return []
@@ -297,7 +298,11 @@ def batch_runs(audited: list[Request], target: Target) -> list[Run]:
     batched = [dataclasses.replace(m, batched=True) for m in items]
     calls = "one-call" if len(items) <= BATCH_MAX_ITEMS else f"{-(-len(items) // BATCH_MAX_ITEMS)}-calls"
     label = f"{len(items)}-items-in-{calls}-with-{len(singles) + len(neighbours)}-single-requests"
-    return [Run(label, interleave(batched, singles + neighbours), needs="batch")]
+    return [
+        # Alone, an item has the shapes of the single request alone: whether it gets the deploy seed.
+        Run("each-item-alone-in-its-own-call", batched, alone=True, needs="batch"),
+        Run(label, interleave(batched, singles + neighbours), needs="batch"),
+    ]
 
 
 def other_seed(seed: int) -> int:

@@ -28,6 +28,7 @@ from ..remote.reply import Reply
 from ..remote.request_file import read_for_server, reference_sha256
 from ..remote.voice import refuse_unvoiced, voice_refusal
 from ..speech_api import BATCH_PATH, batch_item_lacks, body_from_request
+from .attribution import Attribution
 from .builtin import builtin_requests
 from .scenarios import (
     BATCH_MAX_ITEMS,
@@ -40,7 +41,7 @@ from .scenarios import (
     voice_neighbour_requests,
     with_voice,
 )
-from .verdicts import DEPLOY_HINT, Rules
+from .verdicts import DEPLOY_HINT, RNG_COUPLING, Attribute, Rules
 
 if TYPE_CHECKING:
     from .options import AuditOptions
@@ -193,7 +194,7 @@ class ServerExecutor:
             return list(zip(items, replies))
 
         if run.alone:
-            got = [pair for m in run.members for pair in await one(m, 0.0)]
+            got = [pair for m in run.members for pair in await (batch([m]) if m.batched else one(m, 0.0))]
         else:
             stagger = self.stagger_s or 0.0  # members that are not late go at once
             items = [m for m in run.members if m.batched]
@@ -236,6 +237,7 @@ class ServerExecutor:
             server=True,
             deploy_seed=self.deploy_seed,
             greedy=frozenset(self.greedy),
+            speech=options.speech,
         )
 
     def deploy_seeds(self, reference: dict[str, Outcome]) -> dict[str, int | None]:
@@ -252,8 +254,18 @@ class ServerExecutor:
             return f" ({reply.server_in_flight} requests in flight together, by the server's count)"
         return f" ({reply.in_flight} requests in flight together, as this audit sent them)"
 
-    def attribution(self, reference_run: Run, run: Run, key: str) -> None:
-        return None  # a server cannot be replayed: its audio alone tells
+    def attribution(self, reference_run: Run, run: Run, key: str) -> Attribute | None:
+        """A server cannot be replayed: its audio alone tells, unless it says its draws come from one
+        global stream (`moss serve --legacy-global-rng` reports it in its environment), which
+        explains any difference in a composition: the random stream depends on the batch."""
+        if not (self.served or {}).get("legacy_global_rng"):
+            return None
+        where = f"{run.name}{self.evidence(run, key)}"
+        return lambda cmp: Attribution(
+            RNG_COUPLING,
+            f"identical in two runs alone, different in {where}: the server reports that every request draws from "
+            "one global random stream (legacy_global_rng), so its draws depend on the batch",
+        )
 
     def environment(self) -> dict:
         """The server's own account of its engine where it gives one (`moss serve`: the fields of a

@@ -14,7 +14,24 @@ from .runner import AuditResult
 from .scenarios import SERVER_PATHS
 
 STYLE = {"identical": "green", "unseeded": "yellow", "skipped": "yellow", "not audited": "dim"}
-PATH_COLUMNS = ("path", "route", "verdict", "requests", "comparisons", "detail")
+PATH_COLUMNS = ("path", "route", "verdict", "seed", "numerics", "requests", "comparisons", "detail")
+
+
+def style(v: dict) -> str:
+    """A verdict's colour: known ones by name; else red where it failed, yellow where it only warns."""
+    return STYLE.get(v["verdict"], "red" if v.get("passed") is not True else "yellow")
+
+
+def status(v: dict) -> str:
+    """A request's verdict as the page's row class: pass (identical), fail, or the verdict itself (a warning)."""
+    if v["verdict"] == "identical":
+        return "pass"
+    return v["verdict"] if v.get("passed", v["verdict"] == "unseeded") else "fail"
+
+
+def _question(v: dict, key: str) -> str:
+    answer = (v.get("questions") or {}).get(key)
+    return "-" if answer is None else answer["verdict"]
 
 
 def path_status(v: dict) -> str:
@@ -24,7 +41,7 @@ def path_status(v: dict) -> str:
         return ""
     if not v["passed"]:
         return "fail"
-    return "unseeded" if v["verdict"] == "unseeded" else "pass"
+    return "pass" if v["verdict"] == "identical" else v["verdict"]
 
 
 def path_rows(server: dict, brief: bool = False) -> list[list[str]]:
@@ -39,7 +56,10 @@ def path_rows(server: dict, brief: bool = False) -> list[list[str]]:
                 key if cause == v["verdict"] else f"{key} ({cause})" for key, cause in v["failed"].items()
             )
             detail = f"failed: {named}; first in {v['where']}" + ("" if brief else f": {detail}")
-        rows.append([path, SERVER_PATHS[path][0], v["verdict"], str(v["requests"]), str(v["comparisons"]), detail])
+        answers = [_question(v, "seed"), _question(v, "numerics")]
+        rows.append(
+            [path, SERVER_PATHS[path][0], v["verdict"], *answers, str(v["requests"]), str(v["comparisons"]), detail]
+        )
     return rows
 
 
@@ -64,12 +84,12 @@ def render_server(console: Console, result: AuditResult) -> None:
     server = result.server
     url = escape(server["url"])
     rows = [
-        [*map(escape, row[:2]), f"[{STYLE.get(row[2], 'red')}]{escape(row[2])}[/]", *map(escape, row[3:])]
-        for row in path_rows(server, brief=True)
+        [*map(escape, row[:2]), f"[{style(v)}]{escape(row[2])}[/]", *map(escape, row[3:])]
+        for row, v in zip(path_rows(server, brief=True), server["paths"].values())
     ]
-    print_table(console, PATH_COLUMNS, rows, title=f"server {url}: verdict per path", right=PATH_COLUMNS[3:5])
+    print_table(console, PATH_COLUMNS, rows, title=f"server {url}: verdict per path", right=PATH_COLUMNS[5:7])
     rows = [
-        [escape(key), f"[{STYLE.get(v['verdict'], 'red')}]{escape(v['verdict'])}[/]", escape(v["detail"])]
+        [escape(key), f"[{style(v)}]{escape(v['verdict'])}[/]", escape(v["detail"])]
         for key, v in server["requests"].items()
     ]
     print_table(console, ("request", "verdict", "detail"), rows, title=f"server {url}: verdict per request")
@@ -92,7 +112,7 @@ def server_markdown(result: AuditResult) -> list[str]:
         f"### Server `{server['url']}`",
         "",
         "| " + " | ".join(PATH_COLUMNS) + " |",
-        "|---|---|---|---:|---:|---|",
+        "|---|---|---|---|---|---:|---:|---|",
         *(f"| `{path}` | {route} | {' | '.join(rest)} |" for path, route, *rest in path_rows(server)),
         "",
         "| request | verdict | detail |",
@@ -118,10 +138,7 @@ def server_blocks(server: dict) -> list:
     requests = page.Table(
         ["request", "verdict", "detail"],
         [[key, v["verdict"], v["detail"]] for key, v in verdicts.items()],
-        [
-            "pass" if v["verdict"] == "identical" else v["verdict"] if v["verdict"] == "unseeded" else "fail"
-            for v in verdicts.values()
-        ],
+        [status(v) for v in verdicts.values()],
     )
     runs = page.Table(
         ["run", "sent", "most in flight (client)", "most in flight (server)"],

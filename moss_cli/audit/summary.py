@@ -6,7 +6,14 @@ from collections import Counter
 
 from .golden import GoldenCheck
 from .runner import AuditResult
-from .verdicts import Case
+from .verdicts import SAME_SPEECH, Case
+
+QUESTIONS = {"seed": "Seed", "numerics": "Numerics"}  # the two questions, as every report names them
+
+
+def question_lines(result: AuditResult) -> list[str]:
+    """The first lines of every report: the seed question's answer, then the numerics'."""
+    return [f"{name}: {result.questions[key]['line']}" for key, name in QUESTIONS.items() if key in result.questions]
 
 
 def summary(result: AuditResult, golden: GoldenCheck | None) -> dict:
@@ -23,6 +30,7 @@ def summary(result: AuditResult, golden: GoldenCheck | None) -> dict:
         "cases": len(result.cases),
         "failures": sum(c.failed for c in result.cases),
         "unseeded": sum(c.verdict == "unseeded" for c in result.cases),
+        "same_speech": sum(c.verdict == SAME_SPEECH for c in result.cases),
         "scenarios": {name: dict(counts) for name, counts in by_scenario.items()},
         "causes": dict(causes),
         "golden_drift": None if golden is None else len(golden.drifts),

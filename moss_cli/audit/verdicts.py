@@ -20,12 +20,21 @@ comparison of it means anything. Then a comparison that differs is, by its first
   or a seed the server says it applied);
 - a batch dependence: `rng-coupling` (the request's random stream depends on the batch) or
   `numeric` (the same stream, other logits), found by replaying both runs where the engine can be
-  replayed; `codec-numeric` (identical codes, other PCM); `batch-dependent` where only the audio
-  is known (a server);
+  replayed (or, on `moss serve`, where the server says its draws come from one global stream);
+  `codec-numeric` (identical codes, other PCM); where only the audio is known (a server),
+  `numeric-batch-variance` once seeded requests differ in compositions too (no seed explains
+  that: the server's arithmetic follows the batch; `numeric_variance`), else `batch-dependent`;
+- at `--level speech`, a composition's response that differs (a numeric cause) is judged by the
+  speech measures (measures.speech): the same speech passes with a warning (case verdict
+  `same-speech`, cause `numeric-batch-variance` on a server), other speech fails
+  `different-speech`, with each measure next to its threshold;
 - `audio-of-another-request` (a server that reports no codes): the request's audio equals, or
   nearly equals, that of another audited request in the same run although the two differ in what
   the talker reads or the voice it clones (mixups.CONDITIONING), so one response carries the other
   request's audio; a server that does so in every composition passes every other comparison.
+Comparisons alone (the repeat, the seed probes, a batch item sent alone) are bitwise at every level:
+a request alone has the same shapes every time, so no numerics can differ there. They decide the
+seed question, compositions the numerics question (questions.py: the two, answered apart).
 A request's verdict is the first of VERDICTS among its comparisons' causes, else `identical`; so is
 a server path's (`path_verdicts`: the single route, a stream, the batch route), over the comparisons
 of what it answered.
@@ -37,7 +46,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..config.effective import SeedSource
+from ..config.requests import Request
 from ..io.outcome import Outcome
+from ..measures.speech import SpeechJudgement, SpeechThresholds, judge_speech
 from ..measures.waveform import format_db
 from ..vllm_omni import BATCH_ITEM_CAUSE, RETRY_CAUSE, UNSEEDED_CAUSES
 from .attribution import Attribution, codec_numeric
@@ -48,16 +59,35 @@ BATCH_DEPENDENT, RUN_TO_RUN, SEED_IGNORED, UNSEEDED = "batch-dependent", "run-to
 DEPLOY_SEED_NOT_APPLIED = "deploy-seed-not-applied"
 UNSEEDED_NOT_REPRODUCIBLE = "unseeded-not-reproducible"
 AUDIO_OF_ANOTHER_REQUEST = "audio-of-another-request"
+NUMERIC_BATCH_VARIANCE = "numeric-batch-variance"
+DIFFERENT_SPEECH = "different-speech"
+RNG_COUPLING = "rng-coupling"
+SAME_SPEECH = "same-speech"  # a case's verdict: it differs, yet is the same speech (a warning)
 IDENTICAL = "identical"
-BATCH_CAUSES = (BATCH_DEPENDENT, "rng-coupling", "numeric", "codec-numeric")  # verdict: batch-dependent
-# First: a response that is not its request's audio makes every other comparison of it meaningless.
+BATCH_CAUSES = (BATCH_DEPENDENT, RNG_COUPLING, "numeric", "codec-numeric")  # verdict: batch-dependent
+# What each question's failures are (questions.py): whether a request's randomness is its own, and
+# whether the server's arithmetic follows the batch. A mix-up answers neither.
+SEED_CAUSES = (RUN_TO_RUN, DEPLOY_SEED_NOT_APPLIED, UNSEEDED_NOT_REPRODUCIBLE, SEED_IGNORED, RNG_COUPLING, UNSEEDED)
+NUMERIC_CAUSES = (
+    DIFFERENT_SPEECH,
+    BATCH_DEPENDENT,
+    NUMERIC_BATCH_VARIANCE,
+    "numeric",
+    "codec-numeric",
+    "nondeterministic",
+    "unknown",
+)
+# First: a response that is not its request's audio makes every other comparison of it meaningless;
+# then the seed question's failures, which make a request's compositions meaningless; then the numerics'.
 VERDICTS = (
     AUDIO_OF_ANOTHER_REQUEST,
     RUN_TO_RUN,
     DEPLOY_SEED_NOT_APPLIED,
     UNSEEDED_NOT_REPRODUCIBLE,
-    BATCH_DEPENDENT,
     SEED_IGNORED,
+    DIFFERENT_SPEECH,
+    BATCH_DEPENDENT,
+    NUMERIC_BATCH_VARIANCE,
     UNSEEDED,
 )
 DEPLOY_HINT = "pass --deploy FILE (the deploy file the server runs) to check that unseeded requests get its seed"
@@ -73,12 +103,14 @@ class Case:
     run: str
     request: str
     seed_source: str
-    verdict: str  # "pass" | "fail" | "unseeded"
+    verdict: str  # "pass" | "fail" | "unseeded" | "same-speech"
     comparison: Comparison | None
     attribution: Attribution | None = None
     wall_s: float = 0.0  # the request's time in this run, plus comparing (and attributing) it
     other: str | None = None  # audio-of-another-request: the request whose audio it was compared with (not alone)
     path: str | None = None  # a server: how it was asked for this audio (scenarios.SERVER_PATHS)
+    alone: bool = False  # compared alone with alone (the seed question), not in a composition
+    speech: SpeechJudgement | None = None  # --level speech: whether it is the same speech as alone
 
     @property
     def failed(self) -> bool:
@@ -96,6 +128,8 @@ class Case:
             "wall_s": self.wall_s,
             "other": self.other,
             "path": self.path,
+            "alone": self.alone,
+            "speech": self.speech.as_dict() if self.speech else None,
         }
 
 
@@ -109,6 +143,7 @@ class Rules:
     server: bool = False  # a server: the audio alone (and what its headers say)
     deploy_seed: int | None = None  # the deploy file's stage-0 seed, which unseeded requests must get (server)
     greedy: frozenset[str] = frozenset()  # requests decoded greedily (a server: where it honours it)
+    speech: SpeechThresholds = SpeechThresholds()  # --level speech: what the same speech is
 
 
 @dataclass(frozen=True)
@@ -132,9 +167,14 @@ def unseeded_causes(retried: bool, deploy_seed_known: bool = True) -> str:
     return causes if deploy_seed_known else f"{causes}; {TELL_APART}"
 
 
+def identical(cmp: Comparison) -> bool:
+    """Bitwise the same: what a comparison alone must be at every level (the same shapes every time)."""
+    return cmp.pcm_equal and cmp.codes_equal is not False
+
+
 def alone(request, reference: Outcome, repeat: Outcome, rules: Rules) -> Alone:
     cmp = compare(reference, repeat, rules.sample_rate)
-    if cmp.passes(rules.level, rules.min_snr_db):
+    if identical(cmp):
         return Alone(True)
     if request.id in rules.greedy:
         return Alone(False, RUN_TO_RUN, "greedy decoding, yet two runs alone differ")
@@ -196,30 +236,34 @@ def judge(
     evidence: str = "",
     attribute: Attribute | None = None,
     batch_item: bool = False,
+    sent_alone: bool = False,
+    request: Request | None = None,
+    path: str | None = None,
 ) -> Case:
     """One audited member compared with its reference. `expect` "different": a seed probe, whose
     audio must change; `evidence`: how many requests were in flight with it, for the detail;
     `attribute`: where the runs can be replayed (the engine), what explains differing codes;
     `batch_item`: sent as an item of a server's batch call, which carries no seed, so with a known
-    deploy seed it must be the deploy seed's audio, as the request alone is."""
+    deploy seed it must be the deploy seed's audio, as the request alone is; `sent_alone`: in a run
+    alone (compared bitwise: the seed question); `request`: its text and language, for the speech level;
+    `path`: a server's way of answering it (scenarios.SERVER_PATHS)."""
     cmp = compare(reference, out, rules.sample_rate)
-    case = Case(scenario, run, key, reference.seed_source, "pass", cmp, wall_s=out.wall_s)
-    identical = cmp.pcm_equal and cmp.codes_equal is not False
+    case = Case(scenario, run, key, reference.seed_source, "pass", cmp, wall_s=out.wall_s, alone=sent_alone, path=path)
     if expect == "different":
-        if identical:
+        if identical(cmp):
             sent = f"seed {reference.seed}" if reference.seed_source == SeedSource.REQUEST else "no seed"
             return _fail(case, SEED_IGNORED, f"{sent} and seed {out.seed} give identical audio: the seed is ignored")
         return case if request_alone.stable else _as_alone(case, request_alone, rules)
-    if cmp.passes(rules.level, rules.min_snr_db):
+    if identical(cmp) or (not sent_alone and rules.level != "speech" and cmp.passes(rules.level, rules.min_snr_db)):
         return case
-    if batch_item and rules.deploy_seed is not None and out.seed_source != "deploy":
+    if batch_item and sent_alone and rules.deploy_seed is not None and out.seed_source != "deploy":
         also = "" if request_alone.stable else " (nor are two runs of it alone the same)"
         return _fail(
             case,
             DEPLOY_SEED_NOT_APPLIED,
-            f"sent as an item of a batch call{evidence}, it gives other audio than alone{also}, although the deploy "
-            f"file gives stage-0 seed {rules.deploy_seed}: a batch item carries no seed (vllm-omni 0.30.0's "
-            f"{BATCH_ITEM_CAUSE}), so it must get the deploy seed, and it does not",
+            f"sent alone as the one item of a batch call, it gives other audio than sent alone as a single request"
+            f"{also}, although the deploy file gives stage-0 seed {rules.deploy_seed}: a batch item carries no seed "
+            f"(vllm-omni 0.30.0's {BATCH_ITEM_CAUSE}), so it must get the deploy seed, and it does not",
         )
     if not request_alone.stable:
         return _as_alone(case, request_alone, rules)
@@ -240,11 +284,65 @@ def judge(
         return _unseeded(case, detail, rules)
     if cmp.codes_equal:
         case.verdict, case.attribution = "fail", codec_numeric(cmp)
-        return case
-    if attribute is not None:
+    elif attribute is not None:
         case.verdict, case.attribution = "fail", attribute(cmp)
-        return case
-    return _fail(case, BATCH_DEPENDENT, f"identical in two runs alone, different in {scenario}/{run}{evidence}")
+    else:
+        _fail(case, BATCH_DEPENDENT, f"identical in two runs alone, different in {scenario}/{run}{evidence}")
+    if rules.level == "speech" and case.attribution.cause in NUMERIC_CAUSES:
+        _by_speech(case, reference, out, rules, request)
+    return case
+
+
+def _by_speech(case: Case, reference: Outcome, out: Outcome, rules: Rules, request: Request | None) -> None:
+    """--level speech: a numeric difference is a warning where the response is the same speech as
+    alone, else a failure (`different-speech`) naming the evidence."""
+    text = request.text if request is not None else reference.text
+    language = request.prompt_fields.get("language") if request is not None else None
+    judged = judge_speech(reference.waveform, out.waveform, rules.sample_rate, text, language, rules.speech)
+    case.speech = judged
+    where = f"{case.scenario}/{case.run}" + (f" ({case.path} path)" if case.path else "")
+    if judged.same:
+        cause = NUMERIC_BATCH_VARIANCE if case.attribution.cause == BATCH_DEPENDENT else case.attribution.cause
+        case.verdict = SAME_SPEECH
+        case.attribution = Attribution(
+            cause, f"{case.attribution.detail}; the same speech as alone ({describe_speech(judged)})"
+        )
+        return
+    _fail(
+        case,
+        DIFFERENT_SPEECH,
+        f"not the same speech as alone in {where}: {judged.failed} failed ({describe_speech(judged)})",
+    )
+
+
+def describe_speech(judged: SpeechJudgement) -> str:
+    """Each speech measure next to its threshold, and both durations, in one line."""
+    said = []
+    for m in judged.measures:
+        value = m.value if isinstance(m.value, str) or m.value is None else f"{m.value:.3g}"
+        threshold = m.threshold if isinstance(m.threshold, str) else f"{m.threshold:g}"
+        said.append(f"{m.name} {value} ({'ok' if m.passed else 'FAILED'}, threshold {threshold})")
+    alone_s, here_s = judged.durations
+    said.append(f"{alone_s:.2f} s alone, {here_s:.2f} s here")
+    return "; ".join(said + judged.notes)
+
+
+def numeric_variance(cases: list[Case]) -> None:
+    """A server's audio alone: requests identical alone that differ in compositions are
+    `batch-dependent`; where seeded requests do so too, no seed can explain it (their random stream
+    is their own), so every such difference is `numeric-batch-variance`: the server's arithmetic
+    follows the batch. Relabels `cases` in place."""
+    differing = [c for c in cases if not c.alone and c.attribution and c.attribution.cause in NUMERIC_CAUSES]
+    seeded = sorted({c.request for c in differing if c.seed_source == SeedSource.REQUEST})
+    if not seeded:
+        return
+    for case in differing:
+        if case.attribution.cause == BATCH_DEPENDENT:
+            case.attribution = Attribution(
+                NUMERIC_BATCH_VARIANCE,
+                f"{case.attribution.detail}; seeded requests ({', '.join(seeded)}) differ in compositions too, "
+                "so no seed explains it: the server's arithmetic depends on the batch",
+            )
 
 
 def another_requests_audio(mixup: MixUp) -> bool:
@@ -296,16 +394,20 @@ def _as_alone(case: Case, request_alone: Alone, rules: Rules) -> Case:
 
 def _verdict(cases: list[Case]) -> dict:
     """The verdict over some comparisons (the first of VERDICTS that any of them shows, else
-    `identical`), every cause seen, and the detail of the comparison that decided it."""
+    `identical`), every cause seen, the detail of the comparison that decided it, and whether none
+    of them failed (`passed`: a verdict may be a warning, e.g. the same speech)."""
     found: dict[str, Case] = {}
     for case in cases:
         if case.attribution is not None and case.verdict != "pass":
             cause = case.attribution.cause
+            if case.verdict == SAME_SPEECH:
+                cause = NUMERIC_BATCH_VARIANCE
             found.setdefault(BATCH_DEPENDENT if cause in BATCH_CAUSES else cause, case)
     causes = [v for v in VERDICTS if v in found]
     first = found[causes[0]] if causes else None
     return {
         "verdict": causes[0] if causes else IDENTICAL,
+        "passed": not any(c.failed for c in cases),
         "verdicts": causes,
         "cause": first.attribution.cause if first else None,
         "detail": first.attribution.detail if first else "identical in every comparison",
@@ -322,7 +424,11 @@ def request_verdicts(cases: list[Case], requests: list[str]) -> dict[str, dict]:
 
 
 def path_verdicts(
-    cases: list[Case], paths: dict[str, str | None], chosen: tuple[str, ...], skipped: dict[str, str]
+    cases: list[Case],
+    paths: dict[str, str | None],
+    chosen: tuple[str, ...],
+    skipped: dict[str, str],
+    questions: Callable[[list[Case], list[str]], dict],
 ) -> dict[str, dict]:
     """Each server path's verdict over the comparisons of what it answered, with the requests that
     failed on it (`failed`: request -> its first cause there; `passed`: none did, None where nothing
@@ -330,7 +436,8 @@ def path_verdicts(
     path is compared with it alone, and that with the deploy seed's audio by its seed probe (on the
     single route): a probe that fails counts on every path that answered the request. `paths`:
     path -> the scenario that audits it (None: the single route, which the others use); `chosen`:
-    the scenarios run; `skipped`: scenario -> why the server could not be given it."""
+    the scenarios run; `skipped`: scenario -> why the server could not be given it; `questions`:
+    the two questions answered over a path's comparisons and requests (questions.answer)."""
     probes = [
         c
         for c in cases
@@ -347,7 +454,7 @@ def path_verdicts(
             else:
                 verdict, detail = "not audited", "no audited request could be sent this way"
             out[path] = {"verdict": verdict, "verdicts": [], "cause": None, "detail": detail, "where": None}
-            out[path].update(passed=None, requests=0, comparisons=0, failed={})
+            out[path].update(passed=None, requests=0, comparisons=0, failed={}, questions=None)
             continue
         answered = {c.request for c in mine}
         mine += [probe for probe in probes if probe.request in answered and probe.path != path]
@@ -357,4 +464,5 @@ def path_verdicts(
                 failed.setdefault(c.request, c.attribution.cause)
         counts = {"requests": len(answered), "comparisons": len(mine)}
         out[path] = {**_verdict(mine), "passed": not failed, **counts, "failed": failed}
+        out[path]["questions"] = questions(mine, sorted(answered))
     return out

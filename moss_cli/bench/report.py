@@ -12,7 +12,17 @@ from .. import __version__
 from ..io.audio import write_audio
 from ..report.files import check_output_paths, json_safe, write_report_files
 from ..report.page import Figure, PageView, PairView, Table, audio_metrics, level_text
-from .server import FAILED, VARIED, VARIED_UNSEEDED, WITHIN_SNR, Checked, ServerBenchReport, describe
+from .server import (
+    DIFFERENT_SPEECH,
+    FAILED,
+    SAME_SPEECH,
+    VARIED,
+    VARIED_UNSEEDED,
+    WITHIN_SNR,
+    Checked,
+    ServerBenchReport,
+    describe,
+)
 
 REPORT_FILES = {"--json": "bench.json"}
 PLOT = "plots/against-concurrency.png"
@@ -69,8 +79,12 @@ def table(report: ServerBenchReport) -> tuple[list[str], list[list[str]]]:
     rows = []
     for r in _ordered(report):
         checks = r["checks"]
-        varied = checks[VARIED] + checks[VARIED_UNSEEDED]
-        checked = f"{checks['identical'] + checks[WITHIN_SNR]}/{varied}" + (" FAIL" if checks[VARIED] else "")
+        if report.setup["level"] == "speech":  # bitwise equal / the same speech / different speech
+            checked = f"{checks['identical']}/{checks[SAME_SPEECH]}/{checks[DIFFERENT_SPEECH]}"
+            checked += " FAIL" if checks[DIFFERENT_SPEECH] else ""
+        else:
+            varied = checks[VARIED] + checks[VARIED_UNSEEDED]
+            checked = f"{checks['identical'] + checks[WITHIN_SNR]}/{varied}" + (" FAIL" if checks[VARIED] else "")
         cost = report.over_unseeded.get(r["arm"], {}).get(str(r["max_concurrency"]), {})
         rows.append(
             [_cell(r.get(key)) for _, key in COLUMNS] + [checked] + [_ratio(cost.get(key)) for _, key in COST_COLUMNS]
@@ -82,7 +96,7 @@ def verdict(report: ServerBenchReport) -> list[str]:
     """What the checks found, for the terminal: a line per response that failed or varied (the first
     SHOWN; the JSON names every one), then the verdict."""
     lines = [f"{c.label} ({c.where}) failed: {c.error}" for c in report.responses if c.check == FAILED]
-    lines += [describe(c) for c in report.responses if c.check in (VARIED, VARIED_UNSEEDED)]
+    lines += [describe(c) for c in report.responses if c.check in (VARIED, VARIED_UNSEEDED, DIFFERENT_SPEECH)]
     if len(lines) > SHOWN:
         lines = lines[:SHOWN] + [f"... and {len(lines) - SHOWN} more (the JSON's summary names every one)"]
     if report.unseeded_causes():
@@ -171,7 +185,7 @@ def _plot(folder: Path, report: ServerBenchReport) -> None:
 def page_view(report: ServerBenchReport, pairs: list[PairView], command: str | None) -> PageView:
     s = report.setup
     passed = report.passed
-    varied = sum(1 for c in report.responses if c.check in (VARIED, VARIED_UNSEEDED))
+    varied = sum(1 for c in report.responses if c.check in (VARIED, VARIED_UNSEEDED, DIFFERENT_SPEECH))
     facts = [
         ("verdict", "pass" if passed else "fail"),
         ("level", level_text(s["level"], s["min_snr_db"])),
@@ -238,7 +252,7 @@ def _ms(seconds: float | None) -> str:
 
 def _comparison_row(c: Checked) -> list:
     snr = (c.comparison or {}).get("snr_db")
-    identical = c.check not in (VARIED, VARIED_UNSEEDED, WITHIN_SNR)
+    identical = c.check not in (VARIED, VARIED_UNSEEDED, WITHIN_SNR, SAME_SPEECH, DIFFERENT_SPEECH)
     in_flight = f"{c.in_flight_client}" + (f" (server {c.in_flight_server})" if c.in_flight_server else "")
     return [
         c.label,

@@ -32,6 +32,7 @@ from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..errors import MossError
 from ..measures import check_level
+from ..measures.speech import SpeechThresholds, judge_speech, require_speech
 from ..remote.client import Retry, ServerError, SpeechClient, probe
 from ..remote.reply import Reply
 from ..remote.request_file import read_for_server
@@ -44,7 +45,8 @@ from .figures import figures, ratios
 from .load import Load, Sent, drive, name_neighbours, timing
 
 STREAM_FORMATS = ("pcm", "wav")  # what vllm-omni streams (protocol/audio.py, _streaming_needs_pcm_or_wav)
-# A response's check: the first two pass; `varied` fails the run; `varied-unseeded` is reported.
+# A response's check: identical, within-snr (--level waveform) and same-speech (--level speech) pass;
+# `varied` and `different-speech` fail the run; `varied-unseeded` is reported.
 IDENTICAL, WITHIN_SNR, VARIED, VARIED_UNSEEDED, FAILED = (
     "identical",
     "within-snr",
@@ -52,6 +54,8 @@ IDENTICAL, WITHIN_SNR, VARIED, VARIED_UNSEEDED, FAILED = (
     "varied-unseeded",
     "failed",
 )
+SAME_SPEECH, DIFFERENT_SPEECH = "same-speech", "different-speech"
+CHECKS = (IDENTICAL, WITHIN_SNR, SAME_SPEECH, VARIED, VARIED_UNSEEDED, DIFFERENT_SPEECH, FAILED)
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,8 @@ class ServerBenchOptions:
     repeats: int = 1  # rounds per level
     deploy: Path | None = None  # the deploy file the server runs: its stage-0 seed
     allow_foreign_deploy: bool = False
-    level: str = "bitwise"  # bitwise | waveform
+    level: str = "bitwise"  # bitwise | waveform | speech
+    speech: SpeechThresholds = field(default_factory=SpeechThresholds)  # --level speech: what the same speech is
     min_snr_db: float = 60.0
     stream: bool = True  # raw audio chunks (stream_format "audio"): time to first packet and continuity
     frames: int | None = None  # every request's max_new_tokens (None: the requests' own)
@@ -83,7 +88,8 @@ class ServerBenchOptions:
                 f"got {self.server.response_format}; or pass --no-stream",
                 field="--response-format",
             )
-        check_level(self.level, ("bitwise", "waveform"))
+        if check_level(self.level, ("bitwise", "waveform", "speech")) == "speech":
+            require_speech()
         if self.num_requests is not None and self.duration_s is not None:
             raise MossError("give a count (--num-requests) or a duration (--duration), not both", field="--duration")
         if self.duration_s is not None and not self.duration_s > 0:
@@ -122,6 +128,7 @@ class Checked:
     server_request_id: str | None = None
     error: str | None = None
     comparison: dict | None = None
+    speech: dict | None = None  # --level speech: the speech measures against its request alone
     neighbours: list[str] = field(default_factory=list)
 
     @property
@@ -148,7 +155,7 @@ class ServerBenchReport:
 
     @property
     def failures(self) -> list[Checked]:
-        return [c for c in self.responses if c.check in (VARIED, FAILED)]
+        return [c for c in self.responses if c.check in (VARIED, DIFFERENT_SPEECH, FAILED)]
 
     @property
     def passed(self) -> bool:
@@ -167,7 +174,7 @@ class ServerBenchReport:
         return f"{n} unseeded response(s) differ from their request alone: not reproducible; {why}"
 
     def as_dict(self) -> dict:
-        varied = [c for c in self.responses if c.check in (VARIED, VARIED_UNSEEDED)]
+        varied = [c for c in self.responses if c.check in (VARIED, VARIED_UNSEEDED, DIFFERENT_SPEECH)]
         return {
             "setup": self.setup,
             "results": self.results,
@@ -187,8 +194,12 @@ class ServerBenchReport:
 
 def describe(c: Checked) -> str:
     """A response that differs from its request alone, for people."""
-    failing = "" if c.check == VARIED else " (unseeded, its deploy seed unknown: reported, --allow-unseeded)"
     others = ", ".join(c.neighbours) if c.neighbours else "none"
+    if c.check == DIFFERENT_SPEECH:
+        evidence = f"{c.speech['failed']} failed" if c.speech else "not judged"
+        alone = f"{c.label} is not the same speech as the same request alone at {c.where} ({evidence})"
+        return f"{alone}; in flight with it: {others}"
+    failing = "" if c.check == VARIED else " (unseeded, its deploy seed unknown: reported, --allow-unseeded)"
     return f"{c.label} differs from the same request alone at {c.where}{failing}; in flight with it: {others}"
 
 
@@ -369,7 +380,15 @@ class ServerBench:
         seed = arm_seed(arm, request.seed, s.index % len(self.requests), self.deploy_seed)
         cmp = compare(reference.outcome(request, seed), reply.outcome(request, seed), reference.sample_rate)
         c.comparison = cmp.as_dict()
-        if cmp.passes(self.options.level, self.options.min_snr_db):
+        if self.options.level == "speech":  # the same speech passes whatever the seed; other speech never does
+            language = request.prompt_fields.get("language")
+            o = self.options
+            judged = judge_speech(reference.pcm, reply.pcm, reference.sample_rate, request.text, language, o.speech)
+            c.speech = judged.as_dict()
+            c.check = SAME_SPEECH if judged.same else DIFFERENT_SPEECH
+            if not judged.same and len(kept) < MAX_PLOTTED_PAIRS:
+                kept[id(c)] = reply
+        elif cmp.passes(self.options.level, self.options.min_snr_db):
             c.check = WITHIN_SNR
         else:
             c.check = VARIED if must_hold(arm, deploy_known, self.options.allow_unseeded) else VARIED_UNSEEDED
@@ -386,10 +405,7 @@ class ServerBench:
             whole = _figures_of(pooled, sum(wall for _, wall in rounds))
             each = [_figures_of(checked, wall) for checked, wall in rounds]
             by_round[(arm, level)] = each
-            checks = {
-                k: sum(1 for c in pooled if c.check == k)
-                for k in (IDENTICAL, WITHIN_SNR, VARIED, VARIED_UNSEEDED, FAILED)
-            }
+            checks = {k: sum(1 for c in pooled if c.check == k) for k in CHECKS}
             rate = self.options.request_rate
             results.append(
                 {

@@ -17,7 +17,7 @@ from . import server_options as srv
 from .common import command_line, ray_event, stderr, stdout, user_errors
 
 
-@opt.with_options(opt.ENGINE_OPTIONS, srv.SERVER_OPTIONS, opt.RAY_OPTIONS)
+@opt.with_options(opt.ENGINE_OPTIONS, srv.SERVER_OPTIONS, opt.RAY_OPTIONS, opt.SPEECH_OPTIONS)
 def audit_determinism(
     ctx: typer.Context,
     requests: Annotated[Optional[Path], typer.Argument(help="Request file (default: the built-in audit set).")] = None,
@@ -27,7 +27,14 @@ def audit_determinism(
             help=f"Comma-separated: {','.join(SCENARIOS)} (default: all); with --server: {','.join(SERVER_SCENARIOS)}."
         ),
     ] = None,
-    level: Annotated[str, typer.Option(help="What counts as a violation: codes | waveform | bitwise.")] = "codes",
+    level: Annotated[
+        str,
+        typer.Option(
+            help="What counts as a violation in a composition: codes | waveform | speech | bitwise (speech: a "
+            "response that is not the same speech as alone; the same speech with other bits is a warning). "
+            "Comparisons alone are bitwise at every level."
+        ),
+    ] = "codes",
     min_snr_db: Annotated[
         float, typer.Option(callback=numbers.SNR_DB, help="Waveform level: minimum SNR against the reference.")
     ] = 60.0,
@@ -88,6 +95,7 @@ def audit_determinism(
             problem = "is a directory, expected a golden file" if golden.is_dir() else "golden file does not exist"
             raise MossError(problem, file=golden, field="--golden")
         audit = dict(requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db)
+        audit.update(speech=opt.speech_thresholds(ctx.params))
         audit.update(strict_unseeded=strict_unseeded, allow_unseeded=allow_unseeded, command=command_line(ctx))
         given = ctx.params
         if given["server"]:

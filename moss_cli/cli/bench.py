@@ -13,6 +13,7 @@ from rich.markup import escape
 from ..errors import MossError
 from ..report.terminal import print_table
 from . import numbers
+from . import options as opt
 from . import server_options as srv
 from .common import Device, DType, command_line, interactive, stderr, stdout, user_errors
 from .options import AllowForeignDeploy, CodecOption, CompileOption, DeviceOption, ModelOption, ThreadsOption
@@ -36,7 +37,7 @@ LEGEND = (
 # Options of the local engine's bench, and of the server's, beyond the shared ones (server_options.py).
 LOCAL_BENCH = ("random_weights", "batch", "modes", "no_pack")
 SERVER_BENCH = ("num_requests", "duration", "request_rate", "warmup", "level", "min_snr_db", "streamed", "requests")
-SERVER_BENCH += ("report_dir", "allow_unseeded")
+SERVER_BENCH += ("report_dir", "allow_unseeded", *(p.name for p in opt.SPEECH_OPTIONS))
 
 
 def _only(ctx: typer.Context, names: tuple[str, ...], where: str) -> None:
@@ -49,6 +50,7 @@ def _only(ctx: typer.Context, names: tuple[str, ...], where: str) -> None:
         raise MossError(f"{named}: only {where}", field=given[0].opts[0])
 
 
+@opt.with_options(opt.SPEECH_OPTIONS)
 def bench(
     ctx: typer.Context,
     model: ModelOption = None,
@@ -146,7 +148,10 @@ def bench(
     ] = 2,
     level: Annotated[
         str,
-        typer.Option(help="--server: how a response must match its request sent alone: bitwise | waveform (SNR)."),
+        typer.Option(
+            help="--server: how a response must match its request sent alone: bitwise | waveform (SNR) | speech "
+            "(the same speech: identical, or within the --speech-* thresholds; other speech fails)."
+        ),
     ] = "bitwise",
     min_snr_db: Annotated[
         float, typer.Option(callback=numbers.SNR_DB, help="--server --level waveform: minimum SNR against it.")
@@ -271,6 +276,7 @@ def _server_bench(ctx, server, frames, arms, repeats, deploy, allow_foreign_depl
             allow_foreign_deploy=allow_foreign_deploy,
             level=p["level"],
             min_snr_db=p["min_snr_db"],
+            speech=opt.speech_thresholds(p),
             stream=p["streamed"],
             frames=frames,
             requests=p["requests"],

@@ -8,17 +8,23 @@ from typing import Annotated, Optional
 import typer
 
 from . import numbers
+from . import options as opt
 from .common import command_line, stderr, stdout, user_errors
 
 SIDE = "An output directory of `moss synth` (manifest.csv + audio) or a golden file (--save-golden)."
 
 
+@opt.with_options(opt.SPEECH_OPTIONS)
 def diff(
     ctx: typer.Context,
     a: Annotated[Path, typer.Argument(metavar="A", help=f"Side A. {SIDE}", show_default=False)],
     b: Annotated[Path, typer.Argument(metavar="B", help=f"Side B. {SIDE}", show_default=False)],
     level: Annotated[
-        str, typer.Option(help="bitwise: identical PCM; waveform: codes not known to differ and SNR >= --min-snr-db.")
+        str,
+        typer.Option(
+            help="bitwise: identical PCM; waveform: codes not known to differ and SNR >= --min-snr-db; speech: "
+            "identical PCM, or the same speech (the --speech-* thresholds)."
+        ),
     ] = "bitwise",
     min_snr_db: Annotated[
         float, typer.Option(callback=numbers.SNR_DB, help="Waveform level: the lowest SNR that still passes.")
@@ -38,7 +44,8 @@ def diff(
     """Compare two runs id by id: codes and PCM hashes, duration, SNR, LSD, max abs; ids on one side
     only; a differing seed or setting named as the likely cause.
 
-    Exit 0: identical (or within --min-snr-db at --level waveform); 1: they differ; 2: bad input."""
+    Exit 0: identical (or within --min-snr-db at --level waveform, the same speech at --level speech);
+    1: they differ; 2: bad input."""
     with user_errors():
         from ..diff.compare import diff_runs
         from ..diff.report import REPORT_DIR_FILES, render, write_reports
@@ -46,11 +53,15 @@ def diff(
         from ..measures import check_level
         from ..report.files import check_output_paths
 
-        check_level(level, ("bitwise", "waveform"))
+        if check_level(level, ("bitwise", "waveform", "speech")) == "speech":
+            from ..measures.speech import require_speech
+
+            require_speech()
         files = {"--json": json_path, "--junit": junit, "--markdown": markdown}
         check_output_paths(files, report_dir, REPORT_DIR_FILES)
         sides = [load_side(a, "A"), load_side(b, "B")]
-        result = diff_runs(*sides, level=level, min_snr_db=min_snr_db, allow_unseeded=allow_unseeded)
+        speech = opt.speech_thresholds(ctx.params)
+        result = diff_runs(*sides, level=level, min_snr_db=min_snr_db, allow_unseeded=allow_unseeded, speech=speech)
         write_reports(
             result,
             command=command_line(ctx),

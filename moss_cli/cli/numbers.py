@@ -73,6 +73,10 @@ STAGGER_MS = Range(0, MAX_WAIT_S * 1000)
 # Two 16-bit PCM signals that differ at all stay below 190 dB (one step over a billion samples), so a
 # higher threshold would pass identical audio only: that is --level bitwise.
 SNR_DB = Range(0, 200)
+# --level speech's thresholds (measures.speech.SpeechThresholds)
+DTW_COST = Range(0, 2)  # a mean cosine distance
+FRACTION = Range(0, 1)  # a ratio of durations, a share of samples, a spectral flatness
+DBFS = Range(-200, 0)
 
 
 def integers(text: str, option: str, allowed: Range) -> tuple[int, ...]:

@@ -268,3 +268,78 @@ def ray_cluster(params: dict):
         gpus_per_worker=gpus_per_worker or 0.0,
         cpus_per_worker=cpus_per_worker if cpus_per_worker is not None else 1.0,
     )
+
+
+# --level speech: when a response that differs from its response alone is still the same speech
+# (measures.speech.SpeechThresholds; their defaults are calibrated in docs/speech-level.md).
+SPEECH_HELP = "--level speech: "
+SpeechMaxDtwCost = Annotated[
+    float,
+    typer.Option(
+        "--speech-max-dtw-cost",
+        callback=numbers.DTW_COST,
+        help=SPEECH_HELP + "the largest mean cosine distance of the two clips' MFCCs along their time warp.",
+    ),
+]
+SpeechMinDurationRatio = Annotated[
+    float,
+    typer.Option(
+        "--speech-min-duration-ratio",
+        callback=numbers.FRACTION,
+        help=SPEECH_HELP + "the smallest ratio of the shorter clip's speech to the longer's.",
+    ),
+]
+SpeechAlign = Annotated[
+    bool,
+    typer.Option(
+        "--speech-align/--no-speech-align",
+        help=SPEECH_HELP + "the response must force-align to the request's text where its response alone does "
+        "(English text).",
+    ),
+]
+SpeechMinRmsDbfs = Annotated[
+    float,
+    typer.Option(
+        "--speech-min-rms-dbfs", callback=numbers.DBFS, help=SPEECH_HELP + "quieter than this (dBFS) is silence."
+    ),
+]
+SpeechMaxClipped = Annotated[
+    float,
+    typer.Option(
+        "--speech-max-clipped", callback=numbers.FRACTION, help=SPEECH_HELP + "the largest share of clipped samples."
+    ),
+]
+SpeechMaxFlatness = Annotated[
+    float,
+    typer.Option(
+        "--speech-max-flatness",
+        callback=numbers.FRACTION,
+        help=SPEECH_HELP + "the largest median spectral flatness (above it: noise).",
+    ),
+]
+
+
+def _speech_defaults() -> dict:
+    from ..measures.speech import SpeechThresholds  # numpy only: cheap, but not for every command's --help
+
+    return SpeechThresholds().__dict__
+
+
+SPEECH_FIELDS = {
+    "max_dtw_cost": SpeechMaxDtwCost,
+    "min_duration_ratio": SpeechMinDurationRatio,
+    "align": SpeechAlign,
+    "min_rms_dbfs": SpeechMinRmsDbfs,
+    "max_clipped": SpeechMaxClipped,
+    "max_flatness": SpeechMaxFlatness,
+}
+SPEECH_OPTIONS = tuple(
+    option(f"speech_{name}", annotation, _speech_defaults()[name]) for name, annotation in SPEECH_FIELDS.items()
+)
+
+
+def speech_thresholds(params: dict):
+    """The speech level's thresholds (`SPEECH_OPTIONS`' values in `ctx.params`)."""
+    from ..measures.speech import SpeechThresholds
+
+    return SpeechThresholds(**{name: params[f"speech_{name}"] for name in SPEECH_FIELDS})

@@ -12,10 +12,11 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from ..audit.verdicts import UNSEEDED_NOT_REPRODUCIBLE
+from ..audit.verdicts import DIFFERENT_SPEECH, UNSEEDED_NOT_REPRODUCIBLE, describe_speech
 from ..config.effective import SeedSource
 from ..io.audio import pcm_sha256
 from ..measures import passes
+from ..measures.speech import SpeechJudgement, SpeechThresholds, judge_speech
 from ..measures.waveform import first_differing_sample, measure
 from .causes import likely_cause
 
@@ -36,6 +37,7 @@ class DiffCase:
     log_spectral_distance: float | None = None
     max_abs_diff: float | None = None
     first_diverging_s: float | None = None
+    speech: dict | None = None  # --level speech: the speech measures (measures.speech.SpeechJudgement)
 
     @property
     def failed(self) -> bool:
@@ -107,27 +109,51 @@ class _Pair:
         return got, actual
 
 
-def _measure(case: DiffCase, pair: _Pair) -> None:
+def _measure(case: DiffCase, pair: _Pair, level: str, speech: SpeechThresholds) -> SpeechJudgement | None:
+    """The waveform measures, and at --level speech whether B says what A says."""
     (pcm_a, rate), (pcm_b, _) = pair.audio
     a, b = _float(pcm_a), _float(pcm_b)
     case.audio_compared = True
     vars(case).update(asdict(measure(a, b)))
     sample = first_differing_sample(a, b)
     case.first_diverging_s = None if sample is None else sample / rate
+    if level != "speech":
+        return None
+    row = pair.rows[0]
+    judged = judge_speech(a, b, rate, row.get("text") or None, row.get("language") or None, speech)
+    case.speech = judged.as_dict()
+    return judged
 
 
 def _judge(
-    case: DiffCase, pair: _Pair, level: str, min_snr_db: float, changes: dict[str, tuple], allow_unseeded: bool
+    case: DiffCase,
+    pair: _Pair,
+    level: str,
+    min_snr_db: float,
+    changes: dict[str, tuple],
+    allow_unseeded: bool,
+    speech: SpeechJudgement | None = None,
 ) -> None:
     if pair.pcm_equal and pair.codes_equal is not False and not pair.notes:  # unknown codes: the PCM decides
         case.status, case.cause = "identical", "-"
         return
     # Without audio (a golden file keeps hashes only) nothing is measured, so only identical passes.
+    same_speech = None if speech is None else speech.same
     within = case.audio_compared and passes(
-        level, min_snr_db, codes_equal=pair.codes_equal, pcm_equal=pair.pcm_equal, snr_db=case.snr_db
+        level,
+        min_snr_db,
+        codes_equal=pair.codes_equal,
+        pcm_equal=pair.pcm_equal,
+        snr_db=case.snr_db,
+        same_speech=same_speech,
     )
     case.status = "within-tolerance" if within and not pair.notes else "differs"
     case.cause, case.detail = likely_cause(pair.rows, pair.codes_equal, pair.fingerprints, changes)
+    if speech is not None:
+        said = f"{'the same' if speech.same else 'not the same'} speech ({describe_speech(speech)})"
+        case.detail = f"{case.detail}; {said}" if case.detail else said
+        if not speech.same:
+            case.cause = DIFFERENT_SPEECH
     if pair.notes:
         # What the manifests say still stands; only a difference between them has a cause to name.
         listed = [row["pcm_sha256"] for row in pair.rows]
@@ -157,8 +183,16 @@ def environment_changes(a, b) -> dict[str, tuple]:
     return {k: (v, b.environment[k]) for k, v in a.environment.items() if k in b.environment and b.environment[k] != v}
 
 
-def diff_runs(a, b, level: str = "bitwise", min_snr_db: float = 60.0, allow_unseeded: bool = False) -> DiffResult:
-    """`allow_unseeded`: an id unseeded on both sides that differs is `unseeded`, not a failure."""
+def diff_runs(
+    a,
+    b,
+    level: str = "bitwise",
+    min_snr_db: float = 60.0,
+    allow_unseeded: bool = False,
+    speech: SpeechThresholds = SpeechThresholds(),
+) -> DiffResult:
+    """`allow_unseeded`: an id unseeded on both sides that differs is `unseeded`, not a failure;
+    `speech`: at --level speech, what the same speech is (a differing id that is passes)."""
     start = time.perf_counter()
     changes = environment_changes(a, b)
     cases = []
@@ -169,9 +203,10 @@ def diff_runs(a, b, level: str = "bitwise", min_snr_db: float = 60.0, allow_unse
         pair = _Pair(key, a, b)
         case = DiffCase(key, "pass", "identical", "-", "", _facts(pair.rows[0]), _facts(pair.rows[1]))
         case.codes_equal, case.pcm_equal = pair.codes_equal, pair.pcm_equal
+        judged = None
         if not pair.pcm_equal and all(got is not None for got in pair.audio):
-            _measure(case, pair)  # only here is audio decoded to a waveform
-        _judge(case, pair, level, min_snr_db, changes, allow_unseeded)
+            judged = _measure(case, pair, level, speech)  # only here is audio decoded to a waveform
+        _judge(case, pair, level, min_snr_db, changes, allow_unseeded, judged)
         cases.append(case)
     for key in b.rows:
         if key not in a.rows:

@@ -12,12 +12,14 @@ from ..io.atomic import atomic_dir, check_creatable, write_text_atomic
 
 
 def json_safe(value):
-    """A JSON document with NaN and infinities as null (JSON has neither)."""
+    """A JSON document with NaN and infinities as null (JSON has neither), numpy scalars as Python's."""
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():  # a numpy scalar (a measure's bool_)
+        value = value.item()
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return None
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
 

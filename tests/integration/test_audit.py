@@ -29,8 +29,11 @@ def test_default_audit_passes_at_codes_level_and_writes_parseable_reports(tmp_pa
     assert set(report["summary"]["scenarios"]) == set(SCENARIOS)
     assert {c["scenario"] for c in report["cases"]} == set(SCENARIOS)
     suites = ET.parse(tmp_path / "a.xml").getroot()
-    assert {s.get("name") for s in suites} == {f"audit.{s}" for s in SCENARIOS}
-    assert int(suites.get("tests")) == len(report["cases"]) and suites.get("failures") == "0"
+    scenarios = [s for s in suites if s.get("name") not in ("audit.seed", "audit.numerics")]  # the two questions
+    assert {s.get("name") for s in scenarios} == {f"audit.{s}" for s in SCENARIOS}
+    assert sum(int(s.get("tests")) for s in scenarios) == len(report["cases"]) and suites.get("failures") == "0"
+    assert report["questions"]["seed"]["verdict"] == "pass"
+    assert report["questions"]["numerics"]["verdict"] == "batch-invariant"
     assert "passed" in (tmp_path / "a.md").read_text()
 
 

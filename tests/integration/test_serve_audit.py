@@ -75,17 +75,18 @@ def test_the_built_in_audit_of_moss_serve_gives_the_figures_its_documentation_gi
     doc = " ".join((ROOT / "docs" / "server-audit.md").read_text().split())
     found = re.search(
         r"each of its (\d+) requests is compared with its reference once in each of the (\d+) scenarios.*?"
-        r"so (\d+) x (\d+) = (\d+) comparisons",
+        r"each of the (\d+) requests a batch item can carry alone first, so (\d+) x (\d+) \+ (\d+) = (\d+) comparisons",
         doc,
     )
     assert found, "the figures of the moss serve example are gone from docs/server-audit.md"
-    requests, scenarios, *product = map(int, found.groups())
-    assert product == [requests, scenarios, requests * scenarios]
+    requests, scenarios, items, *product = map(int, found.groups())
+    assert product == [requests, scenarios, items, requests * scenarios + items]
     assert "--level bitwise # passes; 8 in flight at once" in doc
     code, report, output = moss_audit("--level", "bitwise", server=seeded_server, report=tmp_path / "a.json")
     assert code == 0, output
     assert report["summary"]["requests"] == requests and len(report["summary"]["scenarios"]) == scenarios
-    assert report["summary"]["cases"] == requests * scenarios and not report["server"]["skipped"]
+    assert report["summary"]["cases"] == requests * scenarios + items and not report["server"]["skipped"]
+    assert len(report["server"]["batch_items"]["items"]) == items
     assert report["server"]["runs"]["concurrent/concurrent-8"]["max_in_flight_client"] == 8
 
 
@@ -181,9 +182,12 @@ def test_legacy_global_rng_is_batch_dependent(tmp_path):
             report=tmp_path / "a.json",
         )
     assert code == 1, output
-    assert "batch-dependent" in report["summary"]["causes"]
+    # The server says its draws come from one global stream: a seed failure (rng-coupling), not numerics.
+    assert set(report["summary"]["causes"]) == {"rng-coupling"}
+    assert report["questions"]["seed"]["verdict"] == "rng-coupling"
+    assert report["questions"]["numerics"]["verdict"] == "not checked"  # no request is reproducible there
     assert all(case["verdict"] == "pass" for case in report["cases"] if case["scenario"] == "repeat")
-    assert "batch-dependent" in flat(output)
+    assert "batch-dependent" in flat(output) and "Seed: FAIL rng-coupling" in flat(output)
 
 
 def test_a_deploy_without_a_seed_is_not_reproducible_and_unseeded_only_when_allowed(tmp_path):

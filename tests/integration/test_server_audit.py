@@ -77,14 +77,27 @@ def test_a_reproducible_server_passes_with_reports_shaped_like_the_local_audits(
     assert report["server"]["codes"] == "x-moss-codes-sha256 header"
 
 
-def test_a_batch_dependent_server_fails_and_the_report_dir_holds_both_audio_files(requests, tmp_path):
+def test_a_server_whose_seeded_requests_vary_with_the_batch_fails_numerics_not_seeds_with_both_audio_files(
+    requests, tmp_path
+):
+    """Seeded and unseeded requests alike differ with the batch, never alone: no seed explains it, so
+    the numerics question fails (`numeric-batch-variance`) and the seed question passes."""
     scenarios = ("--scenarios", "concurrent,seeded-neighbours")  # few diverging pairs: the page plots each
     code, report, output = _audit(
         Behaviour(batch_dependent=True), requests, tmp_path, *scenarios, "--report-dir", tmp_path / "r"
     )
     assert code == 1, output
-    assert _verdicts(report) == {"seeded": "batch-dependent", "unseeded": "batch-dependent"}
-    assert "batch-dependent" in flat(output)
+    assert _verdicts(report) == {"seeded": "numeric-batch-variance", "unseeded": "numeric-batch-variance"}
+    seed, numerics = report["questions"]["seed"], report["questions"]["numerics"]
+    assert (seed["verdict"], seed["passed"]) == ("pass", True)
+    assert (numerics["verdict"], numerics["passed"]) == ("numeric-batch-variance", False)
+    assert numerics["differ"] == ["seeded", "unseeded"] and numerics["seeded"] == ["seeded"]
+    assert numerics["compositions"] == ["concurrent", "seeded-neighbours"]
+    lines = flat(output)
+    assert (
+        lines.startswith("Seed: PASS") and "Numerics: FAIL numeric-batch-variance — 2 of 2 requests (1 seeded)" in lines
+    )
+    assert "VLLM_BATCH_INVARIANT=1" in lines
     failing = [c for c in report["cases"] if c["verdict"] == "fail"]
     assert {c["scenario"] for c in failing} == {"concurrent", "seeded-neighbours"}
     case = next(c for c in failing if c["scenario"] == "concurrent" and c["request"] == "seeded")
@@ -94,14 +107,17 @@ def test_a_batch_dependent_server_fails_and_the_report_dir_holds_both_audio_file
     assert pcm_sha256(alone_pcm) == report["reference"]["seeded"]["pcm_sha256"]  # exactly what the server sent
     assert (folder / "seeded.concurrent-8.wav").is_file()
     suites = ET.parse(tmp_path / "r" / "junit.xml").getroot()
-    assert any(f.get("type") == "batch-dependent" for f in suites.iter("failure"))
-    assert "batch-dependent" in (tmp_path / "r" / "summary.md").read_text()
+    assert any(f.get("type") == "numeric-batch-variance" for f in suites.iter("failure"))
+    by_suite = {s.get("name"): s for s in suites}
+    assert by_suite["audit.seed"].get("failures") == "0" and by_suite["audit.numerics"].get("failures") == "2"
+    summary_md = (tmp_path / "r" / "summary.md").read_text()
+    assert "- **Seed**: PASS" in summary_md and "- **Numerics**: FAIL numeric-batch-variance" in summary_md
 
 
 def test_rounding_level_differences_fail_bitwise_but_pass_the_waveform_level(requests, tmp_path):
     behaviour = Behaviour(batch_rounding=True)
     bitwise, report, _ = _audit(behaviour, requests, tmp_path, "--scenarios", "concurrent", "--level", "bitwise")
-    assert bitwise == 1 and set(_verdicts(report).values()) == {"batch-dependent"}
+    assert bitwise == 1 and set(_verdicts(report).values()) == {"numeric-batch-variance"}
     snr = [c["comparison"]["snr_db"] for c in report["cases"] if c["scenario"] == "concurrent"]
     assert min(snr) > 60  # last-bit differences only
     waveform, report, output = _audit(behaviour, requests, tmp_path, "--scenarios", "concurrent", "--level", "waveform")

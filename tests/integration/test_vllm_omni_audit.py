@@ -64,12 +64,21 @@ def test_before_the_fix_exactly_the_unseeded_requests_fail_deploy_seed_not_appli
     # docs/server-audit.md shows this audit's table path x verdict: its figures are these.
     doc = (ROOT / "docs" / "server-audit.md").read_text()
     shown = {
-        row[0].strip("`"): (row[2], int(row[3]), int(row[4]))
+        row[0].strip("`"): (row[2], row[3], row[4], int(row[5]), int(row[6]))
         for row in ([cell.strip() for cell in line.strip("|").split("|")] for line in doc.splitlines())
-        if len(row) == 6 and row[0].strip("`") in report["server"]["paths"]  # path, route, verdict, counts, detail
+        # path, route, verdict, seed, numerics, counts, detail
+        if len(row) == 8 and row[0].strip("`") in report["server"]["paths"]
     }
     paths = report["server"]["paths"]
-    assert shown == {path: (v["verdict"], v["requests"], v["comparisons"]) for path, v in paths.items()}
+    assert shown == {
+        path: (
+            v["verdict"],
+            *(v["questions"][q]["verdict"] for q in ("seed", "numerics")),
+            v["requests"],
+            v["comparisons"],
+        )
+        for path, v in paths.items()
+    }
     probes = re.search(
         r"the deploy-seed probes of the unseeded\s+requests it answered \((\d+) of the (\d+) and of the (\d+)\)", doc
     )
