@@ -69,6 +69,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import AliasChoices, BaseModel, Field, ValidationError, field_validator, model_validator
 from speech_servers import serving_app  # tests/ is on sys.path
+from starlette.websockets import WebSocketState
 
 SAMPLE_RATE = 48_000  # the codec's sampling_rate (codec config)
 CHANNELS = 2
@@ -1283,7 +1284,11 @@ def make_vllm_omni_app(
             await websocket.send_json({"type": "error", "message": "Streaming speech is not available"})
             await websocket.close()
             return
-        await service.session(websocket)
+        try:
+            await service.session(websocket)
+        finally:  # as the wheel's newer server stack does when an endpoint returns; older releases leave it open
+            if websocket.application_state == WebSocketState.CONNECTED:
+                await websocket.close()
 
     return app
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
+from starlette.websockets import WebSocketState
 
 from ..io.audio import to_pcm16
 from ..pipeline.live import LiveEngine, Unavailable
@@ -175,6 +176,15 @@ def add_stream_route(app: FastAPI, engine: LiveEngine, intake: Intake, request_t
             await websocket.send_json(error)
         await websocket.send_json({**done, "total_bytes": sent, "error": problem is not None})
 
+    async def close(websocket: WebSocket) -> None:
+        """End a session the handler left open: newer FastAPI/uvicorn releases close the socket of an
+        endpoint that returns, older ones (as old as the serve extra allows) leave the client waiting."""
+        if websocket.application_state == WebSocketState.CONNECTED:
+            try:
+                await websocket.close()
+            except Exception:  # the client is gone
+                pass
+
     @app.websocket(STREAM_PATH)
     async def speech_stream(websocket: WebSocket) -> None:
         """handle_session (serving_speech_stream.py:108-226): its messages, order, errors and timeouts."""
@@ -237,3 +247,5 @@ def add_stream_route(app: FastAPI, engine: LiveEngine, intake: Intake, request_t
             pass
         except Exception as e:  # e.g. a binary frame, which receive_text() cannot read
             await send_error(websocket, f"Internal error: {type(e).__name__}: {e}")
+        finally:
+            await close(websocket)
