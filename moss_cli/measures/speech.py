@@ -155,10 +155,15 @@ def _sanity(x: np.ndarray, t: SpeechThresholds) -> list[Measure]:
     rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if x.size else 0.0
     dbfs = 20 * math.log10(max(rms, 1e-10))
     clipped = float(np.mean(np.abs(x) >= 0.999)) if x.size else 0.0
+    # Over the frames that carry sound: a response padded with digital silence (exact zeros, whose
+    # flatness is 1) is still speech; a clip with no such frame is silence, and not speech either.
+    flatness = 1.0
     if x.size >= _N_FFT:
-        flatness = float(np.median(librosa.feature.spectral_flatness(y=x, n_fft=_N_FFT, hop_length=_HOP)))
-    else:
-        flatness = 1.0  # nothing to measure: not speech
+        frames = librosa.feature.spectral_flatness(y=x, n_fft=_N_FFT, hop_length=_HOP)[0]
+        level = librosa.feature.rms(y=x, frame_length=_N_FFT, hop_length=_HOP)[0]
+        sounding = 20 * np.log10(np.maximum(level, 1e-10)) >= t.min_rms_dbfs
+        if sounding.any():
+            flatness = float(np.median(frames[: len(sounding)][sounding[: len(frames)]]))
     return [
         Measure("rms-dbfs", dbfs, t.min_rms_dbfs, dbfs >= t.min_rms_dbfs),
         Measure("clipped-fraction", clipped, t.max_clipped, clipped <= t.max_clipped),

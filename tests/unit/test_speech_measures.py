@@ -56,6 +56,16 @@ def test_the_same_sentence_at_another_rate_and_pitch_is_the_same_speech(referenc
 
 
 @needs_speech
+def test_speech_padded_with_digital_silence_is_the_same_speech(reference):
+    """A response with exact zeros before and after its words (a codec's padding) is still speech:
+    spectral flatness is measured over the frames that sound (a frame of zeros has flatness 1)."""
+    clip, rate = reference
+    silence = np.zeros((2 * rate, 1), dtype=np.int16)
+    judged = judge_speech(clip, np.concatenate([silence, clip, silence]), rate, TEXT, "en")
+    assert judged.same and judged.failed is None, judged.as_dict()
+
+
+@needs_speech
 def test_half_of_the_words_fail_the_duration_ratio(reference):
     clip, rate = reference
     judged = judge_speech(clip, espeak("These days a chicken")[0], rate, TEXT, "en")
