@@ -5,7 +5,7 @@ same speech and which check failed the others.
 
     .venv/bin/python benchmarks/calibrate_speech.py [--sentences N]
 
-Needs espeak-ng on PATH and the speech extra (pip install 'moss-tts-repro[speech]')."""
+Needs espeak-ng on PATH and the speech extra (pip install librosa pocketsphinx)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ from ..errors import MossError
 
 RATE = 16000  # what pocketsphinx's en-us model and the MFCCs are computed at
 CHECKS = ("sanity", "duration-ratio", "mfcc-dtw", "alignment")
-INSTALL = "pip install 'moss-tts-repro[speech]'"
+INSTALL = "pip install librosa pocketsphinx"  # moss's `speech` extra; moss itself comes from a pinned source
 _N_FFT, _HOP = 512, 160  # 32 ms windows every 10 ms
 _TRIM_DB = 40.0  # below the loudest frame: silence at either end
 
