@@ -159,14 +159,7 @@ class EngineExecutor:
         )
 
     def rules(self, options: AuditOptions, reference: dict[str, Outcome]) -> Rules:
-        return Rules(
-            options.level,
-            options.min_snr_db,
-            options.strict_unseeded,
-            self.sample_rate,
-            allow_unseeded=options.allow_unseeded,
-            speech=options.speech,
-        )
+        return Rules.of(options, self.sample_rate)
 
     def deploy_seeds(self, reference: dict[str, Outcome]) -> dict[str, int | None]:
         return {}

@@ -228,16 +228,8 @@ class ServerExecutor:
         )
 
     def rules(self, options: AuditOptions, reference: dict[str, Outcome]) -> Rules:
-        return Rules(
-            options.level,
-            options.min_snr_db,
-            options.strict_unseeded,
-            self.sample_rate,
-            allow_unseeded=options.allow_unseeded,
-            server=True,
-            deploy_seed=self.deploy_seed,
-            greedy=frozenset(self.greedy),
-            speech=options.speech,
+        return Rules.of(
+            options, self.sample_rate, server=True, deploy_seed=self.deploy_seed, greedy=frozenset(self.greedy)
         )
 
     def deploy_seeds(self, reference: dict[str, Outcome]) -> dict[str, int | None]:

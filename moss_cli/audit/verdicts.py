@@ -145,6 +145,20 @@ class Rules:
     greedy: frozenset[str] = frozenset()  # requests decoded greedily (a server: where it honours it)
     speech: SpeechThresholds = SpeechThresholds()  # --level speech: what the same speech is
 
+    @classmethod
+    def of(cls, options, sample_rate: int, **server) -> Rules:
+        """The rules an audit's options (AuditOptions) set, at the executor's sample rate; `server`: what
+        a server executor adds (server, deploy_seed, greedy)."""
+        return cls(
+            options.level,
+            options.min_snr_db,
+            options.strict_unseeded,
+            sample_rate,
+            allow_unseeded=options.allow_unseeded,
+            speech=options.speech,
+            **server,
+        )
+
 
 @dataclass(frozen=True)
 class Alone:
