@@ -101,6 +101,31 @@ def session_config(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return config, [key for key in body if key not in SESSION_REQUEST_FIELDS and key != "input"]
 
 
+def session_lacks(request: Request) -> list[str]:
+    """What of `request` an utterance of vllm-omni 0.30.0's WebSocket stream cannot carry unchanged:
+    the fields session.config has no place for (see `session_config`), and a text with whitespace at
+    either end, which the handler strips before it becomes the utterance's input
+    (speech_text_splitter.py:195-201), so the utterance would be another request."""
+    given = {**request.prompt_fields, **request.sampling}
+    lacks = [name for name in (*EXTRA_PARAMS, *SAMPLING_FIELDS) if given.get(name) is not None]
+    if request.text != request.text.strip():
+        lacks.append("input with whitespace at either end")
+    return lacks
+
+
+def batch_body(bodies: list[dict[str, Any]], *, model: str | None, response_format: str) -> dict[str, Any]:
+    """One call of the batch route: each single body an item, without its seed (a `SpeechBatchItem`
+    has none: protocol/audio.py:446-463) and without what the batch decides for every item, its model
+    and format."""
+    batch: dict[str, Any] = {"response_format": response_format}
+    if model is not None:
+        batch["model"] = model
+    batch["items"] = [
+        {key: value for key, value in body.items() if key not in batch and key != "seed"} for body in bodies
+    ]
+    return batch
+
+
 def data_uri(path: Path) -> str:
     """A reference audio file as a base64 `data:` URI (how vllm-omni accepts inline audio)."""
     known = {".wav": "audio/wav", ".flac": "audio/flac", ".mp3": "audio/mpeg", ".ogg": "audio/ogg"}

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
+from ..config.builtin import builtin_requests
 from ..config.requests import Request, parse_requests
 from ..engine.compiled import compile_seconds
 from ..engine.requests import LogitsHook
@@ -20,7 +21,6 @@ from ..io.outcome import Outcome
 from ..pipeline import Prepared, Synthesizer, SynthResult
 from ..pipeline.environment import environment
 from .attribution import attribute, record_logits
-from .builtin import builtin_requests
 from .mixups import request_content
 from .scenarios import Member, Run, Target
 from .verdicts import Attribute, Rules

@@ -13,10 +13,11 @@ from typing import ContextManager, Iterator, Protocol
 
 from ..config.requests import Request
 from ..io.outcome import Outcome
+from ..remote.paths import PATHS
 from .mixups import MixUp, MixUpLog
 from .options import AuditOptions
 from .questions import answer
-from .scenarios import SERVER_PATHS, Run, Skipped, Target, build_runs, reference_run, seed_probes
+from .scenarios import Run, Skipped, Target, build_runs, reference_run, seed_probes
 from .verdicts import (
     Alone,
     Attribute,
@@ -147,7 +148,7 @@ class Auditor:
                         batch_item=member.batched,
                         sent_alone=run.alone,
                         request=member.request,
-                        path=run.path(key) if executor.target.server else None,
+                        path=run.path(key).name if executor.target.server else None,
                     )
                     case.wall_s = got[key].wall_s + time.perf_counter() - judged
                     cases += _on_paths(run, [case], executor)
@@ -163,7 +164,7 @@ class Auditor:
 
         if server is not None:
             server["skipped"] = skipped
-            paths = {path: scenario for path, (_, scenario) in SERVER_PATHS.items()}
+            paths = {name: path.scenario for name, path in PATHS.items()}
             server["paths"] = path_verdicts(cases, paths, self.scenarios, skipped, questions)
         return AuditResult(
             AuditOptions(**{**opts.__dict__, "scenarios": tuple(s for s in self.scenarios if s not in skipped)}),
@@ -188,7 +189,7 @@ def _on_paths(run: Run, cases: list[Case], executor: Executor) -> list[Case]:
     """`cases` of `run`, each marked with the way a server answered it (none for the engine)."""
     if executor.target.server:
         for case in cases:
-            case.path = run.path(case.request)
+            case.path = run.path(case.request).name
     return cases
 
 

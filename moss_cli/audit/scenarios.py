@@ -5,8 +5,9 @@ together, maybe staggered, streamed or split into shards. What "together" means 
 executor's: the local engine batches them (up to a max batch, late arrivals every few steps);
 a server is sent them concurrently (up to --concurrency, late ones some milliseconds apart) and
 decides its batches itself. Some compositions exist for one kind only: batch sizes and shards need
-the engine; the seed probes need a server's answers (`seed_probes`); a raw-audio stream and the batch
-route are ways a server answers (its paths, `SERVER_PATHS`)."""
+the engine; the seed probes need a server's answers (`seed_probes`); server-sent events, a raw-audio
+stream, the batch route and the WebSocket stream are ways a server answers (its paths,
+`remote.paths`), each member sent along its own."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.requests import Request
-from ..speech_api import batch_item_lacks
+from ..remote.paths import BATCH, RAW_STREAM, SINGLE, SSE, WEBSOCKET, ServingPath
+from ..remote.voice import voice_clip, with_voice
+from ..speech_api import batch_item_lacks, session_lacks
 
 # Local engine runs: every scenario; --server: the ones a black box can be given.
 SCENARIOS = (
@@ -42,17 +45,9 @@ SERVER_SCENARIOS = (
     "streaming",
     "raw-stream",
     "batch",
+    "websocket",
     "seeds",
 )
-# The ways a server answers a request (its paths), and the scenario that audits each beyond the
-# single route, which every other scenario uses.
-SINGLE, SSE, RAW_STREAM, BATCH = "single", "sse", "raw-stream", "batch"
-SERVER_PATHS = {
-    SINGLE: ("POST /v1/audio/speech, one body", None),
-    SSE: ("POST /v1/audio/speech with stream: true (server-sent events)", "streaming"),
-    RAW_STREAM: ('POST /v1/audio/speech with stream_format: "audio" (raw chunks)', "raw-stream"),
-    BATCH: ("POST /v1/audio/speech/batch, items in one call (no seed)", "batch"),
-}
 BATCH_MAX_ITEMS = 32  # vllm-omni 0.30.0's tts_batch_max_items default (serving_speech.py:434)
 SHUFFLE_SEED = 1234
 PROBE_SEED = 1_000_003  # sent to unseeded requests; unlikely to be anyone's deploy seed
@@ -74,11 +69,16 @@ class Member:
     seed: int | None = None  # replaces the request's own seed (a probe)
     expect: str = "identical"  # or "different": a probe whose seed must change the audio
     late: int = 0  # staggered runs: its place in the arrival order (0 arrives first)
-    batched: bool = False  # a server: sent as an item of a batch call, which carries no seed
+    path: ServingPath = SINGLE  # a server: how it is asked for (the engine ignores it)
 
     @property
     def key(self) -> str:
         return self.request.id
+
+    @property
+    def batched(self) -> bool:
+        """Sent as an item of a batch call, which carries no seed."""
+        return self.path is BATCH
 
     @property
     def sent_seed(self) -> int | None:
@@ -91,11 +91,10 @@ class Run:
     members: list[Member]
     alone: bool = False  # every member on its own, one after another (the reference, the repeat)
     max_batch: int | None = None  # the engine's batch for this run (None: the audit's)
-    stream: bool = False  # decoded (or asked for) chunk by chunk while generating
-    stream_format: str = "sse"  # a server's stream: "sse" (stream: true) or "audio" (raw chunks)
+    stream: bool = False  # the engine: decoded chunk by chunk while generating
     shards: list[list[Member]] | None = None  # split into engine runs of their own (with --ray, on workers)
-    # What a server may refuse (the scenario is then skipped): "ref_audio" | "stream" | "raw-stream" | "batch"
-    needs: str | None = None
+    needs_voice: bool = False  # a server may refuse reference audio (the scenario is then skipped)
+    one_connection: bool = False  # a server: its WebSocket utterances go in turn on one connection, as a voice agent's
     scenario: str = ""  # the scenario it belongs to ("reference": every request alone, the baseline)
 
     @property
@@ -115,13 +114,14 @@ class Run:
     def piece_of(self, key: str) -> list[Member]:
         return next(piece for piece in self.pieces() if key in {m.key for m in piece})
 
-    def path(self, key: str) -> str:
-        """How a server was asked for a member's audio in this run (one of SERVER_PATHS)."""
-        if next(m for m in self.members if m.key == key).batched:
-            return BATCH
-        if self.stream:
-            return RAW_STREAM if self.stream_format == "audio" else SSE
-        return SINGLE
+    def path(self, key: str) -> ServingPath:
+        """How a server was asked for a member's audio in this run."""
+        return next(m for m in self.members if m.key == key).path
+
+    @property
+    def paths(self) -> list[ServingPath]:
+        """The ways other than the single route its members go (a server may refuse one: the run is then skipped)."""
+        return list(dict.fromkeys(m.path for m in self.members if m.path is not SINGLE))
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,8 @@ class Target:
     chunk_schedule: tuple[int, ...] = ()  # the local streaming decode's chunk sizes (for the label)
 
 
-def members(requests: list[Request], *, audited: bool = True) -> list[Member]:
-    return [Member(r, audited=audited) for r in requests]
+def members(requests: list[Request], *, audited: bool = True, path: ServingPath = SINGLE) -> list[Member]:
+    return [Member(r, audited=audited, path=path) for r in requests]
 
 
 def neighbour_requests(count: int, prefix: str, *, seed_base: int, frames: list[int], greedy: bool) -> list[Request]:
@@ -165,7 +165,7 @@ def neighbour_requests(count: int, prefix: str, *, seed_base: int, frames: list[
 
 def voice_neighbour_requests(count: int, workdir: Path) -> list[Request]:
     """Neighbours cloning two different synthetic voices (one in continuation mode) and one without."""
-    clips = [_voice_clip(workdir / f"voice-{i}.wav", 1.6, 22_050, pitch) for i, pitch in enumerate((110.0, 220.0))]
+    clips = [voice_clip(workdir / f"voice-{i}.wav", 1.6, 22_050, pitch) for i, pitch in enumerate((110.0, 220.0))]
     requests = []
     for i in range(count):
         kind = i % 3
@@ -181,30 +181,6 @@ def voice_neighbour_requests(count: int, workdir: Path) -> list[Request]:
             )
         )
     return requests
-
-
-def default_voice(workdir: Path) -> Path:
-    """The reference clip the audit gives its own requests where a server requires one: 2 s, well
-    inside vllm-omni's 1-30 s."""
-    return _voice_clip(workdir / "default-voice.wav", 2.0, 24_000, 165.0)
-
-
-def _voice_clip(path: Path, seconds: float, rate: int, pitch: float) -> Path:
-    """A synthetic voice written once to `path` (16-bit WAV)."""
-    import soundfile as sf
-
-    from ..io.reference_audio import synthetic_voice  # torch: not for --help, which reads SCENARIOS
-
-    if not path.exists():
-        sf.write(str(path), synthetic_voice(seconds, rate, pitch), rate, subtype="PCM_16")
-    return path
-
-
-def with_voice(requests: list[Request], voice: Path | None) -> list[Request]:
-    """`requests`, each without a reference voice given `voice` (None: unchanged)."""
-    if voice is None:
-        return requests
-    return [r if r.ref_audio is not None else dataclasses.replace(r, ref_audio=voice) for r in requests]
 
 
 def interleave(a: list, b: list) -> list:
@@ -261,17 +237,18 @@ def _runs(name: str, audited: list[Request], target: Target, workdir: Path) -> l
         return [Run("sends-staggered" if target.server else "arrivals-every-3-steps", late)]
     if name == "voices":
         voices = _neighbours(voice_neighbour_requests(n, workdir), target)
-        return [Run("with-voice-cloning-neighbours", interleave(voices, sent), needs="ref_audio")]
+        return [Run("with-voice-cloning-neighbours", interleave(voices, sent), needs_voice=True)]
     if name == "streaming":
         if target.server:
-            return [Run(f"streamed-{target.concurrency}-at-once", sent, stream=True, needs="stream")]
+            return [Run(f"streamed-{target.concurrency}-at-once", members(audited, path=SSE))]
         schedule = "-".join(str(c) for c in target.chunk_schedule)
         return [Run(f"streamed-chunks-{schedule}-then-repeat", sent, stream=True)]
     if name == "raw-stream":
-        label = f"raw-audio-streamed-{target.concurrency}-at-once"
-        return [Run(label, sent, stream=True, stream_format="audio", needs="raw-stream")]
+        return [Run(f"raw-audio-streamed-{target.concurrency}-at-once", members(audited, path=RAW_STREAM))]
     if name == "batch":
         return batch_runs(audited, target)
+    if name == "websocket":
+        return websocket_runs(audited, target)
     if name == "sharded":  # as if split across workers: each shard is an engine run of its own
         size = -(-n // 3)
         backwards = sent[::-1]
@@ -295,13 +272,39 @@ def batch_runs(audited: list[Request], target: Target) -> list[Run]:
     neighbours = _neighbours(
         neighbour_requests(2, "neighbour-single", seed_base=5000, frames=[16, 6], greedy=False), target
     )
-    batched = [dataclasses.replace(m, batched=True) for m in items]
+    batched = [dataclasses.replace(m, path=BATCH) for m in items]
     calls = "one-call" if len(items) <= BATCH_MAX_ITEMS else f"{-(-len(items) // BATCH_MAX_ITEMS)}-calls"
     label = f"{len(items)}-items-in-{calls}-with-{len(singles) + len(neighbours)}-single-requests"
     return [
         # Alone, an item has the shapes of the single request alone: whether it gets the deploy seed.
-        Run("each-item-alone-in-its-own-call", batched, alone=True, needs="batch"),
-        Run(label, interleave(batched, singles + neighbours), needs="batch"),
+        Run("each-item-alone-in-its-own-call", batched, alone=True),
+        Run(label, interleave(batched, singles + neighbours)),
+    ]
+
+
+def websocket_runs(audited: list[Request], target: Target) -> list[Run]:
+    """The WebSocket stream's runs, for every request an utterance carries unchanged (speech_api.session_lacks):
+    its text in chunks then input.done, with split_granularity "none", which makes it the single route's
+    request (remote.paths). Each utterance first on a connection of its own, one after another (the seed
+    question); then all of them in turn on one connection, each reconfiguring it, as a voice agent reuses
+    its connection (a later utterance must equal it on a fresh one); then every utterance in a session of
+    its own at once, while the other requests and two seeded neighbours go to the single route, so
+    sessions and HTTP requests share the server's batch. None where no request can be an utterance."""
+    utterances = [m for m in members(audited, path=WEBSOCKET) if not session_lacks(m.request)]
+    if not utterances:
+        return []
+    singles = [m for m in members(audited) if session_lacks(m.request)]
+    neighbours = _neighbours(
+        neighbour_requests(2, "neighbour-http", seed_base=6000, frames=[16, 6], greedy=False), target
+    )
+    traffic = len(singles) + len(neighbours)
+    return [
+        Run("each-utterance-on-a-connection-of-its-own", utterances, alone=True),
+        Run("every-utterance-in-turn-on-one-connection", utterances, alone=True, one_connection=True),
+        Run(
+            f"{len(utterances)}-sessions-at-once-with-{traffic}-http-requests",
+            interleave(utterances, singles + neighbours),
+        ),
     ]
 
 

@@ -19,28 +19,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Iterator
 
 from .. import __version__
-from ..config.deploy import load_deploy
 from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..io.outcome import Outcome
+from ..remote import paths
 from ..remote.client import ServerError, SpeechClient, all_or_nothing
+from ..remote.paths import BATCH, ServingPath
 from ..remote.reply import Reply
-from ..remote.request_file import read_for_server, reference_sha256
-from ..remote.voice import refuse_unvoiced, voice_refusal
-from ..speech_api import BATCH_PATH, batch_item_lacks, body_from_request
-from .attribution import Attribution
-from .builtin import builtin_requests
-from .scenarios import (
-    BATCH_MAX_ITEMS,
-    Member,
-    Run,
-    Skipped,
-    Target,
-    default_voice,
-    neighbour_requests,
-    voice_neighbour_requests,
-    with_voice,
+from ..remote.request_file import reference_sha256
+from ..remote.session import ServerSession
+from ..remote.speech_stream import SpeechStream, StreamUnavailable
+from ..remote.voice import with_voice
+from ..speech_api import (
+    BATCH_PATH,
+    STREAM_PATH,
+    batch_body,
+    batch_item_lacks,
+    body_from_request,
+    session_config,
+    session_lacks,
 )
+from .attribution import Attribution
+from .scenarios import BATCH_MAX_ITEMS, Member, Run, Skipped, Target, neighbour_requests, voice_neighbour_requests
 from .verdicts import DEPLOY_HINT, RNG_COUPLING, Attribute, Rules
 
 if TYPE_CHECKING:
@@ -69,11 +69,13 @@ class ServerExecutor:
     def __init__(self, options: AuditOptions) -> None:
         self.options = options
         self.server = options.server
-        self.deploy = None
-        if options.synth.deploy is not None:  # its platform sections for CUDA, where vllm-omni serves
-            self.deploy = load_deploy(options.synth.deploy, "cuda", allow_foreign=options.synth.allow_foreign_deploy)
-        # A request file's requests are read once the server is known (`session`): it decides which fields it drops.
-        self._requests, self.dropped = builtin_requests(for_server=True), []
+        self.known = ServerSession.open(
+            options.server,
+            deploy_file=options.synth.deploy,
+            allow_foreign_deploy=options.synth.allow_foreign_deploy,
+            request_file=options.requests,
+            allow_dropped_fields=options.allow_dropped_fields,
+        )
         self.target = Target(server=True, concurrency=self.server.concurrency)
         self.sample_rate = 0  # known from the first answer
         self.chunk_schedule: list[int] = []
@@ -82,19 +84,16 @@ class ServerExecutor:
         self.runs: dict[str, dict] = {}  # "scenario/run" -> who was in flight together
         self.probes: dict[str, list[str]] = {}
         self._replies: dict[tuple[int, str], Reply] = {}
-        self._checked: dict[str, str | None] = {}  # what a run needs -> why the server refuses it (None: it takes it)
-        self.voice_note = ""
-        self.models: list[str] | None = None
-        self.served: dict | None = None
+        self._checked: dict[str, str | None] = {}  # "ref_audio" or a path -> why the server refuses it (None: takes it)
         self.reference_replies: list[Reply] = []
 
     @property
     def deploy_seed(self) -> int | None:
-        return self.deploy.default_seed if self.deploy is not None else None
+        return self.known.deploy_seed
 
     @property
     def audited(self) -> list[Request]:
-        return self._requests
+        return self.known.requests
 
     @contextmanager
     def session(self, workdir: Path) -> Iterator[ServerExecutor]:
@@ -103,97 +102,71 @@ class ServerExecutor:
         self.client = SpeechClient(self.server, self.options.on_retry)
         try:
             self._loop.run_until_complete(self.client.__aenter__())
-            info = self._loop.run_until_complete(self.client.probe())
-            self.models, self.served = info.models, info.environment
-            if self.options.requests is not None:
-                self._requests, self.dropped = read_for_server(
-                    self.options.requests, info, self.options.allow_dropped_fields
-                )
-            self._loop.run_until_complete(self._voice_for_all())
+            self._loop.run_until_complete(self.known.learn_voice(self.client, workdir, "the audit's own requests"))
+            self.target = dataclasses.replace(self.target, voice=self.known.voice)
             yield self
         finally:
             self._loop.run_until_complete(self.client.__aexit__(None, None, None))
             self._loop.close()
 
-    async def _voice_for_all(self) -> None:
-        """Whether the server requires a reference voice (vllm-omni's MOSS-TTS-Local does: its
-        adapter refuses a request without `ref_audio`), learnt from its answer to one short request
-        without one. Where it does, the audit's own requests carry a clip it makes; requests of a
-        file are sent as written, so one without a reference is an error here."""
-        probe = Member(builtin_requests(for_server=True)[0], seed=1)
-        said = await voice_refusal(self.client, probe.key, self._body(probe))
-        if said is None:
-            self.voice_note = "not required: the server answers a request without ref_audio"
-            return
-        refuse_unvoiced(said, self._requests, self.options.requests)
-        voice = default_voice(self.workdir)
-        self._requests = with_voice(self._requests, voice)
-        self.target = dataclasses.replace(self.target, voice=voice)
-        self.voice_note = f"required ({said}); the audit's own requests carry a synthetic 2 s voice"
-
-    def _body(self, member: Member, stream: str | None = None) -> dict:
-        """A single request's body; `stream` "sse" asks for server-sent events (`stream: true`),
-        "audio" for raw audio chunks (`stream_format: "audio"`: vllm-omni's is_raw_audio_stream,
-        protocol/audio.py:327-334)."""
-        body = body_from_request(
+    def _body(self, member: Member) -> dict:
+        """A member's single body; its path marks it as it is sent (`remote.paths`)."""
+        return body_from_request(
             member.request, model=self.server.model, response_format=self.server.response_format, seed=member.seed
         )
-        if stream is not None:
-            body.update({"stream": True} if stream == "sse" else {"stream_format": "audio"})
-            if body["response_format"] not in ("wav", "pcm"):  # what vllm-omni streams
-                body["response_format"] = "wav"
-        return body
 
     def _batch_body(self, items: list[Member]) -> dict:
-        """One call of the batch route: each member an item (its single body without a seed, which an
-        item cannot carry), the model and the format the batch's."""
-        batch: dict = {"response_format": self.server.response_format}
-        if self.server.model is not None:
-            batch["model"] = self.server.model
-        batch["items"] = [
-            {key: value for key, value in self._body(m).items() if key not in batch and key != "seed"} for m in items
-        ]
-        return batch
+        server = self.server
+        return batch_body([self._body(m) for m in items], model=server.model, response_format=server.response_format)
 
     def execute(self, runs: list[Run]) -> Iterator[dict[str, Outcome] | Skipped]:
         for run in runs:
-            if run.needs is not None and (refused := self._refuses(run.needs)):
+            needs = (["ref_audio"] if run.needs_voice else []) + [path.name for path in run.paths]
+            refused = next((why for why in map(self._refuses, needs) if why), None)
+            if refused:
                 yield Skipped(refused)
                 continue
             yield self._loop.run_until_complete(self._send(run))
 
     def _refuses(self, needs: str) -> str | None:
-        """The server's words when it refuses what a run needs (a 4xx to one short request), else None."""
+        """The server's words when it refuses what a run needs, reference audio or a path (a 4xx to
+        one short request sent that way, or a WebSocket stream it does not serve), else None."""
         if needs not in self._checked:
             if needs == "ref_audio":
                 check = Member(voice_neighbour_requests(1, self.workdir)[0], audited=False)
             else:
                 neighbour = neighbour_requests(1, f"neighbour-{needs}", seed_base=4000, frames=[4], greedy=False)
-                check = Member(with_voice(neighbour, self.target.voice)[0], audited=False)
-            context = f"{needs}/check"
-            if needs == "batch":  # an item has no seed: the check's is unseeded
-                check = dataclasses.replace(check, request=dataclasses.replace(check.request, seed=None))
-                sent = self.client.speak_batch([check.key], self._batch_body([check]), context)
-            else:
-                stream = {"stream": "sse", "raw-stream": "audio"}.get(needs)
-                sent = self.client.speak(check.key, self._body(check, stream), context)
-            refused = self._loop.run_until_complete(_refusal(sent))
-            self._checked[needs] = None if refused is None else _refused(needs, refused)
+                check = Member(with_voice(neighbour, self.target.voice)[0], audited=False, path=paths.PATHS[needs])
+            refused = self._loop.run_until_complete(_refusal(self._check(check, f"{needs}/check")))
+            self._checked[needs] = None if refused is None else _refused(check.path, needs, refused)
         return self._checked[needs]
+
+    async def _check(self, check: Member, context: str) -> None:
+        if check.batched:  # an item has no seed: the check's is unseeded
+            check = dataclasses.replace(check, request=dataclasses.replace(check.request, seed=None))
+            await self.client.speak_batch([check.key], self._batch_body([check]), context)
+        else:
+            await paths.speak(self.client, check.path, check.key, self._body(check), context)
 
     async def _send(self, run: Run) -> dict[str, Outcome]:
         context, started = run.name, time.perf_counter()
 
-        async def one(member: Member, delay: float) -> list[tuple[Member, Reply]]:
+        async def one(member: Member, delay: float, stream: SpeechStream | None = None) -> list[tuple[Member, Reply]]:
             await asyncio.sleep(delay)
-            body = self._body(member, run.stream_format if run.stream else None)
-            return [(member, await self.client.speak(member.key, body, context, started))]
+            sent = paths.speak(
+                self.client, member.path, member.key, self._body(member), context, started, stream=stream
+            )
+            return [(member, await sent)]
 
         async def batch(items: list[Member]) -> list[tuple[Member, Reply]]:
             replies = await self.client.speak_batch([m.key for m in items], self._batch_body(items), context, started)
             return list(zip(items, replies))
 
-        if run.alone:
+        if run.one_connection:  # every utterance in turn on one WebSocket session
+            first, _ = session_config(self._body(run.members[0]))
+            async with SpeechStream(self.server, first, context) as stream:
+                got = [pair for m in run.members for pair in await one(m, 0.0, stream)]
+        elif run.alone:
             got = [pair for m in run.members for pair in await (batch([m]) if m.batched else one(m, 0.0))]
         else:
             stagger = self.stagger_s or 0.0  # members that are not late go at once
@@ -250,7 +223,7 @@ class ServerExecutor:
         """A server cannot be replayed: its audio alone tells, unless it says its draws come from one
         global stream (`moss serve --legacy-global-rng` reports it in its environment), which
         explains any difference in a composition: the random stream depends on the batch."""
-        if not (self.served or {}).get("legacy_global_rng"):
+        if not (self.known.info.environment or {}).get("legacy_global_rng"):
             return None
         where = f"{run.name}{self.evidence(run, key)}"
         return lambda cmp: Attribution(
@@ -264,9 +237,9 @@ class ServerExecutor:
         local run's environment, so baselines of both kinds compare field by field), then what this
         client knows: the address, the models listed, the format asked for, its own versions."""
         return {
-            **(self.served or {}),
+            **(self.known.info.environment or {}),
             "server": self.server.public_url,
-            "models": self.models,
+            "models": self.known.info.models,
             "response_format": self.server.response_format,
             "client_moss_version": __version__,
             "client_python_version": platform.python_version(),
@@ -276,7 +249,7 @@ class ServerExecutor:
         server = self.server
         return {
             "url": server.public_url,
-            "models": self.models,
+            "models": self.known.info.models,
             "model_sent": server.model,
             "response_format": server.response_format,
             "concurrency": server.concurrency,
@@ -288,11 +261,13 @@ class ServerExecutor:
             if all(r.codes_sha256 for r in self.reference_replies)
             else "unknown: the server sends no codes hash (level codes: identical audio stands for identical codes)",
             "http_requests": self.client.sent,
+            "websocket_utterances": self.client.utterances,
             "retries": [r.as_dict() for r in self.client.retries],
             "deploy_seed": self._deploy_note(),
-            "reference_voice": self.voice_note,
-            "dropped_fields": self.dropped,
+            "reference_voice": self.known.voice_note,
+            "dropped_fields": self.known.dropped,
             "batch_items": self._batch_note(),
+            "websocket": self._websocket_note(),
             "probes": self.probes,
             "requests": verdicts,
             "runs": self.runs,
@@ -301,7 +276,7 @@ class ServerExecutor:
     def _batch_note(self) -> dict:
         """Which audited requests the batch route was given as items, and why the others went as
         single requests next to them (a vllm-omni batch item has no seed and no extra fields)."""
-        lacks = {r.id: batch_item_lacks(r) for r in self._requests}
+        lacks = {r.id: batch_item_lacks(r) for r in self.audited}
         return {
             "path": BATCH_PATH,
             "items": [key for key, fields in lacks.items() if not fields],
@@ -310,9 +285,22 @@ class ServerExecutor:
             },
         }
 
+    def _websocket_note(self) -> dict:
+        """Which audited requests went as utterances of the WebSocket stream, and why the others went
+        as single requests next to its sessions (a session.config has no sampling fields or
+        extra_params; the handler strips the text)."""
+        lacks = {r.id: session_lacks(r) for r in self.audited}
+        return {
+            "path": STREAM_PATH,
+            "utterances": [key for key, fields in lacks.items() if not fields],
+            "single": {
+                key: f"an utterance cannot carry {', '.join(fields)}" for key, fields in lacks.items() if fields
+            },
+        }
+
     def _deploy_note(self) -> dict:
         """What the audit knows of the seed unseeded requests must get, for the reports."""
-        if self.deploy is None:
+        if self.known.deploy is None:
             return {"file": None, "seed": None, "checked": False, "note": f"not checked: {DEPLOY_HINT}"}
         seed = self.deploy_seed
         note = (
@@ -327,10 +315,12 @@ class ServerExecutor:
 
 
 async def _refusal(sent: Awaitable) -> ServerError | None:
-    """The server's 4xx to a request sent to learn what it takes (None: it answers with audio); any
-    other failure is the audit's to report."""
+    """The server's 4xx to a request sent to learn what it takes, or its word that it does not serve
+    the WebSocket stream (None: it answers with audio); any other failure is the audit's to report."""
     try:
         await sent
+    except StreamUnavailable as e:
+        return e
     except ServerError as e:
         if e.status is None or not 400 <= e.status < 500:
             raise
@@ -338,11 +328,13 @@ async def _refusal(sent: Awaitable) -> ServerError | None:
     return None
 
 
-def _refused(needs: str, refused: ServerError) -> str:
+def _refused(path: ServingPath, needs: str, refused: ServerError) -> str:
     """Why a scenario is skipped, in the server's words."""
-    if needs == "batch" and refused.status in (404, 405):
+    if path is BATCH and refused.status in (404, 405):
         return f"the server has no batch route (POST {BATCH_PATH}: HTTP {refused.status}): {refused.message}"
-    what = {"ref_audio": "reference audio", "stream": "streaming", "raw-stream": "raw audio streams"}.get(needs, needs)
+    if isinstance(refused, StreamUnavailable):
+        return f"the server does not serve {path.refused} ({STREAM_PATH}): {refused.reason}"
+    what = "reference audio" if needs == "ref_audio" else path.refused
     return f"the server refuses {what}: {refused.message}"
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
+from ..remote.paths import PATHS
 from ..report import page
 from ..report.terminal import print_table
 from .runner import AuditResult
-from .scenarios import SERVER_PATHS
 
 STYLE = {"identical": "green", "unseeded": "yellow", "skipped": "yellow", "not audited": "dim"}
 PATH_COLUMNS = ("path", "route", "verdict", "seed", "numerics", "requests", "comparisons", "detail")
@@ -58,7 +58,7 @@ def path_rows(server: dict, brief: bool = False) -> list[list[str]]:
             detail = f"failed: {named}; first in {v['where']}" + ("" if brief else f": {detail}")
         answers = [_question(v, "seed"), _question(v, "numerics")]
         rows.append(
-            [path, SERVER_PATHS[path][0], v["verdict"], *answers, str(v["requests"]), str(v["comparisons"]), detail]
+            [path, PATHS[path].route, v["verdict"], *answers, str(v["requests"]), str(v["comparisons"]), detail]
         )
     return rows
 

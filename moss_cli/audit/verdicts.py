@@ -108,7 +108,7 @@ class Case:
     attribution: Attribution | None = None
     wall_s: float = 0.0  # the request's time in this run, plus comparing (and attributing) it
     other: str | None = None  # audio-of-another-request: the request whose audio it was compared with (not alone)
-    path: str | None = None  # a server: how it was asked for this audio (scenarios.SERVER_PATHS)
+    path: str | None = None  # a server: how it was asked for this audio (a name of remote.paths.PATHS)
     alone: bool = False  # compared alone with alone (the seed question), not in a composition
     speech: SpeechJudgement | None = None  # --level speech: whether it is the same speech as alone
 
@@ -260,7 +260,7 @@ def judge(
     `batch_item`: sent as an item of a server's batch call, which carries no seed, so with a known
     deploy seed it must be the deploy seed's audio, as the request alone is; `sent_alone`: in a run
     alone (compared bitwise: the seed question); `request`: its text and language, for the speech level;
-    `path`: a server's way of answering it (scenarios.SERVER_PATHS)."""
+    `path`: a server's way of answering it (a name of remote.paths.PATHS)."""
     cmp = compare(reference, out, rules.sample_rate)
     case = Case(scenario, run, key, reference.seed_source, "pass", cmp, wall_s=out.wall_s, alone=sent_alone, path=path)
     if expect == "different":

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..audit.builtin import builtin_requests
 from ..audit.compare import compare
 from ..audit.scenarios import default_voice, with_voice
 from ..audit.verdicts import unseeded_causes
+from ..config.builtin import builtin_requests
 from ..config.deploy import load_deploy
 from ..config.effective import SeedSource
 from ..config.requests import Request

@@ -13,8 +13,9 @@ import base64
 import itertools
 import re
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 import httpx
 import numpy as np
@@ -160,6 +161,23 @@ def _first_line(body: str, limit: int = 120) -> str:
     return repr(line[:limit]) + (" (first line of the body)" if more else "")
 
 
+@dataclass
+class Slot:
+    """A request's time in flight (`SpeechClient.in_flight`): when it was sent, when it ended and the
+    most of this client's requests in flight at once meanwhile."""
+
+    begin: float
+    end: float = 0.0
+    most: int = 0
+
+    def stamp(self, reply: Reply, started: float | None) -> Reply:
+        """`reply` with its times (from `started`, its run's start) and its in-flight count."""
+        reply.sent_s = self.begin - (started if started is not None else self.begin)
+        reply.wall_s = self.end - self.begin
+        reply.in_flight = self.most
+        return reply
+
+
 class SpeechClient:
     """Use as `async with SpeechClient(options) as client:`; `speak` may run concurrently."""
 
@@ -168,6 +186,7 @@ class SpeechClient:
         self.on_retry = on_retry
         self.retries: list[Retry] = []
         self.sent = 0  # HTTP requests made, re-sends included
+        self.utterances = 0  # WebSocket utterances sent
         self._slots = asyncio.Semaphore(options.concurrency)
         self._active: dict[int, int] = {}  # a request in flight -> the most in flight while it was
         self._ids = itertools.count()
@@ -239,22 +258,10 @@ class SpeechClient:
         """Send one request (re-sending on transient failures) and decode its audio. `timed`: read the
         body piece by piece as it arrives and keep when each came (`Reply.arrivals`), for a stream's
         time to first audio and continuity."""
-        async with self._slots:
-            key = next(self._ids)
-            self._active[key] = 0
-            self._note_in_flight()
-            begin = time.perf_counter()
-            try:
-                reply, attempts = await self._attempts(
-                    request, context, lambda: self._once(request, body, context, timed)
-                )
-            finally:
-                in_flight = self._active.pop(key)
+        async with self.in_flight() as slot:
+            reply, attempts = await self._attempts(request, context, lambda: self._once(request, body, context, timed))
         reply.attempts = attempts
-        reply.sent_s = begin - (started if started is not None else begin)
-        reply.wall_s = time.perf_counter() - begin
-        reply.in_flight = in_flight
-        return reply
+        return slot.stamp(reply, started)
 
     async def speak_batch(
         self, requests: list[str], body: dict[str, Any], context: str, started: float | None = None
@@ -266,27 +273,31 @@ class SpeechClient:
         `index`, `status` "success" (base64 `audio_data`, `media_type`) or "error" (`error`)
         (protocol/audio.py:537-554, serving_speech.py:2767-2831, api_server.py:1418-1424): an item
         that failed is a ServerError naming its request."""
-        async with self._slots:
-            keys = [next(self._ids) for _ in requests]
-            self._active.update(dict.fromkeys(keys, 0))
-            self._note_in_flight()
-            begin = time.perf_counter()
-            try:
-                replies, attempts = await self._attempts(
-                    requests[0], context, lambda: self._batch_once(requests, body, context)
-                )
-            finally:
-                in_flight = max(self._active.pop(key) for key in keys)
+        async with self.in_flight(len(requests)) as slot:
+            replies, attempts = await self._attempts(
+                requests[0], context, lambda: self._batch_once(requests, body, context)
+            )
         for reply in replies:
-            reply.sent_s = begin - (started if started is not None else begin)
-            reply.wall_s = time.perf_counter() - begin
-            reply.in_flight, reply.attempts = in_flight, attempts
+            reply.attempts = attempts
+            slot.stamp(reply, started)
         return replies
 
-    def _note_in_flight(self) -> None:
-        count = len(self._active)
-        for key, most in self._active.items():
-            self._active[key] = max(most, count)
+    @asynccontextmanager
+    async def in_flight(self, requests: int = 1) -> AsyncIterator[Slot]:
+        """One of the --concurrency slots, held by `requests` requests sent together (a batch call's
+        items), counted among this client's requests in flight while it is held."""
+        async with self._slots:
+            keys = [next(self._ids) for _ in range(requests)]
+            self._active.update(dict.fromkeys(keys, 0))
+            count = len(self._active)
+            for key, most in self._active.items():
+                self._active[key] = max(most, count)
+            slot = Slot(time.perf_counter())
+            try:
+                yield slot
+            finally:
+                slot.most = max(self._active.pop(key) for key in keys)
+                slot.end = time.perf_counter()
 
     async def _attempts(self, request: str, context: str, once: Callable[[], Awaitable[T]]) -> tuple[T, int]:
         """What `once()` answers, sent again after each transient failure (up to --retries), and the

@@ -50,6 +50,15 @@ def stream_url(options: ServerOptions) -> str:
     return urlunsplit((scheme, parts.netloc, parts.path + speech_api.STREAM_PATH, options.query, ""))
 
 
+def text_chunks(text: str, pieces: int = 3) -> list[str]:
+    """`text` as a voice agent sends it, in `pieces` input.text messages cut between words (fewer for
+    fewer words): joined, they are `text` to the character, so the flushed utterance is its text."""
+    words = text.split(" ")
+    size = -(-len(words) // pieces)
+    groups = [words[i : i + size] for i in range(0, len(words), size)]
+    return [" ".join(group) + (" " if i < len(groups) - 1 else "") for i, group in enumerate(groups)]
+
+
 class SpeechStream:
     """One WebSocket session: `async with SpeechStream(options, config) as stream:`, then `await
     stream.speak(request, chunks)` for each utterance, one at a time. `config` is the session.config
@@ -92,6 +101,15 @@ class SpeechStream:
             raise self._fail(f"{self.where}: cannot open a WebSocket ({type(e).__name__}: {e})") from None
         await self._send(self.config, None)
         return self
+
+    async def configure(self, config: dict[str, Any]) -> None:
+        """Another request's session.config between utterances, on the same connection: the handler
+        replaces its config whole (serving_speech_stream.py:146-159) and answers nothing, so a bad one
+        is the next utterance's error. The same config again is not re-sent."""
+        wanted = {**config, "type": "session.config"}
+        if wanted != self.config:
+            self.config = wanted
+            await self._send(wanted, None)
 
     async def __aexit__(self, *exc) -> None:
         """session.close; the server closes the connection (serving_speech_stream.py:209-211)."""

@@ -8,7 +8,7 @@ import torch
 
 from moss_cli.assets import ASSETS, TINY_CODEC, TINY_TALKER
 from moss_cli.assets.build import build
-from moss_cli.audit.builtin import builtin_requests
+from moss_cli.config.builtin import builtin_requests
 from moss_cli.config.requests import Request, read_requests
 from moss_cli.pipeline import Synthesizer, SynthOptions
 

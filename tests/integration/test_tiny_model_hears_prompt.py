@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from moss_cli.audit.builtin import builtin_requests
+from moss_cli.config.builtin import builtin_requests
 from moss_cli.config.requests import Request, read_requests
 from moss_cli.io.reference_audio import synthetic_voice
 from moss_cli.pipeline import Synthesizer, SynthOptions

@@ -211,7 +211,7 @@ def test_stream_does_not_combine_with_ray(tmp_path):
 
 
 def test_the_sharded_scenario_splits_the_requests_two_ways_each_request_once(tmp_path):
-    from moss_cli.audit.builtin import builtin_requests
+    from moss_cli.config.builtin import builtin_requests
     from moss_cli.audit.scenarios import Target, build_runs
 
     audited = builtin_requests()

@@ -3,7 +3,7 @@ unseeded, an explicit seed 0, and repeated identical texts."""
 
 from __future__ import annotations
 
-from ..config.requests import Request
+from .requests import Request
 
 _TEXTS = [
     ("short-unseeded", "Yes.", None, 10),

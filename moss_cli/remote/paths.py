@@ -1,0 +1,129 @@
+"""The ways a speech server answers a request (its serving paths), each named once.
+
+vllm-omni 0.30.0 serves speech five ways (paths: the vllm_omni package of its wheel), and `moss serve`
+the same five:
+- the single route, `POST /v1/audio/speech` with one body answered whole;
+- server-sent events, the same route with `stream: true` (entrypoints/openai/protocol/audio.py:330-331);
+- raw audio chunks, the same route with `stream_format: "audio"` (audio.py:327-328; `stream` then
+  changes nothing but log lines, serving_speech.py:2683-2725);
+- the batch route, `POST /v1/audio/speech/batch`, items in one call, none with a seed (audio.py:446-463);
+- the WebSocket stream, `/v1/audio/speech/stream` (api_server.py:1696-1715): a session.config, then
+  each utterance's text in chunks. With `split_granularity` "none" an utterance is the request
+  its handler builds from the config's fields and the flushed text (serving_speech_stream.py:311-330),
+  generated as a non-streaming POST is (`_generate_audio_bytes`, serving_speech_stream.py:382-386):
+  the same request, seed rule included, as the single route's body with those fields.
+
+A `ServingPath` is one of them: its name (the audit's path table, JSON and JUnit use it), its route for
+people, its transport, how a body asks for it, and the audit scenario that audits it. `speak` sends a
+request's body along a path; the bench and the audit both ask through it, so a path's request is
+built one way. The batch route takes several requests in one call (`SpeechClient.speak_batch`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .. import speech_api
+
+if TYPE_CHECKING:  # the client reads audio with numpy and torch; the audit's --help reads these paths
+    from .client import SpeechClient
+    from .reply import Reply
+    from .speech_stream import SpeechStream
+
+HTTP, BATCH_CALL, WEBSOCKET_SESSION = "http", "batch", "websocket"
+STREAMED_FORMATS = ("wav", "pcm")  # what vllm-omni streams (audio.py:336-343)
+
+
+@dataclass(frozen=True, eq=False)  # one of each: a path is itself, compared and hashed by identity
+class ServingPath:
+    name: str
+    route: str  # for people: the route and how it is asked
+    transport: str  # HTTP (one body, one answer), BATCH_CALL (items in one call) or WEBSOCKET_SESSION
+    scenario: str | None  # the audit scenario that audits it (None: the single route, which every scenario uses)
+    refused: str  # what the server refuses when it refuses this path ("streaming", ...), for a skip's reason
+    marks: Mapping[str, Any] = field(default_factory=dict)  # the fields a single body gets to ask for this path
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the audio comes as it is made (a stream's time to first audio means something)."""
+        return bool(self.marks) or self.transport == WEBSOCKET_SESSION
+
+    def body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A single request's body (`speech_api.body_from_request`) as this path sends it. A stream's
+        format is wav or pcm, the ones vllm-omni streams: any other becomes wav."""
+        marked = {**body, **self.marks}
+        if self.marks and marked.get("response_format") not in STREAMED_FORMATS:
+            marked["response_format"] = "wav"
+        return marked
+
+
+SINGLE = ServingPath("single", "POST /v1/audio/speech, one body", HTTP, None, "speech requests")
+SSE = ServingPath(
+    "sse",
+    "POST /v1/audio/speech with stream: true (server-sent events)",
+    HTTP,
+    "streaming",
+    "streaming",
+    MappingProxyType({"stream": True}),
+)
+RAW_STREAM = ServingPath(
+    "raw-stream",
+    'POST /v1/audio/speech with stream_format: "audio" (raw chunks)',
+    HTTP,
+    "raw-stream",
+    "raw audio streams",
+    MappingProxyType({"stream_format": "audio"}),
+)
+BATCH = ServingPath(
+    "batch", "POST /v1/audio/speech/batch, items in one call (no seed)", BATCH_CALL, "batch", "the batch route"
+)
+WEBSOCKET = ServingPath(
+    "websocket",
+    "WebSocket /v1/audio/speech/stream, each utterance's text in chunks",
+    WEBSOCKET_SESSION,
+    "websocket",
+    "the WebSocket stream",
+)
+PATHS = {path.name: path for path in (SINGLE, SSE, RAW_STREAM, BATCH, WEBSOCKET)}
+
+
+async def speak(
+    client: SpeechClient,
+    path: ServingPath,
+    request: str,
+    body: dict[str, Any],
+    context: str,
+    started: float | None = None,
+    stream: SpeechStream | None = None,
+    *,
+    timed: bool = False,
+) -> Reply:
+    """One request's audio along `path` (not the batch route). Over the WebSocket stream it is one
+    utterance, its text in chunks, on `stream` (a session kept open across utterances, as a voice
+    agent's) or on a session of its own."""
+    if path.transport == HTTP:
+        return await client.speak(request, path.body(body), context, started, timed=timed)
+    if path.transport != WEBSOCKET_SESSION:
+        raise ValueError(f"{path.name}: a path whose requests go {path.transport}, not one by one")
+    from .speech_stream import SpeechStream
+
+    config, _ = speech_api.session_config(body)
+    if stream is not None:
+        return await _utterance(client, stream, request, config, body["input"], started)
+    async with SpeechStream(client.options, config, context) as own:
+        return await _utterance(client, own, request, config, body["input"], started)
+
+
+async def _utterance(
+    client: SpeechClient, stream: SpeechStream, request: str, config: dict[str, Any], text: str, started: float | None
+) -> Reply:
+    """One utterance on an open session, under `config` (sent first where the session has another),
+    counted among the client's requests in flight. Never re-sent: a session is no idempotent call."""
+    from .speech_stream import text_chunks
+
+    async with client.in_flight() as slot:
+        await stream.configure(config)
+        reply = await stream.speak(request, text_chunks(text))
+    client.utterances += 1
+    return slot.stamp(reply, started)
