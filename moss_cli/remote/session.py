@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..config.builtin import builtin_requests
 from ..config.deploy import load_deploy
@@ -53,10 +53,14 @@ class ServerSession:
         allow_foreign_deploy: bool = False,
         request_file: Path | None = None,
         allow_dropped_fields: bool = False,
+        check_deploy: Callable[[DeployConfig | None], None] = lambda deploy: None,
     ) -> ServerSession:
+        """The deploy file read (and `check_deploy`ed: what a command needs of it) before the server is
+        asked anything; then the probe and the request set."""
         deploy = None
-        if deploy_file is not None:
+        if deploy_file is not None:  # its platform sections for CUDA, where vllm-omni serves
             deploy = load_deploy(deploy_file, "cuda", allow_foreign=allow_foreign_deploy)
+        check_deploy(deploy)
         info = probe(server)
         if request_file is not None:
             requests, dropped = read_for_server(request_file, info, allow_dropped_fields)

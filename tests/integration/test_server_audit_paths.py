@@ -1,5 +1,5 @@
 """`moss audit-determinism --server`: every path a deployment serves gets a verdict (the single
-route, server-sent events, raw audio streams, the batch route), in every report. vllm-omni 0.30.0's
+route, server-sent events, raw audio streams, the batch route, the WebSocket stream), in every report. vllm-omni 0.30.0's
 batch items carry no seed (protocol/audio.py:446-463), so the batch path audits the unseeded
 requests as items of one call while the others go as single requests at the same time: before the
 deploy-seed fix its items fail `deploy-seed-not-applied`, after it they pass; a server without the
@@ -25,8 +25,8 @@ from moss_cli.remote.settings import ServerOptions
 
 DEPLOY = Path(__file__).resolve().parents[2] / "recipes" / "moss_tts_local_v1.5.yaml"  # seed 42
 UNSEEDED = ["plain", "continued"]
-PATHS = ["single", "sse", "raw-stream", "batch"]
-ALL_PATHS = "repeat,streaming,raw-stream,batch"
+PATHS = ["single", "sse", "raw-stream", "batch", "websocket"]
+ALL_PATHS = "repeat,streaming,raw-stream,batch,websocket"
 REPORTS = {"junit": "junit.xml", "markdown": "summary.md"}  # and the JSON report, audit.json
 
 
@@ -101,7 +101,7 @@ def test_before_the_fix_the_batch_items_fail_deploy_seed_not_applied_on_every_pa
     assert any(body.get("stream_format") == "audio" for body in engine.received)  # the raw stream was asked for
     # The table in every report, naming the items.
     suite = _path_suite(tmp_path / "r")
-    assert [c.get("name") for c in suite] == PATHS and suite.get("failures") == "4"
+    assert [c.get("name") for c in suite] == PATHS and suite.get("failures") == "5"
     failure = next(c for c in suite if c.get("name") == "batch").find("failure")
     assert failure.get("type") == "deploy-seed-not-applied" and "continued (deploy-seed-not-applied)" in failure.get(
         "message"
@@ -132,7 +132,7 @@ def test_after_the_fix_every_path_passes_and_batch_items_get_the_deploy_seed(tmp
     item_jobs = [job for job in engine.jobs if job.conditioning.text == "No seed of its own."]
     assert {job.rng_source for job in item_jobs} == {"deploy"}
     suite = _path_suite(tmp_path / "r")
-    assert suite.get("tests") == "4" and suite.get("failures") == "0" and suite.get("skipped") == "0"
+    assert suite.get("tests") == "5" and suite.get("failures") == "0" and suite.get("skipped") == "0"
     assert _page_paths(report) == [(path, "identical", "pass") for path in PATHS]
 
 
@@ -152,10 +152,11 @@ def test_a_server_without_the_batch_route_skips_that_path_and_says_why(tmp_path)
         "sse": "not audited",
         "raw-stream": "not audited",
         "batch": "skipped",
+        "websocket": "not audited",
     }
     assert "skipped batch: the server has no batch route" in output
     suite = _path_suite(tmp_path / "r")
-    assert suite.get("skipped") == "3" and suite.get("failures") == "0"
+    assert suite.get("skipped") == "4" and suite.get("failures") == "0"
     assert ("batch", "skipped", "") in _page_paths(report)
 
 
