@@ -1,8 +1,11 @@
 """`moss bench --server URL`: the cost of determinism on a live speech server, with every response
 checked under load.
 
-First it learns what the server needs (a reference voice: vllm-omni's MOSS-TTS-Local refuses a
-request without one) and sends every request of every arm alone, one at a time: the references.
+Every request goes along one serving path (`remote.paths`; `--path`): the single route, raw audio
+chunks (the default) or the WebSocket stream, an utterance per request on a session of its own.
+First it learns what the server needs (`remote.session`: the deploy seed, the request set, a reference
+voice: vllm-omni's MOSS-TTS-Local refuses a request without one) and sends every request of every arm
+alone, one at a time: the references.
 After a warm-up it sweeps the concurrency levels; at each level every round runs each arm in turn
 (the order rotating from round to round, so a drifting machine hits every arm alike) over the same
 sequence of requests, at that concurrency, closed loop or Poisson arrivals. Every response's PCM is
@@ -24,27 +27,33 @@ from typing import Callable
 
 from .. import __version__
 from ..audit.compare import compare
-from ..audit.scenarios import default_voice, with_voice
 from ..audit.verdicts import unseeded_causes
-from ..config.builtin import builtin_requests
-from ..config.deploy import load_deploy
 from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..errors import MossError
 from ..measures import check_level
 from ..measures.speech import SpeechThresholds, judge_speech, require_speech
-from ..remote.client import Retry, ServerError, SpeechClient, probe
+from ..remote import paths
+from ..remote.client import Retry, ServerError, SpeechClient
+from ..remote.paths import RAW_STREAM, SINGLE, WEBSOCKET, ServingPath
 from ..remote.reply import Reply
-from ..remote.request_file import read_for_server
+from ..remote.session import ServerSession
 from ..remote.settings import ServerOptions
-from ..remote.voice import refuse_unvoiced, voice_refusal
 from ..report.page import MAX_PLOTTED_PAIRS
 from ..speech_api import body_from_request
 from .arms import arm_seed, check_deploy_seed, must_hold
 from .figures import figures, ratios
 from .load import Load, Sent, drive, name_neighbours, timing
 
-STREAM_FORMATS = ("pcm", "wav")  # what vllm-omni streams (protocol/audio.py, _streaming_needs_pcm_or_wav)
+STREAM_FORMATS = paths.STREAMED_FORMATS
+# The paths a bench times: one body, raw chunks (time to first audio), the WebSocket stream (time to first audio
+# after input.done). Server-sent events add base64 and event framing to what the bench would time as audio.
+BENCH_PATHS = {path.name: path for path in (SINGLE, RAW_STREAM, WEBSOCKET)}
+ANSWERS = {  # what the answers are, for the reports
+    SINGLE.name: "whole bodies",
+    RAW_STREAM.name: "raw audio chunks (stream_format audio)",
+    WEBSOCKET.name: "WebSocket utterances (text in chunks, a session each)",
+}
 # A response's check: identical, within-snr (--level waveform) and same-speech (--level speech) pass;
 # `varied` and `different-speech` fail the run; `varied-unseeded` is reported.
 IDENTICAL, WITHIN_SNR, VARIED, VARIED_UNSEEDED, FAILED = (
@@ -73,7 +82,7 @@ class ServerBenchOptions:
     level: str = "bitwise"  # bitwise | waveform | speech
     speech: SpeechThresholds = field(default_factory=SpeechThresholds)  # --level speech: what the same speech is
     min_snr_db: float = 60.0
-    stream: bool = True  # raw audio chunks (stream_format "audio"): time to first packet and continuity
+    path: str = RAW_STREAM.name  # the serving path every request goes along (BENCH_PATHS)
     frames: int | None = None  # every request's max_new_tokens (None: the requests' own)
     requests: Path | None = None  # a request file (None: the audit's built-in set)
     allow_dropped_fields: bool = False
@@ -82,7 +91,9 @@ class ServerBenchOptions:
     )
 
     def __post_init__(self) -> None:
-        if self.stream and self.server.response_format not in STREAM_FORMATS:
+        if self.path not in BENCH_PATHS:
+            raise MossError(f"expected one of {', '.join(BENCH_PATHS)}, got {self.path!r}", field="--path")
+        if self.serving_path is RAW_STREAM and self.server.response_format not in STREAM_FORMATS:
             raise MossError(
                 f"a streamed answer is {' or '.join(STREAM_FORMATS)} (vllm-omni streams no other format), "
                 f"got {self.server.response_format}; or pass --no-stream",
@@ -96,6 +107,10 @@ class ServerBenchOptions:
             raise MossError(f"must be > 0, got {self.duration_s}", field="--duration")
         if not self.request_rate > 0:
             raise MossError(f"must be > 0 (inf: back to back), got {self.request_rate}", field="--request-rate")
+
+    @property
+    def serving_path(self) -> ServingPath:
+        return BENCH_PATHS[self.path]
 
     def count(self, concurrency: int, requests: int) -> int | None:
         if self.duration_s is not None:
@@ -207,22 +222,23 @@ class ServerBench:
     def __init__(self, options: ServerBenchOptions, on_retry: Callable[[Retry], None] | None = None) -> None:
         self.options = options
         self.on_retry = on_retry
-        self.deploy_seed = None
-        if options.deploy is not None:  # its platform sections for CUDA, where vllm-omni serves
-            self.deploy_seed = load_deploy(
-                options.deploy, "cuda", allow_foreign=options.allow_foreign_deploy
-            ).default_seed
-        check_deploy_seed(options.arms, self.deploy_seed, options.deploy is not None)
-        # What the server is, asked first: a silent one fails here, and it decides which fields it drops.
-        self.server_info = probe(options.server)
-        if options.requests is not None:
-            self.requests, self.dropped = read_for_server(
-                options.requests, self.server_info, options.allow_dropped_fields
-            )
-        else:
-            self.requests, self.dropped = builtin_requests(for_server=True), []
+        self.known = ServerSession.open(
+            options.server,
+            deploy_file=options.deploy,
+            allow_foreign_deploy=options.allow_foreign_deploy,
+            request_file=options.requests,
+            allow_dropped_fields=options.allow_dropped_fields,
+            check_deploy=lambda deploy: check_deploy_seed(
+                options.arms, deploy.default_seed if deploy else None, options.deploy is not None
+            ),
+        )
+        self.deploy_seed = self.known.deploy_seed
         if options.frames is not None:
-            self.requests = [dataclasses.replace(r, max_new_frames=options.frames) for r in self.requests]
+            self.known.requests = [dataclasses.replace(r, max_new_frames=options.frames) for r in self.known.requests]
+
+    @property
+    def requests(self) -> list[Request]:
+        return self.known.requests
 
     @property
     def total(self) -> int | None:
@@ -241,14 +257,13 @@ class ServerBench:
         with tempfile.TemporaryDirectory(prefix="moss-bench-") as workdir:
             async with SpeechClient(server, self.on_retry) as client:
                 self.client = client
-                models, served = self.server_info.models, self.server_info.environment
-                voice_note = await self._voice(client, Path(workdir))
+                await self.known.learn_voice(client, Path(workdir), "the built-in requests")
                 bodies = {arm: [self._body(arm, r, i) for i, r in enumerate(self.requests)] for arm in o.arms}
                 on_phase(f"references: {len(self.requests)} request(s) x {len(o.arms)} arm(s), each alone")
                 references = {}
                 for arm in o.arms:
                     for request, body in zip(self.requests, bodies[arm]):
-                        reply = await client.speak(request.id, body, f"{arm}/alone", timed=o.stream)
+                        reply = await self._speak(client, request.id, body, f"{arm}/alone")
                         references[(arm, request.id)] = reply
                 reported = (
                     [references[("unseeded", r.id)].seed_source for r in self.requests] if "unseeded" in o.arms else []
@@ -262,7 +277,7 @@ class ServerBench:
                     warm = Load(max(o.concurrency), o.warmup)
                     await drive(
                         warm,
-                        lambda i: client.speak("warm-up", bodies[arm][i % len(self.requests)], "warm-up"),
+                        lambda i: self._speak(client, "warm-up", bodies[arm][i % len(self.requests)], "warm-up"),
                         ServerError,
                     )
                 responses, kept, per_round = [], {}, {}
@@ -280,11 +295,13 @@ class ServerBench:
         results, over = self._figures(per_round)
         setup = {
             "server": server.public_url,
-            "models": models,
+            "models": self.known.info.models,
             "model_sent": server.model,
-            "served": served,
+            "served": self.known.info.environment,
             "response_format": server.response_format,
-            "stream": "raw audio chunks (stream_format audio)" if o.stream else "whole bodies",
+            "stream": ANSWERS[o.path],
+            "path": o.path,
+            "route": o.serving_path.route,
             "arms": list(o.arms),
             "concurrency": list(o.concurrency),
             "num_requests": {str(c): o.count(c, len(self.requests)) for c in o.concurrency},
@@ -295,7 +312,7 @@ class ServerBench:
             "warmup": o.warmup,
             "requests": [r.id for r in self.requests],
             "request_file": str(o.requests) if o.requests is not None else None,
-            "dropped_fields": self.dropped,
+            "dropped_fields": self.known.dropped,
             "level": o.level,
             "min_snr_db": o.min_snr_db if o.level == "waveform" else None,
             "deploy": str(o.deploy) if o.deploy is not None else None,
@@ -303,10 +320,11 @@ class ServerBench:
             "unseeded_must_hold": must_hold("unseeded", deploy_known, o.allow_unseeded),
             "allow_unseeded": o.allow_unseeded,
             "unseeded_causes": self._unseeded_causes(deploy_known),
-            "reference_voice": voice_note,
+            "reference_voice": self.known.voice_note,
             "timeout_s": server.timeout_s,
             "retries_allowed": server.retries,
             "http_requests": client.sent,
+            "websocket_utterances": client.utterances,
             "client_moss_version": __version__,
             "client_python_version": platform.python_version(),
         }
@@ -316,44 +334,35 @@ class ServerBench:
     def _body(self, arm: str, request: Request, index: int) -> dict:
         seed = arm_seed(arm, request.seed, index, self.deploy_seed)
         o = self.options
-        body = body_from_request(
+        return body_from_request(
             request,
             model=o.server.model,
             response_format=o.server.response_format,
             seed=seed,
             with_seed=seed is not None,
         )
-        if o.stream:
-            body |= {"stream": True, "stream_format": "audio"}  # raw chunks, as vllm-omni's bench asks
-        return body
+
+    async def _speak(self, client: SpeechClient, label: str, body: dict, context: str) -> Reply:
+        """A request along the bench's path, its audio timed as it arrives where the path streams."""
+        path = self.options.serving_path
+        return await paths.speak(client, path, label, body, context, timed=path.streamed)
 
     def _unseeded_causes(self, deploy_known: bool) -> str:
         """Why an unseeded response may differ from its request alone on this server (a request sent
         whole, without a frame budget, may be retried with a random seed)."""
-        retried = not self.options.stream and any(r.max_new_frames is None for r in self.requests)
+        retried = self.options.serving_path is SINGLE and any(r.max_new_frames is None for r in self.requests)
         causes = unseeded_causes(retried, deploy_known)
         return causes if deploy_known else f"{causes}; --allow-unseeded reports them instead of failing"
 
-    async def _voice(self, client: SpeechClient, workdir: Path) -> str:
-        """Where the server requires a reference voice, the built-in requests carry a synthetic 2 s
-        one (a request file's are sent as written: one without a voice is then an error)."""
-        probe = builtin_requests(for_server=True)[0]
-        said = await voice_refusal(client, probe.id, body_from_request(probe, model=self.options.server.model, seed=1))
-        if said is None:
-            return "not required: the server answers a request without ref_audio"
-        refuse_unvoiced(said, self.requests, self.options.requests)
-        self.requests = with_voice(self.requests, default_voice(workdir))
-        return f"required ({said}); the built-in requests carry a synthetic 2 s voice"
-
     async def _level(self, client, load, arm, round_, bodies, references, deploy_known, kept, on_sent):
         """One arm's run at one concurrency; every response checked against its request alone."""
-        n, o = len(self.requests), self.options
+        n = len(self.requests)
         context = f"{arm}/concurrency-{load.concurrency}/round-{round_ + 1}"
 
         async def send(index: int) -> Reply:
             label = f"{self.requests[index % n].id}#{index}"
             try:
-                return await client.speak(label, bodies[index % n], context, timed=o.stream)
+                return await self._speak(client, label, bodies[index % n], context)
             finally:
                 on_sent(label)
 
@@ -369,7 +378,7 @@ class ServerBench:
             c.error = s.error
             return c
         reply, reference = s.reply, references[(arm, request.id)]
-        t = timing(reply, self.options.stream)
+        t = timing(reply, self.options.serving_path.streamed)
         c.latency_s, c.audio_duration_s, c.audio_frames, c.audio_rtf = t.latency_s, t.audio_s, t.samples, t.rtf
         c.audio_ttfp_s, c.audio_underrun_s, c.audio_continuity_ok = t.ttfp_s, t.underrun_s, t.continuity_ok
         c.in_flight_client, c.in_flight_server, c.attempts = reply.in_flight, reply.server_in_flight, reply.attempts

@@ -277,14 +277,14 @@ def _server_bench(ctx, server, frames, arms, repeats, deploy, allow_foreign_depl
             level=p["level"],
             min_snr_db=p["min_snr_db"],
             speech=opt.speech_thresholds(p),
-            stream=p["streamed"],
+            path="raw-stream" if p["streamed"] else "single",
             frames=frames,
             requests=p["requests"],
             allow_dropped_fields=p["allow_dropped_fields"],
             allow_unseeded=p["allow_unseeded"],
         )
         bench = ServerBench(options, on_retry=lambda r: stderr.print(f"[yellow]retry:[/] {escape(r.message)}"))
-        for warning in bench.dropped:
+        for warning in bench.known.dropped:
             stderr.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
         with _progress(bench.total) as (on_phase, on_sent):
             report = bench.run(on_phase, on_sent)
@@ -296,7 +296,7 @@ def _server_bench(ctx, server, frames, arms, repeats, deploy, allow_foreign_depl
     headers, rows = table(report)
     title = (
         f"moss bench --server {escape(s['server'])}: {s['arrivals']}, {s['rounds']} round(s), {s['response_format']} "
-        f"{'streamed' if options.stream else 'bodies'}, level {s['level']}"
+        f"{'streamed' if options.serving_path.streamed else 'bodies'}, level {s['level']}"
     )
     print_table(stdout, headers, [[escape(c) for c in row] for row in rows], title=title, right=set(headers) - {"arm"})
     stdout.print(SERVER_LEGEND, style="dim", highlight=False, markup=False)
