@@ -1,6 +1,6 @@
 """`moss audit-determinism --server`: every path a deployment serves gets a verdict (the single
-route, server-sent events, raw audio streams, the batch route, the WebSocket stream), in every report. vllm-omni 0.30.0's
-batch items carry no seed (protocol/audio.py:446-463), so the batch path audits the unseeded
+route, server-sent events, raw audio streams, the batch route, the WebSocket stream), in every
+report. vllm-omni 0.30.0's batch items carry no seed (protocol/audio.py:446-463), so the batch path audits the unseeded
 requests as items of one call while the others go as single requests at the same time: before the
 deploy-seed fix its items fail `deploy-seed-not-applied`, after it they pass; a server without the
 batch route skips that path and says why."""

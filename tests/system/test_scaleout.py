@@ -211,8 +211,8 @@ def test_stream_does_not_combine_with_ray(tmp_path):
 
 
 def test_the_sharded_scenario_splits_the_requests_two_ways_each_request_once(tmp_path):
-    from moss_cli.config.builtin import builtin_requests
     from moss_cli.audit.scenarios import Target, build_runs
+    from moss_cli.config.builtin import builtin_requests
 
     audited = builtin_requests()
     runs = build_runs("sharded", audited, Target(server=False), tmp_path)

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from moss_cli.config.builtin import builtin_requests
 from moss_cli.bench.arms import BENCH_SEED, arm_seed, check_deploy_seed, must_hold, parse_arms
 from moss_cli.bench.figures import figures, ratios
 from moss_cli.bench.load import Load, drive, name_neighbours, timing
+from moss_cli.config.builtin import builtin_requests
 from moss_cli.errors import MossError
 from moss_cli.remote.reply import Reply
 
