@@ -16,7 +16,7 @@ import platform
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Awaitable, Iterator
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterator
 
 from .. import __version__
 from ..config.effective import SeedSource
@@ -146,17 +146,17 @@ class ServerExecutor:
             check = dataclasses.replace(check, request=dataclasses.replace(check.request, seed=None))
             await self.client.speak_batch([check.key], self._batch_body([check]), context)
         else:
-            await paths.speak(self.client, check.path, check.key, self._body(check), context)
+            await check.path.speak(self.client, check.key, self._body(check), context)
 
     async def _send(self, run: Run) -> dict[str, Outcome]:
         context, started = run.name, time.perf_counter()
 
         async def one(member: Member, delay: float, stream: SpeechStream | None = None) -> list[tuple[Member, Reply]]:
             await asyncio.sleep(delay)
-            sent = paths.speak(
-                self.client, member.path, member.key, self._body(member), context, started, stream=stream
-            )
-            return [(member, await sent)]
+            body = self._body(member)
+            if stream is not None:
+                return [(member, await paths.utter(self.client, stream, member.key, body, started))]
+            return [(member, await member.path.speak(self.client, member.key, body, context, started))]
 
         async def batch(items: list[Member]) -> list[tuple[Member, Reply]]:
             replies = await self.client.speak_batch([m.key for m in items], self._batch_body(items), context, started)
@@ -276,26 +276,20 @@ class ServerExecutor:
     def _batch_note(self) -> dict:
         """Which audited requests the batch route was given as items, and why the others went as
         single requests next to them (a vllm-omni batch item has no seed and no extra fields)."""
-        lacks = {r.id: batch_item_lacks(r) for r in self.audited}
-        return {
-            "path": BATCH_PATH,
-            "items": [key for key, fields in lacks.items() if not fields],
-            "single": {
-                key: f"a batch item cannot carry {', '.join(fields)}" for key, fields in lacks.items() if fields
-            },
-        }
+        return self._carried(BATCH_PATH, "items", batch_item_lacks, "a batch item")
 
     def _websocket_note(self) -> dict:
         """Which audited requests went as utterances of the WebSocket stream, and why the others went
         as single requests next to its sessions (a session.config has no sampling fields or
         extra_params; the handler strips the text)."""
-        lacks = {r.id: session_lacks(r) for r in self.audited}
+        return self._carried(STREAM_PATH, "utterances", session_lacks, "an utterance")
+
+    def _carried(self, route: str, carried_as: str, lacks: Callable[[Request], list[str]], one: str) -> dict:
+        missing = {r.id: lacks(r) for r in self.audited}
         return {
-            "path": STREAM_PATH,
-            "utterances": [key for key, fields in lacks.items() if not fields],
-            "single": {
-                key: f"an utterance cannot carry {', '.join(fields)}" for key, fields in lacks.items() if fields
-            },
+            "path": route,
+            carried_as: [key for key, fields in missing.items() if not fields],
+            "single": {key: f"{one} cannot carry {', '.join(fields)}" for key, fields in missing.items() if fields},
         }
 
     def _deploy_note(self) -> dict:

@@ -344,8 +344,7 @@ class ServerBench:
 
     async def _speak(self, client: SpeechClient, label: str, body: dict, context: str) -> Reply:
         """A request along the bench's path, its audio timed as it arrives where the path streams."""
-        path = self.options.serving_path
-        return await paths.speak(client, path, label, body, context, timed=path.streamed)
+        return await self.options.serving_path.speak(client, label, body, context)
 
     def _unseeded_causes(self, deploy_known: bool) -> str:
         """Why an unseeded response may differ from its request alone on this server (a request sent

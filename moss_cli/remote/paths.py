@@ -14,9 +14,10 @@ the same five:
   the same request, seed rule included, as the single route's body with those fields.
 
 A `ServingPath` is one of them: its name (the audit's path table, JSON and JUnit use it), its route for
-people, its transport, how a body asks for it, and the audit scenario that audits it. `speak` sends a
-request's body along a path; the bench and the audit both ask through it, so a path's request is
-built one way. The batch route takes several requests in one call (`SpeechClient.speak_batch`)."""
+people, its transport, how a body asks for it, and the audit scenario that audits it. `ServingPath.speak`
+sends a request's body along a path (`utter`: on a WebSocket session kept open); the bench and the
+audit both ask through it, so a path's request is built one way. The batch route takes several
+requests in one call (`SpeechClient.speak_batch`)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,21 @@ class ServingPath:
             marked["response_format"] = "wav"
         return marked
 
+    async def speak(
+        self, client: SpeechClient, request: str, body: dict[str, Any], context: str, started: float | None = None
+    ) -> Reply:
+        """One request's audio along this path (not the batch route's, whose requests go several to a
+        call: `SpeechClient.speak_batch`), read as it comes where it streams. Over the WebSocket
+        stream it is one utterance on a session of its own (`utter`: on one kept open)."""
+        if self.transport == HTTP:
+            return await client.speak(request, self.body(body), context, started, timed=self.streamed)
+        if self.transport != WEBSOCKET_SESSION:
+            raise ValueError(f"{self.name}: a path whose requests go {self.transport}, not one by one")
+        from .speech_stream import SpeechStream
+
+        async with SpeechStream(client.options, speech_api.session_config(body)[0], context) as stream:
+            return await utter(client, stream, request, body, started)
+
 
 SINGLE = ServingPath("single", "POST /v1/audio/speech, one body", HTTP, None, "speech requests")
 SSE = ServingPath(
@@ -88,42 +104,18 @@ WEBSOCKET = ServingPath(
 PATHS = {path.name: path for path in (SINGLE, SSE, RAW_STREAM, BATCH, WEBSOCKET)}
 
 
-async def speak(
-    client: SpeechClient,
-    path: ServingPath,
-    request: str,
-    body: dict[str, Any],
-    context: str,
-    started: float | None = None,
-    stream: SpeechStream | None = None,
-    *,
-    timed: bool = False,
+async def utter(
+    client: SpeechClient, stream: SpeechStream, request: str, body: dict[str, Any], started: float | None = None
 ) -> Reply:
-    """One request's audio along `path` (not the batch route). Over the WebSocket stream it is one
-    utterance, its text in chunks, on `stream` (a session kept open across utterances, as a voice
-    agent's) or on a session of its own."""
-    if path.transport == HTTP:
-        return await client.speak(request, path.body(body), context, started, timed=timed)
-    if path.transport != WEBSOCKET_SESSION:
-        raise ValueError(f"{path.name}: a path whose requests go {path.transport}, not one by one")
-    from .speech_stream import SpeechStream
-
-    config, _ = speech_api.session_config(body)
-    if stream is not None:
-        return await _utterance(client, stream, request, config, body["input"], started)
-    async with SpeechStream(client.options, config, context) as own:
-        return await _utterance(client, own, request, config, body["input"], started)
-
-
-async def _utterance(
-    client: SpeechClient, stream: SpeechStream, request: str, config: dict[str, Any], text: str, started: float | None
-) -> Reply:
-    """One utterance on an open session, under `config` (sent first where the session has another),
-    counted among the client's requests in flight. Never re-sent: a session is no idempotent call."""
+    """A request's body as one utterance on an open session (`stream`), under the session.config its
+    fields make (sent first where the session has another: how one connection carries requests with
+    different fields), its text in chunks; counted among the client's requests in flight. Never
+    re-sent: a session is no idempotent call."""
     from .speech_stream import text_chunks
 
+    config, _ = speech_api.session_config(body)
     async with client.in_flight() as slot:
         await stream.configure(config)
-        reply = await stream.speak(request, text_chunks(text))
+        reply = await stream.speak(request, text_chunks(body["input"]))
     client.utterances += 1
     return slot.stamp(reply, started)

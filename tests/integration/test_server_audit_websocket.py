@@ -53,6 +53,12 @@ def _audit(url: str, tmp_path: Path, *args) -> AuditRun:
     )
 
 
+def _audit_websocket(tmp_path: Path, engine: FakeMossLocalEngine, **app_options) -> AuditRun:
+    """The repeat and websocket scenarios of the audit against the double, with --deploy."""
+    with serving_vllm_omni(engine, **app_options) as url:
+        return _audit(url, tmp_path, _requests(tmp_path), "--deploy", DEPLOY, "--scenarios", "repeat,websocket")
+
+
 def _websocket_case(folder: Path) -> ET.Element:
     suite = next(s for s in ET.parse(folder / "junit.xml").getroot() if s.get("name") == "audit.paths")
     return next(c for c in suite if c.get("name") == "websocket")
@@ -60,10 +66,7 @@ def _websocket_case(folder: Path) -> ET.Element:
 
 def test_before_the_fix_the_unseeded_utterances_fail_deploy_seed_not_applied(tmp_path):
     engine = FakeMossLocalEngine(fixed=False)
-    with serving_vllm_omni(engine) as url:
-        code, report, output = _audit(
-            url, tmp_path, _requests(tmp_path), "--deploy", DEPLOY, "--scenarios", "repeat,websocket"
-        )
+    code, report, output = _audit_websocket(tmp_path, engine)
     assert code == 1, output
     websocket = report["server"]["paths"]["websocket"]
     assert websocket["verdict"] == "deploy-seed-not-applied"
@@ -90,10 +93,7 @@ def test_before_the_fix_the_unseeded_utterances_fail_deploy_seed_not_applied(tmp
 
 def test_after_the_fix_every_utterance_is_the_request_alone_on_a_fresh_or_reused_connection(tmp_path):
     engine = FakeMossLocalEngine(fixed=True)
-    with serving_vllm_omni(engine) as url:
-        code, report, output = _audit(
-            url, tmp_path, _requests(tmp_path), "--deploy", DEPLOY, "--scenarios", "repeat,websocket"
-        )
+    code, report, output = _audit_websocket(tmp_path, engine)
     assert code == 0, output
     assert report["server"]["paths"]["websocket"]["verdict"] == "identical"
     reused = [c for c in report["cases"] if c["run"] == "every-utterance-in-turn-on-one-connection"]
@@ -108,10 +108,7 @@ def test_after_the_fix_every_utterance_is_the_request_alone_on_a_fresh_or_reused
 
 
 def test_a_deploy_without_the_streaming_handler_skips_the_path_in_its_words(tmp_path):
-    with serving_vllm_omni(FakeMossLocalEngine(fixed=True), streaming_speech_available=False) as url:
-        code, report, output = _audit(
-            url, tmp_path, _requests(tmp_path), "--deploy", DEPLOY, "--scenarios", "repeat,websocket"
-        )
+    code, report, output = _audit_websocket(tmp_path, FakeMossLocalEngine(fixed=True), streaming_speech_available=False)
     assert code == 0, output
     websocket = report["server"]["paths"]["websocket"]
     assert websocket["verdict"] == "skipped" and websocket["passed"] is None
@@ -170,7 +167,7 @@ def test_each_path_marks_a_body_its_own_way():
 
 
 def test_a_second_utterance_on_one_connection_equals_it_on_a_fresh_one():
-    """Through `paths.speak`, as the audit and the bench send: the same request on a reused session
+    """Through `remote.paths`, as the audit and the bench send: the same request on a reused session
     (after another request's config) gives the bytes it gives on a session of its own."""
     voice = {"ref_audio": data_url(reference_wav())}  # the double, as vllm-omni's MOSS-TTS-Local, requires one
     body = body_from_request(Request(id="s", text="Seeded and reused.", line=1, seed=11, max_new_frames=6)) | voice
@@ -178,11 +175,11 @@ def test_a_second_utterance_on_one_connection_equals_it_on_a_fresh_one():
 
     async def speak(url: str):
         async with SpeechClient(ServerOptions(url=url)) as client:
-            fresh = await paths.speak(client, paths.WEBSOCKET, "s", body, "fresh")
+            fresh = await paths.WEBSOCKET.speak(client, "s", body, "fresh")
             async with SpeechStream(client.options, session_config(other)[0], "reused") as stream:
-                await paths.speak(client, paths.WEBSOCKET, "o", other, "reused", stream=stream)
-                reused = await paths.speak(client, paths.WEBSOCKET, "s", body, "reused", stream=stream)
-            single = await paths.speak(client, paths.SINGLE, "s", body, "single")
+                await paths.utter(client, stream, "o", other)
+                reused = await paths.utter(client, stream, "s", body)
+            single = await paths.SINGLE.speak(client, "s", body, "single")
             return fresh, reused, single, client.utterances
 
     with serving_vllm_omni(FakeMossLocalEngine(fixed=True)) as url:
@@ -194,4 +191,4 @@ def test_a_second_utterance_on_one_connection_equals_it_on_a_fresh_one():
 @pytest.mark.parametrize("path", [paths.BATCH])
 def test_the_batch_route_is_not_spoken_one_request_at_a_time(path):
     with pytest.raises(ValueError, match="not one by one"):
-        asyncio.run(paths.speak(None, path, "x", {"input": "x"}, "ctx"))
+        asyncio.run(path.speak(None, "x", {"input": "x"}, "ctx"))

@@ -80,7 +80,8 @@ def test_before_the_fix_exactly_the_unseeded_requests_fail_deploy_seed_not_appli
         for path, v in paths.items()
     }
     probes = re.search(
-        r"the deploy-seed probes of the unseeded\s+requests it answered \((\d+) of the (\d+), of the (\d+) and of the (\d+)\)",
+        r"the deploy-seed probes of the unseeded\s+requests it answered "
+        r"\((\d+) of the (\d+), of the (\d+) and of the (\d+)\)",
         doc,
     )
     assert probes and tuple(map(int, probes.groups())) == (
