@@ -102,15 +102,13 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
     total = failures = skipped = 0
     for scenario, cases in suites.items():
         took = result.scenario_s.get(scenario, sum(c.wall_s for c in cases))
-        suite = ET.SubElement(
+        suite = _suite(
             root,
-            "testsuite",
-            name=f"audit.{scenario}",
-            tests=str(len(cases)),
-            failures=str(sum(c.failed for c in cases)),
-            errors="0",
-            skipped=str(sum(c.verdict == "unseeded" for c in cases)),
-            time=_seconds(took),
+            f"audit.{scenario}",
+            len(cases),
+            sum(c.failed for c in cases),
+            sum(c.verdict == "unseeded" for c in cases),
+            _seconds(took),
         )
         for case in cases:
             tc = ET.SubElement(
@@ -141,15 +139,8 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
         total, failures, skipped = total + counted[0], failures + counted[1], skipped + counted[2]
     if golden is not None:
         took = sum(out.wall_s for out in result.reference.values())
-        suite = ET.SubElement(
-            root,
-            "testsuite",
-            name="audit.golden",
-            tests=str(len(result.reference)),
-            failures=str(len(golden.drifts)),
-            errors="0",
-            skipped=str(len(golden.not_in_baseline)),
-            time=_seconds(took),
+        suite = _suite(
+            root, "audit.golden", len(result.reference), len(golden.drifts), len(golden.not_in_baseline), _seconds(took)
         )
         drifted = {d.request: d for d in golden.drifts}
         new = set(golden.not_in_baseline)
@@ -190,16 +181,7 @@ def _question_suite(root: ET.Element, result: AuditResult, key: str) -> tuple[in
         judged[case.request] = judged.get(case.request, 0.0) + case.wall_s
     failures = sum(r in answer["failed"] for r in judged)
     skipped = sum(r in warned and r not in answer["failed"] for r in judged)
-    suite = ET.SubElement(
-        root,
-        "testsuite",
-        name=f"audit.{key}",
-        tests=str(len(judged)),
-        failures=str(failures),
-        errors="0",
-        skipped=str(skipped),
-        time=_seconds(sum(judged.values())),
-    )
+    suite = _suite(root, f"audit.{key}", len(judged), failures, skipped, _seconds(sum(judged.values())))
     for request, took in judged.items():
         tc = ET.SubElement(suite, "testcase", classname=f"audit.{key}", name=request, time=_seconds(took))
         if request in answer["failed"]:
@@ -221,16 +203,7 @@ def _paths_suite(root: ET.Element, result: AuditResult) -> tuple[int, int, int]:
     took = {path: sum(c.wall_s for c in result.cases if c.path == path) for path in paths}
     failures = sum(v["passed"] is False for v in paths.values())
     skipped = sum(v["passed"] is None for v in paths.values())
-    suite = ET.SubElement(
-        root,
-        "testsuite",
-        name="audit.paths",
-        tests=str(len(paths)),
-        failures=str(failures),
-        errors="0",
-        skipped=str(skipped),
-        time=_seconds(sum(took.values())),
-    )
+    suite = _suite(root, "audit.paths", len(paths), failures, skipped, _seconds(sum(took.values())))
     for path, v in paths.items():
         tc = ET.SubElement(suite, "testcase", classname="audit.paths", name=path, time=_seconds(took[path]))
         if v["passed"] is False:
@@ -240,6 +213,12 @@ def _paths_suite(root: ET.Element, result: AuditResult) -> tuple[int, int, int]:
         elif v["passed"] is None:
             ET.SubElement(tc, "skipped", message=f"{v['verdict']}: {v['detail']}")
     return len(paths), failures, skipped
+
+
+def _suite(root: ET.Element, name: str, tests: int, failures: int, skipped: int, time: str) -> ET.Element:
+    """A JUnit testsuite with its counts (errors are never counted: an error is exit 2, no report)."""
+    counts = {"tests": tests, "failures": failures, "errors": 0, "skipped": skipped}
+    return ET.SubElement(root, "testsuite", name=name, **{k: str(v) for k, v in counts.items()}, time=time)
 
 
 def _system_err(suite: ET.Element, warnings: list[str]) -> None:

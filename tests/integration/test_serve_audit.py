@@ -75,18 +75,22 @@ def test_the_built_in_audit_of_moss_serve_gives_the_figures_its_documentation_gi
     doc = " ".join((ROOT / "docs" / "server-audit.md").read_text().split())
     found = re.search(
         r"each of its (\d+) requests is compared with its reference once in each of the (\d+) scenarios.*?"
-        r"each of the (\d+) requests a batch item can carry alone first, so (\d+) x (\d+) \+ (\d+) = (\d+) comparisons",
+        r"each of the (\d+) requests a batch item can carry alone first, and the `websocket` scenario each of the "
+        r"(\d+) requests an utterance can carry twice more"
+        r".*?so (\d+) x (\d+) \+ (\d+) \+ 2 x (\d+) = (\d+) comparisons",
         doc,
     )
     assert found, "the figures of the moss serve example are gone from docs/server-audit.md"
-    requests, scenarios, items, *product = map(int, found.groups())
-    assert product == [requests, scenarios, items, requests * scenarios + items]
+    requests, scenarios, items, utterances, *product = map(int, found.groups())
+    cases = requests * scenarios + items + 2 * utterances
+    assert product == [requests, scenarios, items, utterances, cases]
     assert "--level bitwise # passes; 8 in flight at once" in doc
     code, report, output = moss_audit("--level", "bitwise", server=seeded_server, report=tmp_path / "a.json")
     assert code == 0, output
     assert report["summary"]["requests"] == requests and len(report["summary"]["scenarios"]) == scenarios
-    assert report["summary"]["cases"] == requests * scenarios + items and not report["server"]["skipped"]
+    assert report["summary"]["cases"] == cases and not report["server"]["skipped"]
     assert len(report["server"]["batch_items"]["items"]) == items
+    assert len(report["server"]["websocket"]["utterances"]) == utterances
     assert report["server"]["runs"]["concurrent/concurrent-8"]["max_in_flight_client"] == 8
 
 
