@@ -61,7 +61,15 @@ def moss_audit(
     return AuditRun(result.exit_code, written, flat(result.output) if flat_output else result.output)
 
 
-TABLE_MODULES = ("moss_cli.cli.app", "moss_cli.audit.report", "moss_cli.audit.server_report", "moss_cli.diff.report")
+TABLE_MODULES = (
+    "moss_cli.cli.app",
+    "moss_cli.audit.report",
+    "moss_cli.audit.server_report",
+    "moss_cli.diff.report",
+    "moss_cli.bench.local_report",
+    "moss_cli.bench.report",
+    "moss_cli.jobs.report",
+)
 
 
 class Drawn(NamedTuple):

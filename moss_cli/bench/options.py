@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import MossError
+
 # The dtype of the checkpoint a random preset stands in for, used when --dtype is auto: the v1.5
 # checkpoint is bfloat16, and in float32 its weights alone would take 16.5 GB instead of 8.3 GB.
 PRESET_DTYPES = {"v1.5": "bfloat16"}
@@ -29,5 +31,9 @@ class BenchOptions:
     pack: bool = True  # lay CPU weights out for oneDNN (False: the plain kernel; never with compile)
 
     def __post_init__(self) -> None:
+        if (self.model is None) != (self.codec is None):
+            raise MossError("--model and --codec go together", field="--codec")
+        if self.model is not None and self.random_weights is not None:
+            raise MossError("use either --model/--codec or --random-weights", field="--random-weights")
         if self.dtype == "auto" and self.random_weights in PRESET_DTYPES:
             self.dtype = PRESET_DTYPES[self.random_weights]

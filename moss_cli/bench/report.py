@@ -1,5 +1,5 @@
-"""`moss bench --server`'s reports: the terminal table (plain cells the command puts in a Rich
-table), the JSON, and a report folder with the JSON, the audio of the responses that varied next to
+"""`moss bench --server`'s reports: the terminal's table, legend and verdict (`render`), the JSON, and
+a report folder with the JSON, the audio of the responses that varied next to
 their request alone, latency-against-concurrency plots per arm and the HTML page (report/page.py)."""
 
 from __future__ import annotations
@@ -8,10 +8,14 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
+from rich.console import Console
+from rich.markup import escape
+
 from .. import __version__
 from ..io.audio import write_audio
 from ..report.files import check_output_paths, json_safe, write_report_files
 from ..report.page import Figure, PageView, PairView, Table, audio_metrics, level_text
+from ..report.terminal import print_table
 from .server import (
     DIFFERENT_SPEECH,
     FAILED,
@@ -112,6 +116,23 @@ def verdict(report: ServerBenchReport) -> list[str]:
             f"(the {must} arm(s) must not)"
         )
     return lines
+
+
+ANSWERED = {"single": "bodies", "raw-stream": "streamed", "websocket": "WebSocket utterances"}  # by path, for the title
+
+
+def render(console: Console, report: ServerBenchReport) -> None:
+    """The terminal's report: the table, its legend, then the verdict."""
+    s = report.setup
+    headers, rows = table(report)
+    title = (
+        f"moss bench --server {escape(s['server'])}: {s['arrivals']}, {s['rounds']} round(s), {s['response_format']} "
+        f"{ANSWERED[s['path']]}, level {s['level']}"
+    )
+    print_table(console, headers, [[escape(c) for c in row] for row in rows], title=title, right=set(headers) - {"arm"})
+    console.print(LEGEND, style="dim", highlight=False, markup=False)
+    for line in verdict(report):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def to_json(report: ServerBenchReport) -> str:

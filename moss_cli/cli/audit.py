@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from ..audit.scenarios import SCENARIOS, SERVER_SCENARIOS
 from ..errors import MossError
 from . import numbers
 from . import options as opt
 from . import server_options as srv
-from .common import command_line, ray_event, stderr, stdout, user_errors
+from .common import command_line, ray_event, show_retry, stderr, stdout, user_errors
 
 
 @opt.with_options(opt.ENGINE_OPTIONS, srv.SERVER_OPTIONS, opt.RAY_OPTIONS, opt.SPEECH_OPTIONS)
@@ -108,7 +107,7 @@ def audit_determinism(
                     server=srv.server_settings(given),
                     stagger_s=None if stagger_ms is None else stagger_ms / 1000.0,
                     allow_dropped_fields=given["allow_dropped_fields"],
-                    on_retry=_show_retry,
+                    on_retry=show_retry,
                 )
             )
         else:
@@ -156,8 +155,3 @@ def audit_determinism(
             style="yellow",
         )
     raise typer.Exit(s["exit_code"])
-
-
-def _show_retry(retry) -> None:
-    """Each re-send to a server is shown as it happens (and listed in the reports)."""
-    stderr.print(f"[yellow]retry:[/] {escape(retry.message)}", highlight=False, soft_wrap=True)

@@ -1,4 +1,5 @@
-"""What every command shares: consoles, error handling, option types."""
+"""What every command shares: consoles, error handling, option types, the progress bar and the
+line that reports a re-send to a server."""
 
 from __future__ import annotations
 
@@ -50,6 +51,62 @@ def interactive() -> bool:
     """Progress bars only for a person at a terminal: not when piped, not in CI. NO_COLOR takes the
     colour away (Rich honours it), not the progress bar."""
     return stderr.is_terminal and not os.environ.get("CI")
+
+
+class Bar:
+    """What a running command shows as it goes (`progress_bar`): a Rich progress bar for a person at a
+    terminal; otherwise no bar, and each phase as a line of its own."""
+
+    def __init__(self, command: str, progress=None) -> None:
+        self.command, self.progress = command, progress
+        self.task = progress.add_task("", total=None) if progress is not None else None
+
+    def start(self, total: int | None, done: int = 0) -> None:
+        """`total` steps, `done` of them already (a resumed run)."""
+        if self.progress is not None:
+            self.progress.update(self.task, total=total, completed=done)
+
+    def advance(self, label: str | None = None) -> None:
+        """One step done; `label` (what it was) shows next to the bar."""
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, **({"description": escape(label)} if label else {}))
+
+    def phase(self, text: str) -> None:
+        """A part of the run starts."""
+        if self.progress is not None:
+            self.progress.update(self.task, description=escape(text))
+        else:
+            stderr.print(f"{self.command}: {escape(text)}", highlight=False)
+
+
+@contextmanager
+def progress_bar(command: str, total: int | None = None):
+    """The one progress bar of every command (`synth`, `bench --server`): elapsed time and an ETA,
+    drawn on stderr and gone when the run ends; only where `interactive()`. Yields a `Bar`."""
+    if not interactive():
+        yield Bar(command)
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn(f"[bold]{command}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns += (TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}"))
+    with Progress(*columns, console=stderr, transient=True) as progress:
+        bar = Bar(command, progress)
+        bar.start(total)
+        yield bar
+
+
+def show_retry(retry) -> None:
+    """A re-send to a server (`remote.client.Retry`), shown as it happens: a flaky server is never
+    hidden (the reports list them too)."""
+    stderr.print(f"[yellow]retry:[/] {escape(retry.message)}", highlight=False, soft_wrap=True)
 
 
 def ray_event(message: str) -> None:

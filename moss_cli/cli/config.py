@@ -10,15 +10,14 @@ import typer
 from rich.markup import escape
 
 from ..assets import TINY_DEPLOY
-from ..config.deploy import DRIVES_NOTE, PLATFORMS, STAGE0_DRIVES, load_deploy
+from ..config.deploy import DRIVES_NOTE, PLATFORMS, load_deploy
+from ..config.shown import HEADERS, as_dict, shown, title
 from ..errors import MossError
 from ..report.terminal import print_table
 from .common import stdout, user_errors
 from .help import HelpCommand, HelpGroup
 
 app = typer.Typer(cls=HelpGroup, help="Inspect deploy configs.", no_args_is_help=True)
-
-SHOWN = ("temperature", "top_p", "top_k", "max_tokens", "seed", "repetition_penalty")
 
 
 @app.command("show", cls=HelpCommand)
@@ -54,53 +53,9 @@ def show(
         config = load_deploy(
             None if builtin else (deploy or TINY_DEPLOY), platform.lower(), allow_foreign=allow_foreign_deploy
         )
-    params = config.sampling
-    rows = [
-        (f"default_sampling_params.{key}", params.get(key), config.source("stages", 0, "default_sampling_params", key))
-        for key in SHOWN
-    ]
-    rows += [
-        (key, config.stage(0).get(key), config.source("stages", 0, key)) for key in ("max_num_seqs", "max_model_len")
-    ]
-    stream = config.codec_stream
-    rows += [
-        (
-            f"connectors.{config.codec_connector}.extra.{key}",
-            value,
-            config.source("connectors", config.codec_connector, "extra", key),
-        )
-        for key, value in stream.items()
-    ]
     if as_json:
-        stdout.print_json(
-            json.dumps(
-                {
-                    "deploy": str(config.path) if config.path else None,
-                    "platform": platform,
-                    "note": DRIVES_NOTE,
-                    "values": {
-                        name: {"value": value, "source": str(src), **_drives(name)} for name, value, src in rows
-                    },
-                }
-            )
-        )
+        stdout.print_json(json.dumps(as_dict(config, platform)))
         return
-    cells = [
-        [name, "null" if value is None else str(value), str(src), _drives(name)["vllm_omni"], _drives(name)["moss"]]
-        for name, value, src in rows
-    ]
-    print_table(
-        stdout,
-        ("key", "value", "from", "drives in vllm-omni", "drives in moss"),
-        [[escape(cell) for cell in row] for row in cells],
-        title=escape(f"stage 0 of {config.path or 'built-in defaults'} (platform {platform})"),
-        right=("value",),
-    )
+    rows = [[escape(cell) for cell in shown_value.cells()] for shown_value in shown(config)]
+    print_table(stdout, HEADERS, rows, title=escape(title(config, platform)), right=("value",))
     stdout.print(DRIVES_NOTE, highlight=False)
-
-
-def _drives(name: str) -> dict[str, str]:
-    if name.startswith("connectors."):
-        return {"vllm_omni": "the codec's streaming chunks", "moss": "the chunks of --stream"}
-    vllm_omni, moss = STAGE0_DRIVES.get(name, ("", ""))
-    return {"vllm_omni": vllm_omni, "moss": moss}

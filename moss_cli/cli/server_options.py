@@ -1,6 +1,6 @@
 """Options of `--server` (a running speech server), which `moss synth` and `moss audit-determinism`
-share (`SERVER_OPTIONS`, a group for `options.with_options`), and the checks that no option of the
-local engine is given with it, nor one of the server's without it."""
+share (`SERVER_OPTIONS`, a group for `options.with_options`; `moss bench` takes its `CLIENT_OPTIONS`),
+and the checks that no option of the local engine is given with it, nor one of the server's without it."""
 
 from __future__ import annotations
 
@@ -48,8 +48,16 @@ HeaderOption = Annotated[
         "Values are never printed or written to any report.",
     ),
 ]
+# wav is every command's default: its header says the sample rate and channels, and streamed, vllm-omni
+# 0.30.0 sends the same PCM chunks as for pcm, its header in front of the first (serving_speech.py:1669-1691).
 ResponseFormatOption = Annotated[
-    str, typer.Option("--response-format", help="--server: the audio format to ask for: wav | pcm | flac.")
+    str,
+    typer.Option(
+        "--response-format",
+        help="--server: the audio format to ask for: wav | pcm | flac (streamed: wav or pcm). wav says its own "
+        "sample rate and channels, and a wav stream is the same PCM chunks behind its header; pcm is what vllm "
+        "bench serve asks for.",
+    ),
 ]
 SampleRateOption = Annotated[
     Optional[int],
@@ -95,9 +103,9 @@ ServedModelOption = Annotated[
 ]
 
 
-SERVER_OPTIONS = (
-    option("server", ServerOption, None),
-    option("concurrency", ConcurrencyOption, 8),
+# How the client talks to the server; `moss bench --server` takes these with its own --server and
+# --concurrency (a list of levels to sweep).
+CLIENT_OPTIONS = (
     option("timeout", TimeoutOption, 300.0),
     option("retries", RetriesOption, 0),
     option("header", HeaderOption, None),
@@ -108,11 +116,14 @@ SERVER_OPTIONS = (
     option("api_key", ApiKeyOption, None),
     option("allow_dropped_fields", AllowDroppedFieldsOption, False),  # the request file's, not the client's
 )
+SERVER_OPTIONS = (option("server", ServerOption, None), option("concurrency", ConcurrencyOption, 8), *CLIENT_OPTIONS)
 
 
-def server_settings(params: dict):
-    """The client's `ServerOptions` from `SERVER_OPTIONS`' values in `ctx.params`."""
-    return server_options(**{p.name: params[p.name] for p in SERVER_OPTIONS if p.name != "allow_dropped_fields"})
+def server_settings(params: dict, **given):
+    """The client's `ServerOptions` from `SERVER_OPTIONS`' values in `ctx.params`; `given` wins (the
+    bench's in-flight count is the largest of its --concurrency levels)."""
+    names = [p.name for p in SERVER_OPTIONS if p.name != "allow_dropped_fields"]
+    return server_options(**{**{name: params[name] for name in names}, **given})
 
 
 def server_options(

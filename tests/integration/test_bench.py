@@ -91,7 +91,7 @@ def test_bench_arms_on_the_local_engine_give_each_arms_cost_over_unseeded(tmp_pa
 
 
 def test_the_table_at_80_columns_keeps_every_figure_whole():
-    from moss_cli.cli.bench import COLUMNS
+    from moss_cli.bench.local_report import COLUMNS
 
     args = ["bench", "--random-weights", "tiny", "--batch", "2", "--frames", "2", "--repeats", "1"]
     with tables_at(80) as drawn:
