@@ -41,3 +41,17 @@ def test_the_fixed_double_holds_every_utterance_and_times_its_first_audio():
     assert {c.check for c in report.responses} == {"identical"}
     assert all(c.audio_ttfp_s is not None and 0 < c.audio_ttfp_s <= c.latency_s for c in report.responses)
     assert report.setup["stream"] == "WebSocket utterances (text in chunks, a session each)"
+
+
+def test_the_command_line_benches_the_websocket_path(tmp_path):
+    from typer.testing import CliRunner
+
+    from moss_cli.cli.app import app
+
+    out = tmp_path / "bench.json"
+    args = ["--concurrency", "2", "--num-requests", "4", "--warmup", "0", "--frames", "4", "--deploy", str(DEPLOY)]
+    with serving_vllm_omni(FakeMossLocalEngine(fixed=True)) as url:
+        result = CliRunner().invoke(app, ["bench", "--server", url, "--path", "websocket", "--json", str(out), *args])
+    assert result.exit_code == 0, result.output
+    assert "wav WebSocket utterances" in " ".join(result.output.split())
+    assert '"path": "websocket"' in out.read_text()

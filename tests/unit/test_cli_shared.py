@@ -95,7 +95,9 @@ def test_bench_server_options_reach_the_server_bench(monkeypatch):
     assert result.exit_code == 2 and "stopped before anything is sent" in result.output
     assert "retry: HTTP 503; sending it again (attempt 2)" in result.output
     defaults = seen[-1]
-    assert defaults.server.response_format == "wav" and defaults.stream and defaults.server.timeout_s == 300
+    assert (
+        defaults.server.response_format == "wav" and defaults.path == "raw-stream" and defaults.server.timeout_s == 300
+    )
     assert defaults.concurrency == (1, 8) and defaults.server.concurrency == 8  # in flight: the largest level
     assert defaults.arms == ("unseeded", "seeded") and defaults.frames is None and defaults.level == "bitwise"
     args = ["--concurrency", "2,4", "--response-format", "PCM", "--timeout", "5", "--retries", "1", "--api-key", "k"]
@@ -105,7 +107,16 @@ def test_bench_server_options_reach_the_server_bench(monkeypatch):
     assert given.server.response_format == "pcm" and given.server.timeout_s == 5 and given.server.retries == 1
     assert given.server.concurrency == 4 and given.concurrency == (2, 4) and given.server.model == "m"
     assert ("Authorization", "Bearer k") in given.server.headers and given.arms == ("seeded",)
-    assert given.frames == 6 and not given.stream and given.speech.max_clipped == 0.5
+    assert given.frames == 6 and given.path == "single" and given.speech.max_clipped == 0.5
+    runner.invoke(app, ["bench", "--server", URL, "--path", "websocket"])
+    assert seen[-1].path == "websocket" and seen[-1].serving_path.route.startswith("WebSocket /v1/audio/speech/stream")
+    both = runner.invoke(app, ["bench", "--server", URL, "--path", "websocket", "--stream"])
+    assert both.exit_code == 2 and "error: [--path]: give --path or --stream/--no-stream, not both" in both.output
+    unknown = runner.invoke(app, ["bench", "--server", URL, "--path", "sse"])
+    assert (
+        unknown.exit_code == 2
+        and "[--path]: expected one of single, raw-stream, websocket, got 'sse'" in unknown.output
+    )
 
 
 @pytest.mark.parametrize(
