@@ -40,7 +40,7 @@ def codec_numeric(cmp: Comparison) -> Attribution:
     return Attribution(
         "codec-numeric",
         f"identical codes but different PCM (max abs diff "
-        f"{format_abs(cmp.max_abs_diff)}, SNR {format_db(cmp.snr_db)} dB)",
+        f"{format_abs(cmp.measures['max_abs_diff'])}, SNR {format_db(cmp.snr_db)} dB)",
     )
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
 from ..io.outcome import Outcome
 from ..measures import passes
-from ..measures.waveform import first_differing_sample, format_metrics, measure
+from ..measures.waveform import first_differing_sample, format_metrics, measure, spread
 
 STOP = "stop"  # the first difference is in the stop decision (one output is longer)
 
@@ -22,15 +22,18 @@ class Comparison:
     frames_other: int | None
     duration_diff_s: float
     pcm_equal: bool
-    max_abs_diff: float
-    snr_db: float | None  # None: identical (infinite SNR)
-    log_spectral_distance: float
+    measures: dict[str, float | None]  # the waveform measures by JSON key (measures.waveform.MEASURES)
     # Where, in seconds of the reference, the two part: the first diverging frame's start when the
     # codes differ, else the first differing sample; None when the audio is identical.
     first_diverging_s: float | None = None
 
+    @property
+    def snr_db(self) -> float | None:
+        """The waveform level's measure; None: identical (an infinite SNR)."""
+        return self.measures["snr_db"]
+
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return spread(self.__dict__)
 
     def passes(self, level: str, min_snr_db: float) -> bool:
         """Whether it passes at `level` (measures.passes)."""
@@ -74,7 +77,7 @@ def compare(reference: Outcome, other: Outcome, sample_rate: int) -> Comparison:
         frames_other=other.frames,
         duration_diff_s=(other.pcm.shape[0] - reference.pcm.shape[0]) / sample_rate,
         pcm_equal=reference.pcm_sha256 == other.pcm_sha256,
-        **asdict(measure(reference.waveform, other.waveform)),
+        measures=measure(reference.waveform, other.waveform),
         first_diverging_s=_first_diverging_s(reference, other, div, sample_rate),
     )
 
@@ -93,4 +96,4 @@ def format_audio(cmp: Comparison) -> str:
     """The waveform metrics of one comparison in one line."""
     if cmp.pcm_equal:
         return "PCM identical"
-    return format_metrics(cmp.snr_db, cmp.log_spectral_distance, cmp.max_abs_diff)
+    return format_metrics(cmp.measures)

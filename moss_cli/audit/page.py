@@ -4,18 +4,8 @@ against a server give the same page."""
 
 from __future__ import annotations
 
-from ..report.page import (
-    Link,
-    Matrix,
-    MatrixCell,
-    PageView,
-    PairView,
-    Table,
-    audio_metrics,
-    level_text,
-    metric_cells,
-    verdict_view,
-)
+from ..measures.waveform import audio_metrics, metric_cells, metric_headers
+from ..report.page import Link, Matrix, MatrixCell, PageView, PairView, Table, level_text, verdict_view
 from .server_report import server_blocks
 from .summary import QUESTIONS, outcome
 from .verdicts import SAME_SPEECH
@@ -58,7 +48,7 @@ def _comparison_metrics(cmp: dict) -> list[tuple[str, str]]:
         ("codes", {True: "equal", False: "differ"}.get(cmp.get("codes_equal"), "unknown (no codes from the server)")),
         ("PCM", "identical" if cmp.get("pcm_equal") else "differs"),
         ("frames (alone / here)", f"{cmp.get('frames_reference')} / {cmp.get('frames_other')}"),
-        *audio_metrics(cmp.get("snr_db"), cmp.get("log_spectral_distance"), cmp.get("max_abs_diff")),
+        *audio_metrics(cmp),
     ]
 
 
@@ -205,13 +195,13 @@ def audit_view(doc: dict) -> PageView:
                 _or_dash(cmp.get("first_frame")),
                 _or_dash(cmp.get("first_codebook")),
                 _seconds(cmp.get("first_diverging_s")),
-                *metric_cells(cmp.get("snr_db"), cmp.get("log_spectral_distance"), cmp.get("max_abs_diff"), bool(cmp)),
+                *metric_cells(cmp, bool(cmp)),
                 Link("audio and plots", f"#{anchors[id(case)]}") if id(case) in anchors else "",
             ]
         )
         classes.append(case["verdict"])
     headers = ["status", "scenario", "run", "request", "seed source", "attribution", "frame", "codebook", "second"]
-    table = Table(headers + ["SNR dB", "LSD dB", "max abs", "pair"], rows, classes, sortable=True)
+    table = Table([*headers, *metric_headers(), "pair"], rows, classes, sortable=True)
     kinds = ("pass", "fail", "unseeded", SAME_SPEECH)
     per_scenario = Table(
         ["scenario", "pass", "fail", "unseeded", "same speech"],

@@ -13,8 +13,9 @@ from rich.markup import escape
 
 from .. import __version__
 from ..io.audio import write_audio
+from ..measures.waveform import audio_metrics
 from ..report.files import check_output_paths, json_safe, write_report_files
-from ..report.page import Figure, PageView, PairView, Table, audio_metrics, level_text
+from ..report.page import Figure, PageView, PairView, Table, level_text
 from ..report.terminal import print_table
 from .server import (
     DIFFERENT_SPEECH,
@@ -173,7 +174,7 @@ def _pairs(report: ServerBenchReport) -> list[tuple[PairView, tuple]]:
             status="fail" if c.check == VARIED else "unseeded",
             detail=describe(c),
             audio=[("alone", f"diverging/{n}-alone.wav"), ("under load", f"diverging/{n}-under-load.wav")],
-            metrics=audio_metrics(cmp.get("snr_db"), cmp.get("log_spectral_distance"), cmp.get("max_abs_diff")),
+            metrics=audio_metrics(cmp),
             mark_s=cmp.get("first_diverging_s"),
         )
         out.append((pair, (report.references[(c.arm, c.request)], report.kept[id(c)])))

@@ -5,7 +5,7 @@ distance, max abs) only where the two PCM hashes differ. No audio is kept beyond
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,7 @@ from ..config.effective import SeedSource
 from ..io.audio import pcm_sha256
 from ..measures import passes
 from ..measures.speech import SpeechJudgement, SpeechThresholds, judge_speech
-from ..measures.waveform import first_differing_sample, measure
+from ..measures.waveform import first_differing_sample, measure, spread, unmeasured
 from .causes import likely_cause
 
 
@@ -32,10 +32,10 @@ class DiffCase:
     b: dict | None
     codes_equal: bool | None = None
     pcm_equal: bool | None = None
-    audio_compared: bool = False  # SNR / LSD / max abs were measured (both sides have audio)
-    snr_db: float | None = None  # None with audio_compared: identical (infinite)
-    log_spectral_distance: float | None = None
-    max_abs_diff: float | None = None
+    audio_compared: bool = False  # the waveform measures were taken (both sides have audio)
+    # The waveform measures by JSON key (measures.waveform.MEASURES), None until measured; an SNR of
+    # None once measured: identical (infinite).
+    measures: dict[str, float | None] = field(default_factory=unmeasured)
     first_diverging_s: float | None = None
     speech: dict | None = None  # --level speech: the speech measures (measures.speech.SpeechJudgement)
 
@@ -44,7 +44,7 @@ class DiffCase:
         return self.verdict == "fail"
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return spread(self.__dict__)
 
 
 @dataclass
@@ -114,7 +114,7 @@ def _measure(case: DiffCase, pair: _Pair, level: str, speech: SpeechThresholds) 
     (pcm_a, rate), (pcm_b, _) = pair.audio
     a, b = _float(pcm_a), _float(pcm_b)
     case.audio_compared = True
-    vars(case).update(asdict(measure(a, b)))
+    case.measures = measure(a, b)
     sample = first_differing_sample(a, b)
     case.first_diverging_s = None if sample is None else sample / rate
     if level != "speech":
@@ -144,7 +144,7 @@ def _judge(
         min_snr_db,
         codes_equal=pair.codes_equal,
         pcm_equal=pair.pcm_equal,
-        snr_db=case.snr_db,
+        snr_db=case.measures["snr_db"],
         same_speech=same_speech,
     )
     case.status = "within-tolerance" if within and not pair.notes else "differs"

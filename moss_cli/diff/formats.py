@@ -64,7 +64,7 @@ def to_json(result: DiffResult, command: str | None = None) -> dict:
 def metrics(case: DiffCase) -> str:
     if not case.audio_compared:
         return "-"
-    return format_metrics(case.snr_db, case.log_spectral_distance, case.max_abs_diff or 0.0)
+    return format_metrics(case.measures)
 
 
 def junit_xml(result: DiffResult) -> str:

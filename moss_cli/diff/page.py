@@ -3,7 +3,8 @@ and the audio copied into the report folder."""
 
 from __future__ import annotations
 
-from ..report.page import Link, PageView, PairView, Table, audio_metrics, level_text, metric_cells, verdict_view
+from ..measures.waveform import audio_metrics, metric_cells, metric_headers
+from ..report.page import Link, PageView, PairView, Table, level_text, verdict_view
 from .formats import outcome
 
 ORDER = {"fail": 0, "unseeded": 1, "pass": 2}
@@ -36,11 +37,6 @@ def _side(case: dict, side: str, key: str):
     return (case.get(side) or {}).get(key)
 
 
-def _metrics(case: dict) -> list[str]:
-    measured = bool(case.get("audio_compared"))
-    return metric_cells(case.get("snr_db"), case.get("log_spectral_distance"), case.get("max_abs_diff"), measured)
-
-
 def _pair(n: int, case: dict) -> PairView:
     frames = f"{_dash(_side(case, 'a', 'frames'))} / {_dash(_side(case, 'b', 'frames'))}"
     return PairView(
@@ -54,7 +50,7 @@ def _pair(n: int, case: dict) -> PairView:
             ("seed (A / B)", f"{_dash(_side(case, 'a', 'seed'))} / {_dash(_side(case, 'b', 'seed'))}"),
             ("codes", _equal(case.get("codes_equal"))),
             ("frames (A / B)", frames),
-            *audio_metrics(case.get("snr_db"), case.get("log_spectral_distance"), case.get("max_abs_diff")),
+            *audio_metrics(case),
             ("first differing sample", f"{_dash(case.get('first_diverging_s'), lambda v: f'{v:.3f}')} s"),
         ],
         mark_s=case.get("first_diverging_s"),
@@ -69,16 +65,15 @@ def diff_view(doc: dict) -> PageView:
     anchors = {c["id"]: f"pair-{n}" for n, c in enumerate(pairs, start=1)}
     rows = []
     for case in cases:
-        snr, lsd, most = _metrics(case)
         duration = [_dash(_side(case, side, "duration_s")) for side in ("a", "b")]
         link = Link("audio and plots", f"#{anchors[case['id']]}") if case["id"] in anchors else ""
         rows.append(
             [case["verdict"], case["status"], case["id"], case["cause"], _equal(case.get("codes_equal"))]
             + [_equal(case.get("pcm_equal")), *duration, _dash(case.get("first_diverging_s"), lambda v: f"{v:.3f}")]
-            + [snr, lsd, most, link, case.get("detail", "")]
+            + [*metric_cells(case, bool(case.get("audio_compared"))), link, case.get("detail", "")]
         )
     headers = ["status", "outcome", "id", "likely cause", "codes", "PCM", "duration A", "duration B", "second"]
-    table = Table(headers + ["SNR dB", "LSD dB", "max abs", "pair", "detail"], rows, [c["verdict"] for c in cases])
+    table = Table([*headers, *metric_headers(), "pair", "detail"], rows, [c["verdict"] for c in cases])
     table.sortable = True
     side_rows = [[k.upper(), v["path"], v["kind"], v["ids"], "yes" if v["journal"] else "no"] for k, v in sides.items()]
     causes = Table(["likely cause", "ids"], [[k, v] for k, v in s["causes"].items()] or [["none", 0]])

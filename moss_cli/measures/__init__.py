@@ -10,15 +10,19 @@ Public API:
   waveform: codes not known to differ and SNR >= min_snr_db (None: identical); speech: identical
   PCM, or `same_speech` (a SpeechJudgement's `.same`; None: not judged, so it fails); bitwise:
   identical PCM.
-- waveform.py: `measure(reference, other) -> WaveformMeasures(snr_db, log_spectral_distance,
-  max_abs_diff)` (with `.describe()`), the single measures `snr_db`, `log_spectral_distance`,
-  `max_abs_difference`, `first_differing_sample`, and the formatters `format_db`, `format_abs`,
-  `format_metrics`. Signals are float [channels, samples] tensors.
+- waveform.py: the registry `MEASURES` (one `WaveformMeasure` record per waveform measure: its
+  JSON key, labels, unit, function and format; SNR, log-spectral distance, max abs),
+  `measure(reference, other) -> dict` (every measure by JSON key), `unmeasured()`, `spread(fields)`
+  (a record's measures as top-level JSON keys), how reports show them (`format_metrics(values)`:
+  one line; `metric_headers()`, `metric_cells(values, measured)`, `audio_metrics(values)`: a page's
+  columns and a pair's lines), `first_differing_sample`, and the formatters `format_db`,
+  `format_abs`. Signals are float [channels, samples] tensors.
 - speech.py: whether two clips are "the same speech", judged offline on CPU (the `speech` extra:
   librosa, pocketsphinx): see its docstring for `judge_speech`, `SpeechJudgement`,
   `SpeechThresholds`, `require_speech`.
 
-A measure is one file here plus its test; the level rule is `passes`, nowhere else.
+A waveform measure is one `WaveformMeasure` record (and its function) in waveform.py plus its
+test; the level rule is `passes`, nowhere else (docs/architecture.md, "How to add an audio measure").
 """
 
 from __future__ import annotations

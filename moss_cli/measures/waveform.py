@@ -1,10 +1,16 @@
-"""How two clips of the same request differ sample by sample: SNR, log-spectral distance, the largest
-sample difference (the trio `measure` takes at once, as WaveformMeasures), the first differing sample,
-and the short texts reports show people. Signals are float [channels, samples] tensors."""
+"""How two clips of the same request differ sample by sample: the registry `MEASURES` (SNR,
+log-spectral distance, the largest sample difference), one record per measure that holds its JSON
+key, labels, unit, function and format; the first differing sample; and the texts, table cells and
+page lines reports show people. Signals are float [channels, samples] tensors.
+
+The functions here read `MEASURES` when called, and the reports call them rather than name a
+measure, so a measure added to it appears in each comparison's JSON, the pages' tables and pairs,
+and the one-line summaries, with no other module touched."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -62,32 +68,78 @@ def format_db(value: float | None) -> str:
     return "inf" if value is None else f"{value:.2f}"
 
 
-def format_abs(value: float) -> str:
-    """A sample difference, compact (3 significant digits)."""
-    return f"{value:.3g}"
-
-
-def format_metrics(snr: float | None, lsd: float, max_abs: float) -> str:
-    """The waveform metrics of one comparison in one line: SNR, log-spectral distance, max abs."""
-    return f"SNR {format_db(snr)} dB, LSD {format_db(lsd)} dB, max abs {format_abs(max_abs)}"
+def format_abs(value: float | None) -> str:
+    """A sample difference, compact (3 significant digits); None (a report's null) reads 0."""
+    return f"{value or 0.0:.3g}"
 
 
 @dataclass(frozen=True)
-class WaveformMeasures:
-    """The waveform trio of two clips; its field names are the JSON keys of every report."""
+class WaveformMeasure:
+    """One waveform measure of two clips, and how every report shows it."""
 
-    snr_db: float | None  # None: identical (an infinite SNR)
-    log_spectral_distance: float
-    max_abs_diff: float
+    key: str  # its JSON key, at the top level of each comparison (audit, bench) and case (diff)
+    name: str  # its label beside a diverging pair on a page
+    short: str  # its label in tables and one-line summaries
+    unit: str  # "" when it has none
+    compute: Callable[[torch.Tensor, torch.Tensor], float | None]  # (reference, other) -> its value
+    format: Callable[[float | None], str]  # its value as people read it
 
-    def describe(self) -> str:
-        return format_metrics(self.snr_db, self.log_spectral_distance, self.max_abs_diff)
+    @property
+    def header(self) -> str:
+        """Its column header: label and unit."""
+        return f"{self.short} {self.unit}".rstrip()
+
+    def show(self, value: float | None) -> str:
+        """A value with its unit."""
+        return f"{self.format(value)} {self.unit}".rstrip()
 
 
-def measure(reference: torch.Tensor, other: torch.Tensor) -> WaveformMeasures:
-    """SNR, log-spectral distance and max abs of `other` against `reference` ([channels, samples])."""
-    return WaveformMeasures(
-        snr_db=snr_db(reference, other),
-        log_spectral_distance=log_spectral_distance(reference, other),
-        max_abs_diff=max_abs_difference(reference, other),
-    )
+# In the order every report lists them. SNR is also the waveform level's rule (measures.passes).
+MEASURES: tuple[WaveformMeasure, ...] = (
+    WaveformMeasure("snr_db", "SNR", "SNR", "dB", snr_db, format_db),  # None: identical (an infinite SNR)
+    WaveformMeasure("log_spectral_distance", "log-spectral distance", "LSD", "dB", log_spectral_distance, format_db),
+    WaveformMeasure("max_abs_diff", "max abs difference", "max abs", "", max_abs_difference, format_abs),
+)
+
+
+def measure(reference: torch.Tensor, other: torch.Tensor) -> dict[str, float | None]:
+    """Every measure of `other` against `reference` ([channels, samples]), by JSON key."""
+    return {m.key: m.compute(reference, other) for m in MEASURES}
+
+
+def unmeasured() -> dict[str, None]:
+    """Every measure's key, none measured (a report lists them all the same)."""
+    return {m.key: None for m in MEASURES}
+
+
+def format_metrics(values: dict) -> str:
+    """The measures of one comparison (`values`: by JSON key) in one line: "SNR 61.20 dB, LSD ..."."""
+    return ", ".join(f"{m.short} {m.show(values[m.key])}" for m in MEASURES)
+
+
+# A page's comparisons table has a column per measure, a diverging pair a line per measure;
+# `values`: a comparison's or a case's JSON, which holds them by key.
+def metric_headers() -> list[str]:
+    """The comparisons table's headers of the measures ("SNR dB", ...)."""
+    return [m.header for m in MEASURES]
+
+
+def metric_cells(values: dict, measured: bool = True) -> list[str]:
+    """The comparisons table's cells of the measures ("-" where no audio was measured)."""
+    return [m.format(values.get(m.key)) if measured else "-" for m in MEASURES]
+
+
+def audio_metrics(values: dict) -> list[tuple[str, str]]:
+    """A diverging pair's measures, as its `PairView.metrics` shows them: (label, value and unit)."""
+    return [(m.name, m.show(values.get(m.key))) for m in MEASURES]
+
+
+def spread(fields: dict) -> dict:
+    """A record's fields for JSON, its `measures` dict spread in its place: each measure a top-level key."""
+    out = {}
+    for key, value in fields.items():
+        if key == "measures":
+            out.update(value)
+        else:
+            out[key] = value
+    return out

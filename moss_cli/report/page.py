@@ -13,7 +13,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..io.atomic import write_text_atomic
-from ..measures.waveform import format_abs, format_db
 
 # A failing audit of thousands of comparisons must not take minutes to draw: past this many
 # diverging pairs the rest keep their audio players, and the page says how many were drawn.
@@ -114,23 +113,6 @@ def verdict_view(
         footer=f"{doc.get('tool', tool)} {doc.get('version', '')}, {doc.get('created', '')}",
         **parts,
     )
-
-
-def metric_cells(snr: float | None, lsd: float | None, max_abs: float | None, measured: bool = True) -> list[str]:
-    """The comparisons table's SNR, LSD and max abs cells ("-" where no audio was measured)."""
-    if not measured:
-        return ["-", "-", "-"]
-    return [format_db(snr), format_db(lsd), format_abs(max_abs or 0.0)]
-
-
-def audio_metrics(snr: float | None, lsd: float | None, max_abs: float | None) -> list[tuple[str, str]]:
-    """A diverging pair's waveform metrics, as its `PairView.metrics` shows them."""
-    snr_cell, lsd_cell, max_abs_cell = metric_cells(snr, lsd, max_abs)
-    return [
-        ("SNR", f"{snr_cell} dB"),
-        ("log-spectral distance", f"{lsd_cell} dB"),
-        ("max abs difference", max_abs_cell),
-    ]
 
 
 def _href(path: str) -> str:

@@ -331,9 +331,11 @@ def _result_with_a_codec_difference() -> AuditResult:
         frames_other=10,
         duration_diff_s=0.0,
         pcm_equal=False,
-        max_abs_diff=3.0517578125e-05,
-        snr_db=127.96399827904983,
-        log_spectral_distance=0.012345678901234,
+        measures={
+            "snr_db": 127.96399827904983,
+            "log_spectral_distance": 0.012345678901234,
+            "max_abs_diff": 3.0517578125e-05,
+        },
     )
     case = Case("batched", "max-batch-8", "r", "request", "fail", cmp, codec_numeric(cmp), wall_s=0.25)
     env = {"device": "cpu", "dtype": "float32", "torch_version": torch.__version__}

@@ -65,7 +65,9 @@ def test_a_reproducible_server_passes_with_reports_shaped_like_the_local_audits(
     code, report, output = _audit(Behaviour(moss_headers=True), requests, tmp_path, "--level", "bitwise")
     assert code == 0, output
     assert set(_verdicts(report).values()) == {"identical"}
-    assert set(report["summary"]["scenarios"]) == set(SERVER_SCENARIOS) - {"batch"}  # it has no batch route
+    # It has no batch route and no WebSocket stream: those scenarios are skipped, and say why.
+    assert set(report["summary"]["scenarios"]) == set(SERVER_SCENARIOS) - {"batch", "websocket"}
+    assert "has no /v1/audio/speech/stream" in report["server"]["skipped"]["websocket"]
     assert {"summary", "options", "environment", "reference", "cases", "warnings"} <= set(report)
     runs = report["server"]["runs"]
     for label in ("concurrent/concurrent-8", "seeded-neighbours/with-seeded-neighbours"):
