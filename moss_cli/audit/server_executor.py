@@ -16,19 +16,18 @@ import platform
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from .. import __version__
 from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..io.outcome import Outcome
 from ..remote import paths
-from ..remote.client import ServerError, SpeechClient, all_or_nothing
-from ..remote.paths import BATCH, ServingPath
+from ..remote.client import SpeechClient, all_or_nothing
 from ..remote.reply import Reply
 from ..remote.request_file import reference_sha256
 from ..remote.session import ServerSession
-from ..remote.speech_stream import SpeechStream, StreamUnavailable
+from ..remote.speech_stream import SpeechStream
 from ..remote.voice import with_voice
 from ..speech_api import (
     BATCH_PATH,
@@ -129,24 +128,18 @@ class ServerExecutor:
             yield self._loop.run_until_complete(self._send(run))
 
     def _refuses(self, needs: str) -> str | None:
-        """The server's words when it refuses what a run needs, reference audio or a path (a 4xx to
-        one short request sent that way, or a WebSocket stream it does not serve), else None."""
+        """The server's words when it refuses what a run needs, reference audio or a path (its check
+        before use: one short request sent that way), else None."""
         if needs not in self._checked:
             if needs == "ref_audio":
                 check = Member(voice_neighbour_requests(1, self.workdir)[0], audited=False)
             else:
                 neighbour = neighbour_requests(1, f"neighbour-{needs}", seed_base=4000, frames=[4], greedy=False)
                 check = Member(with_voice(neighbour, self.target.voice)[0], audited=False, path=paths.PATHS[needs])
-            refused = self._loop.run_until_complete(_refusal(self._check(check, f"{needs}/check")))
-            self._checked[needs] = None if refused is None else _refused(check.path, needs, refused)
+            what = "reference audio" if needs == "ref_audio" else None
+            refusal = check.path.refusal(self.client, check.key, self._body(check), f"{needs}/check", what)
+            self._checked[needs] = self._loop.run_until_complete(refusal)
         return self._checked[needs]
-
-    async def _check(self, check: Member, context: str) -> None:
-        if check.batched:  # an item has no seed: the check's is unseeded
-            check = dataclasses.replace(check, request=dataclasses.replace(check.request, seed=None))
-            await self.client.speak_batch([check.key], self._batch_body([check]), context)
-        else:
-            await check.path.speak(self.client, check.key, self._body(check), context)
 
     async def _send(self, run: Run) -> dict[str, Outcome]:
         context, started = run.name, time.perf_counter()
@@ -306,30 +299,6 @@ class ServerExecutor:
 
     def compile_s(self) -> None:
         return None
-
-
-async def _refusal(sent: Awaitable) -> ServerError | None:
-    """The server's 4xx to a request sent to learn what it takes, or its word that it does not serve
-    the WebSocket stream (None: it answers with audio); any other failure is the audit's to report."""
-    try:
-        await sent
-    except StreamUnavailable as e:
-        return e
-    except ServerError as e:
-        if e.status is None or not 400 <= e.status < 500:
-            raise
-        return e
-    return None
-
-
-def _refused(path: ServingPath, needs: str, refused: ServerError) -> str:
-    """Why a scenario is skipped, in the server's words."""
-    if path is BATCH and refused.status in (404, 405):
-        return f"the server has no batch route (POST {BATCH_PATH}: HTTP {refused.status}): {refused.message}"
-    if isinstance(refused, StreamUnavailable):
-        return f"the server does not serve {path.refused} ({STREAM_PATH}): {refused.reason}"
-    what = "reference audio" if needs == "ref_audio" else path.refused
-    return f"the server refuses {what}: {refused.message}"
 
 
 def _in_flight(run: Run, got: list[tuple[Member, Reply]], stagger_s: float | None) -> dict:

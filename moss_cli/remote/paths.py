@@ -58,6 +58,33 @@ class ServingPath:
             marked["response_format"] = "wav"
         return marked
 
+    async def refusal(
+        self, client: SpeechClient, request: str, body: dict[str, Any], context: str, what: str | None = None
+    ) -> str | None:
+        """The check before use: why the server refuses this path (`what` it refuses, in words, else
+        the path's), in its words, from its answer to one short request sent this way; None where it
+        answers with audio. A 4xx is a refusal, as a WebSocket stream the server does not serve is;
+        any other failure is raised."""
+        from .client import ServerError
+        from .speech_stream import StreamUnavailable
+
+        try:
+            if self.transport == BATCH_CALL:
+                fmt, model = body["response_format"], body.get("model")
+                batch = speech_api.batch_body([body], model=model, response_format=fmt)
+                await client.speak_batch([request], batch, context)
+            else:
+                await self.speak(client, request, body, context)
+        except StreamUnavailable as e:
+            return f"the server does not serve {what or self.refused} ({speech_api.STREAM_PATH}): {e.reason}"
+        except ServerError as e:
+            if e.status is None or not 400 <= e.status < 500:
+                raise
+            if self.transport == BATCH_CALL and e.status in (404, 405):
+                return f"the server has no batch route (POST {speech_api.BATCH_PATH}: HTTP {e.status}): {e.message}"
+            return f"the server refuses {what or self.refused}: {e.message}"
+        return None
+
     async def speak(
         self, client: SpeechClient, request: str, body: dict[str, Any], context: str, started: float | None = None
     ) -> Reply:
