@@ -58,9 +58,11 @@ def floor_weights(model: MossTTSLocal) -> list[torch.Tensor]:
         weights += [m.weight for m in layer.modules() if isinstance(m, torch.nn.Linear)]
     local = [m.weight for m in model.local_transformer.modules() if isinstance(m, torch.nn.Linear)]
     heads = model.packed_heads or [e.weight for e in model.audio_embeddings]
-    stop = getattr(model, "local_text_lm_head", None)
+    # the stop head: two rows, or in full_vocab mode the whole text vocabulary (talker.stop_logits)
+    binary = model.cfg.local_text_head_mode == "binary"
+    stop = model.local_text_lm_head.weight if binary else model.transformer.embed_tokens.weight
     for k, head in enumerate(heads):
-        weights += local + ([stop.weight] if k == 0 and stop is not None else []) + [head]
+        weights += local + ([stop] if k == 0 else []) + [head]
     return weights
 
 

@@ -1,6 +1,7 @@
 """The physical bound on a decode step (bench/floor.py): the bytes it must read, counted by hand on the
 tiny preset's shapes, and the copy bandwidth they are divided by."""
 
+import dataclasses
 import math
 
 import pytest
@@ -11,8 +12,8 @@ from moss_cli.bench.models import _built, preset_configs
 from moss_cli.model.talker import MossTTSLocal
 
 
-def _tiny(dtype: torch.dtype) -> MossTTSLocal:
-    cfg, _ = preset_configs("tiny")
+def _tiny(dtype: torch.dtype, **changes) -> MossTTSLocal:
+    cfg = dataclasses.replace(preset_configs("tiny")[0], **changes)
     with torch.device("meta"):
         model = MossTTSLocal(cfg)
     return _built(model, torch.device("cpu"), dtype, 0).eval()
@@ -37,6 +38,12 @@ def test_a_step_reads_its_weights_as_often_as_it_uses_them_and_its_cache_once(dt
     # keys and values, 2 layers, 2 KV heads of 16, per row and position
     assert kv_bytes(model, 3, 250) == 2 * 2 * 3 * 2 * 250 * 16 * size
     assert step_bytes(model, 3, 250) == weight_bytes(model) + kv_bytes(model, 3, 250)
+
+
+def test_a_full_vocabulary_stop_head_reads_the_whole_text_embedding():
+    binary, full = _tiny(torch.float32), _tiny(torch.float32, local_text_head_mode="full_vocab")
+    vocab = full.transformer.embed_tokens.weight.shape[0]
+    assert weight_bytes(full) - weight_bytes(binary) == (vocab - 2) * 64 * 4
 
 
 def test_packing_the_weights_for_onednn_leaves_the_bytes_a_step_reads_unchanged():
