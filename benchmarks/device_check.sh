@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# The accelerator checks as one prepared run (a lent GPU machine gives a session about
-# 15 minutes in all, start included): `moss bench` at the v1.5 shapes, plain and with --compile
-# (on CUDA a fixed-shape frame replays as a CUDA graph), each measuring the layout the GPU's probes
-# choose (invariant), the fixed blocks of the batch's rows forced (blocks) and the fast mode at
-# B = 1, 8 and 64; and the audit at --level bitwise, plain and compiled with the fixed blocks
-# forced, on the device. Every step has its own time limit, so one slow step cannot eat the others;
-# figures, reports and exit codes go to $OUT.
+# The accelerator checks as one prepared run that ends within 6 minutes, model building included (a lent
+# GPU machine gives a session about 15 minutes in all, start included): `moss bench` at the v1.5 shapes
+# in the invariant and fast modes at B = 1, 8 and 64, eager and with --compile (on CUDA a fixed-shape
+# frame replays as a CUDA graph), then the audit at --level bitwise on the device, eager and compiled
+# with the fixed blocks forced. Every step has its own time limit, and the limits add up to 350 s, so
+# one slow step cannot eat the others. Compiling takes most of the compiled runs' time (each mode at
+# each batch size compiles its own graph), so each batch size compiles in its own step: one that
+# overruns loses only its own figures (the log keeps each row's frames/s as it is measured). It leaves
+# 8 files in $OUT: summary.txt (each step's exit code and time, then the table of frames/s,
+# efficiency against the physical bound and time to first audio per run, mode and batch),
+# platform.txt, log.txt (every step's output), the eager bench's JSON, the three compiled ones and the
+# audit's.
 #
 #   On the GPU machine (its python3 holds a CUDA torch; the few packages it lacks travel as wheels
 #   in .whl/, made here by scripts/device_wheels.sh):   bash benchmarks/device_check.sh cuda
@@ -16,40 +21,59 @@ preset=${2:-v1.5}
 out=${OUT:-device-check}
 py=${PYTHON:-python3}
 mkdir -p "$out"
-if [ -d .whl ]; then
-    "$py" -m pip install -q --no-index --find-links .whl soundfile soxr 2>&1 | tail -2
-fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-frames=32
-batches=1,8,64
-if [ "$preset" = tiny ]; then frames=8; batches=1,4; fi
+frames=16 # compiled at B = 64: half as many
+if [ "$preset" = tiny ]; then frames=8; fi
 summary="$out/summary.txt"
+log="$out/log.txt"
 : > "$summary"
+: > "$log"
 
-step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $out/NAME.log, note the exit code
+step() { # step NAME SECONDS COMMAND...: run with a limit, its output into the log, its exit code into the summary
     local name=$1 limit=$2
     shift 2
     local start=$SECONDS
-    timeout "$limit" "$@" > "$out/$name.log" 2>&1
+    echo "== $name (at most $limit s): $*" >> "$log"
+    timeout "$limit" "$@" >> "$log" 2>&1
     local rc=$?
     echo "$name: exit $rc in $((SECONDS - start)) s" | tee -a "$summary"
-    tail -n 25 "$out/$name.log"
 }
 
-"$py" - <<'PY' > "$out/platform.txt" 2>&1
-import platform, torch
-print("python", platform.python_version(), "torch", torch.__version__)
+if [ -d .whl ]; then
+    step wheels 15 "$py" -m pip install -q --no-index --find-links .whl soundfile soxr
+fi
+step platform 10 "$py" - "$out/platform.txt" << 'PY'
+import platform, shutil, subprocess, sys, torch
+lines = [f"python {platform.python_version()} torch {torch.__version__}"]
 if torch.cuda.is_available():
-    print("device", torch.cuda.get_device_name(0), "capability", torch.cuda.get_device_capability(0))
+    lines.append(f"device {torch.cuda.get_device_name(0)} capability {torch.cuda.get_device_capability(0)}")
+if shutil.which("nvidia-smi"):
+    lines.append(subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=10).stdout)
+open(sys.argv[1], "w").write("\n".join(lines) + "\n")
+print(lines[0])
 PY
-command -v nvidia-smi > /dev/null && nvidia-smi >> "$out/platform.txt" 2>&1
-cat "$out/platform.txt"
-
-bench=("$py" -m moss_cli bench --random-weights "$preset" --device "$device" --dtype bfloat16
-    --batch "$batches" --frames "$frames" --repeats 3 --modes invariant,blocks,fast)
-step bench 100 "${bench[@]}" --json "$out/bench.json"
-step bench-compile 240 "${bench[@]}" --compile --json "$out/bench-compile.json"
+bench=("$py" -m moss_cli bench --random-weights "$preset" --device "$device" --dtype bfloat16 --modes invariant,fast)
+step bench 60 "${bench[@]}" --batch 1,8,64 --frames "$frames" --repeats 2 --json "$out/bench.json"
+compiled=("${bench[@]}" --compile --repeats 1)
+step bench-compile-1 60 "${compiled[@]}" --batch 1 --frames "$frames" --json "$out/bench-compile-1.json"
+step bench-compile-8 60 "${compiled[@]}" --batch 8 --frames "$frames" --json "$out/bench-compile-8.json"
+step bench-compile-64 60 "${compiled[@]}" --batch 64 --frames $((frames / 2)) --json "$out/bench-compile-64.json"
 audit=("$py" -m moss_cli audit-determinism --device "$device" --level bitwise)
-step audit 80 "${audit[@]}" --json "$out/audit.json" --markdown "$out/audit.md"
-step audit-compile 150 "${audit[@]}" --compile --layout blocks --json "$out/audit-compile.json"
-cat "$summary"
+step audit 30 "${audit[@]}" --json "$out/audit.json"
+step audit-compile 50 "${audit[@]}" --compile --layout blocks # its verdict: the log and its exit code
+timeout 5 "$py" - "$out" << 'PY' 2>&1 | tee -a "$summary"
+# The table: each bench JSON's rows, eager and compiled, with the copy bandwidth each run measured.
+import json, pathlib, sys
+print("eff. bw: the physical bound (the bytes a step reads over the copy bandwidth) / engine step")
+print(f"{'run':8} {'mode':9} {'batch':>5} {'frames/s':>10} {'eff. bw':>8} {'TTFA s':>7} {'GB/s':>8}")
+for name in ("bench", "bench-compile-1", "bench-compile-8", "bench-compile-64"):
+    path = pathlib.Path(sys.argv[1], f"{name}.json")
+    if not path.exists():
+        print(f"{name}: no figures (its exit code is above)")
+        continue
+    report = json.loads(path.read_text())
+    run, bandwidth = "compiled" if report["setup"]["compile"] else "eager", report["setup"]["bandwidth_gb_per_s"]
+    for r in report["results"]:
+        figures = (r["talker_frames_per_s"], r["efficiency_bandwidth"], r["ttfa_s"], bandwidth)
+        print(f"{run:8} {r['mode']:9} {r['batch']:>5} {figures[0]:>10} {figures[1]:>8} {figures[2]:>7} {figures[3]:>8}")
+PY

@@ -1,6 +1,7 @@
 """The local bench's report (run.py's `BenchReport`): its JSON file, and what the terminal shows: a
 line per figure measured as the bench goes, then the table, its legend and the lines that read it
-(each mode's and arm's cost, the bound the KV cache sets on efficiency, compile times)."""
+(each mode's and arm's cost, the bound the KV cache sets on efficiency, the bytes a step reads, compile
+times)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,17 @@ COLUMNS = (  # the terminal's short headers; the JSON has every figure with its 
     ("layout", "layout"),
     ("frames/s", "talker_frames_per_s"),
     ("eff.", "efficiency"),
+    ("eff. bw", "efficiency_bandwidth"),
     ("tok/s", "prefill_tokens_per_s"),
     ("RTF", "codec_rtf"),
     ("TTFA s", "ttfa_s"),
     ("MB", "peak_memory_mb"),
 )
 LEGEND = (
-    "frames/s: talker decode; eff.: hardware floor / engine step; tok/s: prefill; RTF: codec seconds per "
-    "audio second; TTFA: time to first audio, streaming; MB: peak memory (medians; the JSON has the spread)"
+    "frames/s: talker decode; eff.: timed-products floor / engine step (launch-bound on an accelerator); "
+    "eff. bw: physical bound (bytes a step reads / copy bandwidth) / engine step; tok/s: prefill; "
+    "RTF: codec seconds per audio second; TTFA: time to first audio, streaming; MB: peak memory "
+    "(medians; the JSON has the spread)"
 )
 
 
@@ -48,7 +52,7 @@ def render(console: Console, report: BenchReport) -> None:
     title = (
         f"moss bench: {escape(setup['model'])}, {setup['device']} {setup['dtype']}, "
         f"{setup['threads']} thread{'s' if setup['threads'] != 1 else ''}, {setup['frames']} frames, "
-        f"{setup['linear_kernel']} linear kernel"
+        f"{setup['linear_kernel']} linear kernel, copy bandwidth {setup['bandwidth_gb_per_s']} GB/s"
     )
     headers = [header for header, _ in COLUMNS]
     rows = [[escape(str(getattr(row, key))) for _, key in COLUMNS] for row in report.rows]
@@ -71,6 +75,10 @@ def render(console: Console, report: BenchReport) -> None:
         say(
             f"batch {batch}: reading the KV cache once takes {row.kv_read_ms} ms per step, so no engine could reach "
             f"an efficiency above {row.efficiency_bound} here"
+        )
+        say(
+            f"batch {batch}: a step must read {row.step_read_mb} MB (the KV cache {row.kv_read_mb} MB of it), "
+            f"{row.bandwidth_step_ms} ms at {setup['bandwidth_gb_per_s']} GB/s: the physical bound"
         )
     for row in report.rows:
         if row.compile_s:

@@ -21,6 +21,7 @@ from ..model.talker import MossTTSLocal
 from ..numerics import FAST, INVARIANT, Layout, Numerics
 from ..numerics.layout import most_step_rows
 from ..threads import talker_parameters
+from .floor import COPY_BYTES
 from .options import BenchOptions
 
 MODES = {"invariant": INVARIANT, "fast": FAST}
@@ -113,7 +114,8 @@ def memory_needed(
     """Bytes a bench run of `batch` requests adds to the process at its peak, by part: what it keeps
     (the weights, the packed audio heads, one codec per mode, the runtime's own) and the largest of
     what comes and goes (packing one weight; the KV cache, with the old one while it grows, and a
-    prefill forward or a decode step's attention; the floor's reading of a cache; a codec decode)."""
+    prefill forward or a decode step's attention; the floor's reading of a cache; a codec decode; the
+    copy that measures the bandwidth)."""
     size = torch.finfo(dtype).bits // 8
     b = cfg.backbone
     packs = options.pack and not options.compile and dtype in (torch.float32, torch.bfloat16)
@@ -144,7 +146,9 @@ def memory_needed(
         "packed audio heads": sum(cfg.audio_codebook_sizes) * cfg.hidden_size * size if packs else 0,
         "codecs": len(options.modes) * codec_bytes,
         "runtime": RUNTIME_BYTES,
-        "KV cache and activations": max(packing, kv + max(prefill, decode), kv_read, CODEC_ACTIVATIONS * audio),
+        "KV cache and activations": max(
+            packing, kv + max(prefill, decode), kv_read, CODEC_ACTIVATIONS * audio, 2 * COPY_BYTES
+        ),
     }
 
 

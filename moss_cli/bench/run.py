@@ -6,7 +6,11 @@ deploy seed) and batch size it runs the talker for a fixed number of
 frames (the stop head runs but never ends a request), decodes the codes with the codec, streams one
 request to time its first audio, and measures the floor: the same weight-shaped matrix products
 with nothing between them (no attention, no sampling, no Python loop). Efficiency is floor time /
-engine step time: how close the engine is to what the hardware allows for these weights.
+engine step time: how close the engine is to what the hardware allows for these weights, where
+products are long next to their launches (a CPU). On an accelerator they are not, and the physical
+bound counts: the bytes a step must read over the bandwidth a large copy reaches on the device,
+measured once after every run (floor.step_bytes, floor.copy_bandwidth); `efficiency_bandwidth` is
+that bound / engine step time.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from ..pipeline.streaming import StreamingDecode
 from ..sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 from ..threads import apply_threads
 from .arms import arm_seed, check_deploy_seed
-from .floor import floor_step, kv_read_step, sync
+from .floor import copy_bandwidth, floor_step, kv_bytes, kv_read_step, step_bytes, sync
 from .models import PROMPT, load_models
 from .options import BenchOptions
 
@@ -60,8 +64,14 @@ class BenchRow:
     efficiency_range: list[float]  # [min, max] of those pairs
     kv_read_ms: float  # one read of every backbone layer's keys and values at the run's mean cache length
     efficiency_bound: float  # floor / (floor + KV read): what an engine with no other cost would reach
+    step_read_mb: float  # 10^6 bytes a step must read: its weights as often as it reads them, its KV cache once
+    kv_read_mb: float  # of which the KV cache, at the run's mean length
     peak_memory_mb: float
     compile_s: float | None = None  # --compile: seconds this row's first run spent compiling
+    # The physical bound, set once the copy bandwidth is measured (after every run, so that its buffers
+    # stay out of the rows' peak memory): step_read_mb over the bandwidth, and that over the engine step.
+    bandwidth_step_ms: float | None = None
+    efficiency_bandwidth: float | None = None
 
 
 @dataclass
@@ -278,6 +288,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
             tokens = runs[0].prompt_tokens
             efficiencies = [run.floor_s / run.step_s for run in runs]
             bounds = [run.floor_s / (run.floor_s + run.kv_s) for run in runs]
+            length = tokens // batch + options.frames // 2  # as the KV read's (_timed_runs)
             audio_s = batch * options.frames / frame_rate
             talker_s = prefill + step * options.frames
             report.rows.append(
@@ -302,10 +313,18 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                     efficiency_range=[round(min(efficiencies), 3), round(max(efficiencies), 3)],
                     kv_read_ms=round(statistics.median(run.kv_s for run in runs) * 1e3, 3),
                     efficiency_bound=round(statistics.median(bounds), 3),
+                    step_read_mb=round(step_bytes(model, batch, length) / 1e6, 3),
+                    kv_read_mb=round(kv_bytes(model, batch, length) / 1e6, 3),
                     peak_memory_mb=round(_peak_memory_mb(device), 1),
                     compile_s=round(compile_times[mode], 2) if options.compile else None,
                 )
             )
             if progress:
                 progress(report.rows[-1])
+    bandwidth = copy_bandwidth(device)
+    report.setup["bandwidth_gb_per_s"] = round(bandwidth / 1e9, 2)
+    for row in report.rows:
+        bound_ms = row.step_read_mb * 1e6 / bandwidth * 1e3
+        row.bandwidth_step_ms = round(bound_ms, 4)
+        row.efficiency_bandwidth = round(bound_ms / row.decode_step_ms, 4)
     return report

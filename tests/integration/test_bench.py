@@ -44,8 +44,12 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
         "efficiency_range",
         "kv_read_ms",
         "efficiency_bound",
+        "step_read_mb",
+        "kv_read_mb",
         "peak_memory_mb",
         "compile_s",
+        "bandwidth_step_ms",
+        "efficiency_bandwidth",
     }
     for row in rows:
         assert set(row) == FIELDS
@@ -53,6 +57,12 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
         assert row["floor_step_ms"] > 0 and 0 < row["efficiency"] and row["ttfa_s"] > 0 and row["codec_rtf"] > 0
         assert row["compile_s"] is None  # not compiled
         assert row["kv_read_ms"] > 0 and 0 < row["efficiency_bound"] < 1
+        # the physical bound: the bytes a step reads (its weights, more than 1 MB, and its cache) at the copy rate
+        assert 0 < row["kv_read_mb"] < row["step_read_mb"] and row["step_read_mb"] - row["kv_read_mb"] > 1
+        bound_ms = row["step_read_mb"] / report["setup"]["bandwidth_gb_per_s"]
+        assert row["bandwidth_step_ms"] == pytest.approx(bound_ms, rel=0.01)
+        efficiency = row["bandwidth_step_ms"] / row["decode_step_ms"]
+        assert row["efficiency_bandwidth"] == pytest.approx(efficiency, rel=0.01, abs=2e-4)
         assert 0 < row["prefill_tokens_per_s"] < 1e9  # a measured duration: no prompt of the tiny model prefills faster
         for key in ("decode_step_ms", "efficiency"):  # the median of two repeats lies within their range
             low, high = row[f"{key}_range"]
@@ -65,6 +75,7 @@ def test_bench_on_random_tiny_weights_writes_every_figure(tmp_path):
     assert "invariant / fast step time" in result.output and "blocks / fast step time" in result.output
     assert "(the modes alternate)" in result.output
     assert "so no engine could reach an efficiency above" in " ".join(result.output.split())
+    assert "GB/s: the physical bound" in result.output and report["setup"]["bandwidth_gb_per_s"] > 0
     assert report["setup"]["model"] == "random tiny (173 k talker parameters)" and report["setup"]["threads"] == 1
     assert {r["arm"] for r in rows} == {"seeded"} and report["over_unseeded"] == {}  # the default arm alone
 
