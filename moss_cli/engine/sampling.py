@@ -8,6 +8,7 @@ global RNG), and `draw_uniforms` draws every uniform a row needs for a frame bef
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -84,16 +85,23 @@ class RowParams:
 
     @classmethod
     def of(cls, heads: Sequence[HeadSampling], greedy: Sequence[bool], device: torch.device) -> RowParams:
-        def column(values, dtype):
-            return torch.tensor(values, dtype=dtype, device=device)
+        """Built on the host, where its Python facts are read without waiting on `device`, then moved there."""
 
-        return cls(
+        def column(values, dtype):
+            return torch.tensor(values, dtype=dtype)
+
+        on_host = cls(
             column([h.temperature for h in heads], torch.float32),
             column([h.top_k for h in heads], torch.long),
             column([h.top_p for h in heads], torch.float32),
             column([h.repetition_penalty for h in heads], torch.float32),
             column(list(greedy), torch.bool),
         )
+        moved = copy.copy(on_host)
+        for name, value in vars(on_host).items():
+            if isinstance(value, torch.Tensor):
+                object.__setattr__(moved, name, value.to(device))
+        return moved
 
     def short_list(self, vocab: int) -> int | None:
         """How many of the highest scores can hold every row's top-k (a little room for ties at

@@ -1,7 +1,8 @@
-"""A CPU proxy for the decode step a GPU can run as one graph (issue 39, item 4): how often a step
-reads a tensor's value on the host, and how often it copies Python numbers to the device. On CUDA
-either one stops the host until the device has caught up (a blocking copy from pageable memory
-synchronises the stream too), so a step that makes them cannot be captured or run ahead."""
+"""CPU proxies for the decode step a GPU can run as one graph: how often a step reads a tensor's
+value on the host, and how often it copies Python numbers to the device (on CUDA either one stops
+the host until the device has caught up: a blocking copy from pageable memory synchronises the
+stream too, so a step that makes them cannot be captured or run ahead); and which parts of it
+trace as one graph with no break."""
 
 from __future__ import annotations
 
@@ -161,3 +162,71 @@ def test_a_frame_whose_short_list_may_cut_a_tie_is_drawn_again_with_the_same_cod
     again = run()
     assert fired and not any(fired)  # the real checks never fired: these draws equal the plain run's
     assert plain.keys() == again.keys() and all(torch.equal(plain[k], again[k]) for k in plain)
+
+
+def _frame_inputs(talker, rows: int = 4):
+    """A frame's inputs with every kind of row: top-k and top-p, no filter, a repetition penalty, greedy."""
+    from moss_cli.engine.sampling import RowParams
+    from moss_cli.engine.step import FrameDraws
+
+    cfg = talker.model.cfg
+    heads = [
+        AUDIO_DEFAULTS,
+        replace(AUDIO_DEFAULTS, top_k=0, top_p=0.7),
+        replace(AUDIO_DEFAULTS, repetition_penalty=1.3),
+    ]
+    heads.append(AUDIO_DEFAULTS)
+    greedy = [False, False, False, True]
+    g = torch.Generator().manual_seed(0)
+    draws = FrameDraws(
+        torch.rand(rows, 1 + cfg.n_vq, generator=g),
+        RowParams.of([STOP_HEAD_DEFAULTS] * rows, greedy, torch.device("cpu")),
+        RowParams.of(heads, greedy, torch.device("cpu")),
+        torch.rand(rows, cfg.n_vq, cfg.audio_vocab_size, generator=g) < 0.1,
+    )
+    return torch.randn(rows, cfg.hidden_size, generator=g), draws
+
+
+@pytest.fixture(scope="module")
+def plain_talker():
+    """Weights left plain: weights packed for oneDNN cannot be compiled."""
+    import moss_cli
+    from moss_cli.assets import TINY_TALKER
+
+    return moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float32", pack=False)
+
+
+@pytest.mark.slow
+@torch.inference_mode()
+def test_the_frame_is_one_graph_with_no_break(plain_talker):
+    """The frame (local transformer, heads, sampler) traces as one graph (`fullgraph=True` holds),
+    and that graph draws the codes the eager frame draws."""
+    from moss_cli.engine.step import sample_frame
+
+    hidden, draws = _frame_inputs(plain_talker)
+    explained = torch._dynamo.explain(sample_frame)(plain_talker.model, hidden, draws)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    graphed = torch.compile(sample_frame, fullgraph=True, backend="eager")(plain_talker.model, hidden, draws)
+    eager = sample_frame(plain_talker.model, hidden, draws)
+    assert torch.equal(graphed[0], eager[0]) and torch.equal(graphed[1], eager[1])
+
+
+@pytest.mark.slow
+@torch.inference_mode()
+def test_the_backbone_decode_step_is_one_graph_with_no_break(plain_talker, monkeypatch):
+    """The backbone's decode step over the KV pool, given its attention (`BlockedDecode`, built on
+    the host from the rows' slots and lengths), traces as one graph."""
+    from moss_cli.engine.kv_cache import BlockedDecode
+
+    model, explained = plain_talker.model, []
+    backbone = model.backbone
+
+    def traced(x, positions, attention):
+        if isinstance(attention, BlockedDecode) and not explained:
+            explained.append(torch._dynamo.explain(lambda x, p: backbone(x, p, attention))(x, positions))
+        return backbone(x, positions, attention)
+
+    monkeypatch.setattr(model, "backbone", traced)
+    engine = Engine(model, max_batch=2, layout=EngineLayout.fix(model, INVARIANT, 2))
+    assert len(list(engine.run(_requests(plain_talker, "top-k")[:2]))) == 2
+    assert (explained[0].graph_count, explained[0].graph_break_count) == (1, 0), explained[0].break_reasons

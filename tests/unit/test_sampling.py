@@ -143,3 +143,11 @@ def test_a_draw_that_asks_the_host_nothing_notes_where_the_short_list_may_cut_a_
         logits, RowParams.of([HeadSampling(top_k=0)] * rows, [False] * rows, logits.device), uniforms, checks=full
     )
     assert full == []  # no short list, nothing to check
+
+
+def test_row_params_read_nothing_back_from_their_device():
+    """A block's parameters are read on the host before they move (a meta tensor cannot be read at all)."""
+    heads = [HeadSampling(top_k=25, top_p=0.8), HeadSampling(top_k=0, top_p=1.0)]
+    params = RowParams.of(heads, [False, True], torch.device("meta"))
+    assert params.cut.is_meta and params.nucleus.is_meta
+    assert (params.cut_range, params.any_greedy, params.all_greedy, params.any_nucleus) == ((1, 25), True, False, True)
