@@ -4,7 +4,8 @@
              the prompts prefilled together), lay the batch out in blocks (`numerics.layout.StepLayout`)
     execute  per block, the frame through the local transformer: the stop head, then every
              codebook, each head drawn by the sampler (`sampling.sample_rows`) from uniforms every
-             row drew from its own stream before the frame
+             row drew from its own stream before the frame; the host asks the device nothing
+             until every block's frame is drawn, then reads their stop flags once (`settled`)
     update   the stop rule (once: `Row.ends`), finished requests out, each frame's codes kept;
              then the backbone step for the rows that go on (its last hidden state is the next
              frame's input)
