@@ -23,6 +23,9 @@ class KVPool:
     Slot 0 is scratch: idle rows of a fixed-size block write there and their outputs are ignored.
     The pool grows (slots and positions, in whole key blocks) as requests arrive; positions past a
     request's length may hold an earlier occupant's values, which the masks never let through.
+
+    Each slot's length is kept twice: on the host (`lengths`, for shapes) and on the device
+    (`filled`, for the step's positions), so a decode step copies no Python numbers to the device.
     """
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, device: torch.device, dtype: torch.dtype):
@@ -33,7 +36,9 @@ class KVPool:
         self.keys = torch.zeros(num_layers, 1, num_kv_heads, 0, head_dim, device=device, dtype=dtype)
         self.values = torch.zeros_like(self.keys)
         self.lengths: list[int] = [0]  # positions stored per slot
+        self.filled = torch.zeros(1, dtype=torch.long, device=device)  # the same, on the device
         self.free: list[int] = []
+        self._ints: dict[tuple[int, ...], torch.Tensor] = {}  # see `ints`
 
     def allocate(self, capacity: int) -> int:
         """A slot for a request that will store up to `capacity` positions."""
@@ -41,12 +46,31 @@ class KVPool:
         if slot == len(self.lengths):
             self.lengths.append(0)
         self._grow(len(self.lengths) + SPARE_SLOTS, -(-capacity // KEY_BLOCK) * KEY_BLOCK)
-        self.lengths[slot] = 0
+        self._empty(slot)
         return slot
 
     def release(self, slot: int) -> None:
-        self.lengths[slot] = 0
+        self._empty(slot)
         heapq.heappush(self.free, slot)
+
+    @torch.inference_mode()  # the engine's tensors are inference tensors; a request may be cancelled outside
+    def _empty(self, slot: int) -> None:
+        self.lengths[slot] = 0
+        self.filled[slot : slot + 1].zero_()
+
+    @torch.inference_mode()
+    def advance(self, slot: int, steps: int) -> None:
+        self.lengths[slot] += steps
+        self.filled[slot : slot + 1].add_(steps)
+
+    def ints(self, values: tuple[int, ...]) -> torch.Tensor:
+        """`values` (slots, block places) as a tensor on the pool's device, made once: a step's
+        indices change only when its rows do, and are then copied to the device once."""
+        if values not in self._ints:
+            if len(self._ints) >= 256:  # the compositions of requests long gone
+                self._ints.clear()
+            self._ints[values] = torch.tensor(values, dtype=torch.long, device=self.device)
+        return self._ints[values]
 
     def _grow(self, slots: int, capacity: int) -> None:
         have_slots, have_capacity = self.keys.shape[1], self.keys.shape[3]
@@ -60,6 +84,7 @@ class KVPool:
             new = torch.zeros(size, device=self.device, dtype=self.dtype)
             new[:, :have_slots, :, :have_capacity] = old
             setattr(self, name, new)
+        self.filled = torch.cat([self.filled, self.filled.new_zeros(slots - self.filled.shape[0])])
 
 
 class SlotPrefill:
@@ -80,7 +105,7 @@ class SlotPrefill:
         return attend(q, keys, values, scale, mask)
 
     def advance(self, steps: int) -> None:
-        self.pool.lengths[self.slot] += steps
+        self.pool.advance(self.slot, steps)
 
 
 class GroupedPrefill:
@@ -103,7 +128,7 @@ class GroupedPrefill:
 
     def advance(self) -> None:
         for slot, (start, stop) in zip(self.slots, self.spans):
-            self.pool.lengths[slot] += stop - start
+            self.pool.advance(slot, stop - start)
 
 
 class BlockedDecode:
@@ -116,16 +141,14 @@ class BlockedDecode:
     def __init__(self, pool: KVPool, slots: list[int]) -> None:
         self.pool = pool
         self.slots = slots
-        device = pool.device
-        lengths = [pool.lengths[s] for s in slots]  # where each row's new key goes
-        self.positions = torch.tensor(lengths, device=device)
+        lengths = [pool.lengths[s] for s in slots]  # where each row's new key goes (host: for shapes)
+        self.slot_ids = pool.ints(tuple(slots))
+        self.positions = pool.filled.index_select(0, self.slot_ids)  # the same, on the device
         _, heads, _ = pool.shape
         capacity = pool.keys.shape[3]
         # Where each (row, KV head)'s new key goes in a layer's pool seen as rows of `dim`.
-        self.stored = torch.tensor(
-            [(slot * heads + h) * capacity + length for slot, length in zip(slots, lengths) for h in range(heads)],
-            device=device,
-        )
+        per_head = torch.arange(heads, device=pool.device)
+        self.stored = ((self.slot_ids[:, None] * heads + per_head) * capacity + self.positions[:, None]).flatten()
         self.rows = self._read_rows(slots, pool.keys.shape[1])
         self.blocks = KeyBlocks(self.positions, lengths, [s != SCRATCH for s in slots], heads)
 
@@ -138,7 +161,7 @@ class BlockedDecode:
         consecutive = slots[:real] == list(range(first, first + real))
         if first != SCRATCH and consecutive and all(s == SCRATCH for s in slots[real:]) and first + len(slots) <= have:
             return slice(first, first + len(slots))
-        return torch.tensor(slots, device=self.pool.device)
+        return self.slot_ids
 
     def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
         dim = q.shape[-1]
@@ -155,6 +178,8 @@ class BlockedDecode:
         return pool[self.rows] if isinstance(self.rows, slice) else pool.index_select(0, self.rows)
 
     def advance(self, steps: int) -> None:
-        for slot in self.slots:
-            if slot != SCRATCH:
-                self.pool.lengths[slot] += steps
+        """Every real row's length by `steps` (the scratch slot's stays 0)."""
+        real = tuple(slot for slot in self.slots if slot != SCRATCH)
+        for slot in real:
+            self.pool.lengths[slot] += steps
+        self.pool.filled.index_add_(0, self.pool.ints(real), torch.full((len(real),), steps, device=self.pool.device))

@@ -8,6 +8,7 @@ global RNG), and `draw_uniforms` draws every uniform a row needs for a frame bef
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -84,16 +85,23 @@ class RowParams:
 
     @classmethod
     def of(cls, heads: Sequence[HeadSampling], greedy: Sequence[bool], device: torch.device) -> RowParams:
-        def column(values, dtype):
-            return torch.tensor(values, dtype=dtype, device=device)
+        """Built on the host, where its Python facts are read without waiting on `device`, then moved there."""
 
-        return cls(
+        def column(values, dtype):
+            return torch.tensor(values, dtype=dtype)
+
+        on_host = cls(
             column([h.temperature for h in heads], torch.float32),
             column([h.top_k for h in heads], torch.long),
             column([h.top_p for h in heads], torch.float32),
             column([h.repetition_penalty for h in heads], torch.float32),
             column(list(greedy), torch.bool),
         )
+        moved = copy.copy(on_host)
+        for name, value in vars(on_host).items():
+            if isinstance(value, torch.Tensor):
+                object.__setattr__(moved, name, value.to(device))
+        return moved
 
     def short_list(self, vocab: int) -> int | None:
         """How many of the highest scores can hold every row's top-k (a little room for ties at
@@ -112,14 +120,23 @@ class RowParams:
 
 
 def sample_rows(
-    logits: torch.Tensor, params: RowParams, uniforms: torch.Tensor, seen: torch.Tensor | None = None
+    logits: torch.Tensor,
+    params: RowParams,
+    uniforms: torch.Tensor,
+    seen: torch.Tensor | None = None,
+    checks: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """One token per row of logits [B, V], the recipe step by step: repetition penalty (tokens
     marked in `seen` [B, V]) -> temperature -> top-k -> top-p -> inverse-CDF draw with `uniforms`
     [B] (or [B, 1]) in [0, 1). Greedy rows take the argmax of the penalised scores, as the reference
     does. Every step is one op on the whole block; what only depends on the parameters was computed
     once for the frame (RowParams). A compiled graph has no data-dependent branches: it runs every
-    step for every row."""
+    step for every row.
+
+    With `checks` (a list), the draw reads nothing on the host: where the short candidate list
+    (`_candidates`) might have cut ties at a row's k-th score, it appends a True (a 0-dim bool
+    tensor) instead of asking, and the caller draws again without `checks` (the uniforms are
+    drawn before, so the draw is the same but for the cut)."""
     compiling = torch.compiler.is_compiling()
     scores = repetition_penalty(as_dtype(logits, torch.float32), params, seen)
     greedy = None
@@ -127,7 +144,7 @@ def sample_rows(
         greedy = torch.argmax(scores, dim=-1)
         if not compiling and params.all_greedy:
             return greedy
-    ordered, order = top_k(temperature(scores, params), params)
+    ordered, order = top_k(temperature(scores, params), params, checks)
     top_p(ordered, params, compiling)
     drawn = draw(ordered, order, uniforms)
     return drawn if greedy is None else torch.where(params.greedy, greedy, drawn)
@@ -146,13 +163,19 @@ def temperature(scores: torch.Tensor, params: RowParams) -> torch.Tensor:
     return scores / params.divisor
 
 
-def top_k(scores: torch.Tensor, params: RowParams) -> tuple[torch.Tensor, torch.Tensor]:
+def top_k(
+    scores: torch.Tensor, params: RowParams, checks: list[torch.Tensor] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(scores, token ids) in descending order with everything below a row's k-th largest score at
     -inf (ties kept, as torch.topk + `<` does in `reference.sample`); only the columns that can
-    hold a kept token where every row has a top-k (`RowParams.short_list`)."""
+    hold a kept token where every row has a top-k (`RowParams.short_list`). `checks`: see `sample_rows`."""
     vocab = scores.shape[-1]
     width = params.short_list(vocab)
-    ordered, order = _candidates(scores, width, params.kth)
+    if checks is None or width is None:
+        ordered, order = _candidates(scores, width, params.kth)
+    else:
+        ordered, order, cut_ties = _short_candidates(scores, width, params.kth)
+        checks.append(cut_ties)
     if width is not None:  # every row has a top-k within the short list
         ordered = ordered.masked_fill(ordered < ordered.gather(-1, params.kth), -torch.inf)
     elif params.may_cut(vocab):
@@ -198,9 +221,32 @@ def _candidates(scores: torch.Tensor, width: int | None, kth: torch.Tensor) -> t
         # Strictly decreasing (no tie, no NaN): that is the stable order, and every row's k-th score
         # (at most width - 9) lies above everything cut.
         return top.values, top.indices
-    if width < scores.shape[-1] and bool((top.values[:, -1:] >= top.values.gather(-1, kth)).any()):
+    if bool(_ties_cut(scores, top, kth)):
         return torch.sort(scores, dim=-1, descending=True, stable=True)  # a tie may continue past the cut
-    ids = top.indices.sort(dim=-1).values  # the kept ids in id order, then a stable sort by score
+    return _stable(scores, top.indices)
+
+
+def _short_candidates(
+    scores: torch.Tensor, width: int, kth: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_candidates` with a short list and no question to the host: (scores, token ids, whether a
+    tie at some row's k-th score may continue past the cut, a 0-dim bool tensor). Where it may not,
+    these are `_candidates`' bits: with no tie the stable order of the short list is topk's own."""
+    top = torch.topk(scores, width, dim=-1)
+    ordered, order = _stable(scores, top.indices)
+    return ordered, order, _ties_cut(scores, top, kth)
+
+
+def _ties_cut(scores: torch.Tensor, top, kth: torch.Tensor) -> torch.Tensor:
+    """0-dim bool: the short list's last score still ties some row's k-th (more of the tie may lie past the cut)."""
+    if top.values.shape[-1] >= scores.shape[-1]:
+        return torch.zeros((), dtype=torch.bool, device=scores.device)
+    return (top.values[:, -1:] >= top.values.gather(-1, kth)).any()
+
+
+def _stable(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scores at `ids` and their ids, in descending order, ties by token id (a stable sort)."""
+    ids = ids.sort(dim=-1).values  # the kept ids in id order, then a stable sort by score
     ordered, position = torch.sort(scores.gather(-1, ids), dim=-1, descending=True, stable=True)
     return ordered, ids.gather(-1, position)
 

@@ -4,7 +4,8 @@
              the prompts prefilled together), lay the batch out in blocks (`numerics.layout.StepLayout`)
     execute  per block, the frame through the local transformer: the stop head, then every
              codebook, each head drawn by the sampler (`sampling.sample_rows`) from uniforms every
-             row drew from its own stream before the frame
+             row drew from its own stream before the frame; the host asks the device nothing
+             until every block's frame is drawn, then reads their stop flags once (`settled`)
     update   the stop rule (once: `Row.ends`), finished requests out, each frame's codes kept;
              then the backbone step for the rows that go on (its last hidden state is the next
              frame's input)
@@ -17,7 +18,7 @@ tokens do not depend on its neighbours; the fast mode just does not pad.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
@@ -173,32 +174,54 @@ class DecodeStep:
         for r in running:
             r.batch_size_seen = max(r.batch_size_seen, len(running))
         self.decode = grown(self.decode, self.model, self.layout.numerics, len(running), self.max_batch)
-        for start, end, size in self.decode.blocks(len(running)):
-            rows = running[start:end]
-            stops, codes = self.frame(rows, size)  # execute: the frame
+        blocks = [(running[start:end], size) for start, end, size in self.decode.blocks(len(running))]
+        for (rows, size), (stops, codes) in zip(blocks, self.settled(blocks)):
             going = yield from self.update(rows, stops, codes, frames)  # update
             if going:
                 self.backbone(rows, going, codes, size)  # execute: the backbone step
 
+    def settled(self, blocks: list[tuple[list[Row], int]]) -> Iterator[tuple[list[bool], torch.Tensor | None]]:
+        """Each block's (stop flags of its real rows, codes). With no logits hook, every block's
+        frame is drawn before the step's one host read (a block's frame needs none of the backbone
+        steps before it: those write other rows' keys); a hook sees each block's draws in turn."""
+        if self.logits_hook is not None:
+            for rows, size in blocks:
+                frame = self.frame(rows, size)
+                yield frame.settle(frame.flags.tolist())
+            return
+        drawn = [self.frame(rows, size) for rows, size in blocks]  # execute: the frames
+        read = torch.cat([frame.flags for frame in drawn]).tolist()  # the step's one host read
+        for frame in drawn:
+            values, read = read[: len(frame.flags)], read[len(frame.flags) :]
+            yield frame.settle(values)
+
     # --- execute: the frame -------------------------------------------------------------------
 
-    def frame(self, rows: Sequence[Row], size: int) -> tuple[list[bool], torch.Tensor | None]:
-        """(stop flags of the real rows, codes [size, n_vq]; None when every row stopped, eager).
-        Eager, the logits hook is called before each draw; a compiled frame is one graph, whose
+    def frame(self, rows: Sequence[Row], size: int) -> DrawnFrame:
+        """A block's frame, drawn on the device (the host asks nothing, unless a logits hook is
+        called). Eager, the hook is called before each draw; a compiled frame is one graph, whose
         logits the hook sees afterwards."""
+        n = len(rows)
         hidden = torch.stack([r.hidden for r in rows])
-        if size > len(rows):  # idle rows: zeros in, ignored out
-            hidden = torch.cat([hidden, hidden.new_zeros(size - len(rows), hidden.shape[1])])
+        if size > n:  # idle rows: zeros in, ignored out
+            hidden = torch.cat([hidden, hidden.new_zeros(size - n, hidden.shape[1])])
         draws = self._frame_draws(rows, size)
-        if self.compiled is None:
-            return self._eager_frame(rows, hidden, draws)
-        stop_flags, codes, stop_logits, audio_logits = self.compiled(self.model, hidden, draws)
-        stops = stop_flags[: len(rows)].tolist()
+        if self.compiled is not None:
+            stop_flags, codes, stop_logits, audio_logits = self.compiled(self.model, hidden, draws)
+            if self.logits_hook is not None:
+                self._replay_hook(rows, stop_flags[:n].tolist(), stop_logits, audio_logits)
+            return DrawnFrame(n, stop_flags[:n], codes)
         if self.logits_hook is not None:
-            self._replay_hook(rows, stops, stop_logits, audio_logits)
-        return stops, codes
+            return DrawnFrame(n, *self._eager_frame(rows, hidden, draws))
+        # Where a short candidate list may have cut a tie (rare), the frame again, asking the host.
+        checks: list[torch.Tensor] = []
+        stops, codes = draw_frame(self.model, hidden, replace(draws, checks=checks).draw)
+        flags = torch.cat([stops[:n], torch.stack(checks)]) if checks else stops[:n]
+        return DrawnFrame(n, flags, codes, lambda: self._eager_frame(rows, hidden, draws))
 
     def _eager_frame(self, rows: Sequence[Row], hidden: torch.Tensor, draws: FrameDraws):
+        """(stop flags [rows], codes [size, n_vq]; None when every row stopped), the logits hook
+        called before each draw of a row still drawing."""
         model, n = self.model, len(rows)
         active = [True] * n  # rows still drawing in this frame
 
@@ -213,8 +236,8 @@ class DecodeStep:
             return draws.draw(codebook, logits)
 
         local_hidden, past = start_frame(model, hidden)
-        stops = choose_stop(model, local_hidden, choose)[:n].tolist()
-        active = [not r.ends(stop) for r, stop in zip(rows, stops)]
+        stops = choose_stop(model, local_hidden, choose)[:n]
+        active = [not r.ends(stop) for r, stop in zip(rows, stops.tolist())]
         if not any(active):
             return stops, None
         # Stopped and idle rows stay in the block (their codes are ignored) so its shape is fixed.
@@ -237,10 +260,11 @@ class DecodeStep:
         own stream now, so its tokens depend only on its logits and its stream; each head is then
         filtered and drawn for the whole block at once."""
         n_vq, device = self.model.cfg.n_vq, self.device
-        uniforms = torch.zeros(size, 1 + n_vq, device=device)
-        sampling = [i for i, r in enumerate(rows) if r.request.do_sample]
-        if sampling:
-            uniforms[sampling] = draw_uniforms([rows[i].generator for i in sampling], 1 + n_vq, device)
+        sampling = [r for r in rows if r.request.do_sample]
+        drawn = iter(draw_uniforms([r.generator for r in sampling], 1 + n_vq, device) if sampling else ())
+        none = torch.zeros(1 + n_vq, device=device)  # greedy and idle rows draw nothing
+        idle = [none] * (size - len(rows))
+        uniforms = torch.stack([next(drawn) if r.request.do_sample else none for r in rows] + idle)
         stop, audio = self._row_params(rows, size)
         seen = None
         if any(r.seen is not None for r in rows):
@@ -281,13 +305,12 @@ class DecodeStep:
         if all(r.done for r in rows):
             return []
         going = []
-        codebooks = torch.arange(self.model.cfg.n_vq, device=self.device)
         for i, r in enumerate(rows):
             if r.done:
                 continue
             r.frames.append(codes[i])
             if r.seen is not None:
-                r.seen[codebooks, codes[i]] = True
+                r.seen.scatter_(1, codes[i][:, None], True)
             if frames:
                 yield FrameEvent(r.request.key, codes[i])
             if len(r.frames) >= r.request.max_new_frames:
@@ -328,11 +351,11 @@ class DecodeStep:
         A padded layout keeps each row in its place and the block's shape (`StepLayout.places`)."""
         model, cfg = self.model, self.model.cfg
         places, width = self.decode.places(going, size)
-        at = torch.tensor(places, device=self.device)
+        at = self.pool.ints(tuple(places))  # made on the device once per composition, as the slots are
         next_rows = torch.full((width, 1, cfg.n_vq + 1), cfg.audio_pad_code, dtype=torch.long, device=self.device)
-        next_rows[:, 0, 0] = cfg.pad_token_id
-        next_rows[at, 0, 0] = cfg.audio_assistant_slot_token_id
-        next_rows[at, 0, 1:] = codes[torch.tensor(going, device=self.device)]
+        text, audio = next_rows[:, 0, 0], next_rows[:, 0, 1:]
+        text.fill_(cfg.pad_token_id).index_fill_(0, at, cfg.audio_assistant_slot_token_id)
+        audio.index_copy_(0, at, codes.index_select(0, self.pool.ints(tuple(going))))
         slots = [SCRATCH] * width  # stopped and idle rows write to the scratch slot; their outputs are ignored
         for place, i in zip(places, going):
             slots[place] = rows[i].slot
@@ -381,28 +404,53 @@ class FrameDraws:
     stop: RowParams
     audio: RowParams
     seen: torch.Tensor | None = None  # [rows, n_vq, V] codes already produced (repetition penalty)
+    # A list: the draws ask the host nothing and note here where a short list may have cut a tie
+    # (`sample_rows`); None: they ask.
+    checks: list[torch.Tensor] | None = None
 
     def draw(self, codebook: int, logits: torch.Tensor) -> torch.Tensor:
         column = self.uniforms.narrow(1, 1 + codebook, 1)  # [rows, 1]; the stop head's is column 0
         if codebook == STOP_HEAD:
-            return sample_rows(logits, self.stop, column)
+            return sample_rows(logits, self.stop, column, checks=self.checks)
         marks = None if self.seen is None else self.seen[:, codebook, : logits.shape[-1]]
-        return sample_rows(logits, self.audio, column, marks)
+        return sample_rows(logits, self.audio, column, marks, self.checks)
+
+
+@dataclass(frozen=True)
+class DrawnFrame:
+    """A block's frame as drawn on the device, before the host reads its `flags`."""
+
+    rows: int  # the block's real rows
+    flags: torch.Tensor  # bool [rows + checks]: the real rows' stop flags, then the draws' checks (`sample_rows`)
+    codes: torch.Tensor | None  # [size, n_vq]
+    redraw: Callable[[], tuple[torch.Tensor, torch.Tensor | None]] | None = None  # the frame asking the host
+
+    def settle(self, values: list[bool]) -> tuple[list[bool], torch.Tensor | None]:
+        """(stop flags, codes) from the flags' values read on the host: drawn again where a check fired."""
+        if any(values[self.rows :]):
+            stops, codes = self.redraw()
+            return stops.tolist(), codes
+        return values[: self.rows], self.codes
+
+
+def draw_frame(model: MossTTSLocal, hidden: torch.Tensor, choose: Chooser) -> tuple[torch.Tensor, torch.Tensor]:
+    """A whole frame for a block: hidden [B, H] -> (stop [B] bool, codes [B, n_vq]). Every row gets
+    codes, also rows whose stop head fired (the caller ignores them)."""
+    local_hidden, past = start_frame(model, hidden)
+    stops = choose_stop(model, local_hidden, choose)
+    return stops, choose_codes(model, local_hidden, past, choose)
 
 
 def sample_frame(
     model: MossTTSLocal, hidden: torch.Tensor, draws: FrameDraws
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A whole frame for a block with no callbacks (so it can be compiled into one graph):
-    hidden [B, H] -> (stop [B] bool, codes [B, n_vq], stop logits [B, 2], audio logits [n_vq, B, V]).
-    Every row gets codes, also rows whose stop head fired (the caller ignores them)."""
+    """`draw_frame` with no callbacks (so it can be compiled into one graph), keeping its logits:
+    hidden [B, H] -> (stop [B] bool, codes [B, n_vq], stop logits [B, 2], audio logits [n_vq, B, V])."""
     heads: list[torch.Tensor] = []
 
     def keep(codebook: int, logits: torch.Tensor) -> torch.Tensor:
         heads.append(logits)
         return draws.draw(codebook, logits)
 
-    local_hidden, past = start_frame(model, hidden)
-    stops = choose_stop(model, local_hidden, keep)
-    codes = choose_codes(model, local_hidden, past, keep)
+    stops, codes = draw_frame(model, hidden, keep)
     return stops, codes, heads[0], torch.stack(heads[1:])

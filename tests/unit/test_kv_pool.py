@@ -23,16 +23,13 @@ def _pool(lengths, dtype=torch.float32, seed=0):
     for slot, length in zip(slots, lengths):
         pool.keys[0, slot, :, :length] = torch.randn(KV_HEADS, length, DIM, generator=gen, dtype=dtype)
         pool.values[0, slot, :, :length] = torch.randn(KV_HEADS, length, DIM, generator=gen, dtype=dtype)
-        pool.lengths[slot] = length
+        pool.advance(slot, length)
     return pool, slots
 
 
 def _step(pool, slots, q, k, v):
-    saved = [pool.lengths[s] for s in slots]
-    out = BlockedDecode(pool, slots).attend(0, q, k, v, DIM**-0.5)
-    for slot, length in zip(slots, saved):  # attend stores the new key; undo for the next call
-        pool.lengths[slot] = length
-    return out
+    """The attention of one decode step (which stores the new keys but leaves the lengths as they were)."""
+    return BlockedDecode(pool, slots).attend(0, q, k, v, DIM**-0.5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
@@ -77,3 +74,20 @@ def test_freed_slots_are_reused_and_the_pool_grows_in_whole_key_blocks():
     assert pool.keys.shape[3] == 2 * KEY_BLOCK and first != second
     pool.release(first)
     assert pool.allocate(5) == first
+
+
+def test_the_lengths_on_the_device_follow_those_on_the_host():
+    """A decode step reads its positions from the device copy (no Python numbers copied per step)."""
+    pool = KVPool(1, KV_HEADS, DIM, torch.device("cpu"), torch.float32)
+    slots = [pool.allocate(4) for _ in range(3)]
+    pool.advance(slots[1], 3)
+    step = BlockedDecode(pool, [slots[1], SCRATCH, slots[2]])
+    assert step.positions.tolist() == [3, 0, 0]
+    step.advance(1)
+    pool.release(slots[2])
+    again = pool.allocate(4)
+    pool.advance(again, 2)
+    assert pool.lengths == [0, 0, 4, 2] and again == slots[2]
+    assert pool.allocate(KEY_BLOCK * 2) == 4  # the pool grows: the device copy with it
+    filled = pool.filled.tolist()
+    assert filled[: len(pool.lengths)] == pool.lengths and not any(filled[len(pool.lengths) :])

@@ -117,3 +117,37 @@ def test_the_short_candidate_list_draws_as_a_full_sort_even_with_ties(levels, mo
         sampling, "_candidates", lambda scores, width, kth: torch.sort(scores, dim=-1, descending=True, stable=True)
     )
     assert short.tolist() == sample_rows(logits, params, uniforms).tolist()
+
+
+@pytest.mark.parametrize("levels", [3, 40, 400])
+def test_a_draw_that_asks_the_host_nothing_notes_where_the_short_list_may_cut_a_tie(levels):
+    """With `checks`, the draw equals the one that asks the host wherever no check fired; where a
+    tie may cross the short list's cut (coarse logits) a check fires and the caller draws again."""
+    rows, vocab = 8, 1024
+    g = torch.Generator().manual_seed(levels)
+    logits = torch.randint(0, levels, (rows, vocab), generator=g).float() / 4
+    heads = [
+        HeadSampling(temperature=1.0, top_p=p, top_k=k) for k, p in zip([1, 5, 25, 25, 50, 3, 25, 10], [1.0, 0.8] * 4)
+    ]
+    uniforms = torch.rand(rows, generator=g)
+    params = RowParams.of(heads, [False] * rows, logits.device)
+    checks = []
+    free = sample_rows(logits, params, uniforms, checks=checks)
+    assert len(checks) == 1 and checks[0].dtype == torch.bool and checks[0].dim() == 0
+    if levels == 3:
+        assert bool(checks[0])  # hundreds of ties at every k-th score
+    if not bool(checks[0]):
+        assert free.tolist() == sample_rows(logits, params, uniforms).tolist()
+    full = []
+    sample_rows(
+        logits, RowParams.of([HeadSampling(top_k=0)] * rows, [False] * rows, logits.device), uniforms, checks=full
+    )
+    assert full == []  # no short list, nothing to check
+
+
+def test_row_params_read_nothing_back_from_their_device():
+    """A block's parameters are read on the host before they move (a meta tensor cannot be read at all)."""
+    heads = [HeadSampling(top_k=25, top_p=0.8), HeadSampling(top_k=0, top_p=1.0)]
+    params = RowParams.of(heads, [False, True], torch.device("meta"))
+    assert params.cut.is_meta and params.nucleus.is_meta
+    assert (params.cut_range, params.any_greedy, params.all_greedy, params.any_nucleus) == ((1, 25), True, False, True)
