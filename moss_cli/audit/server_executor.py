@@ -144,12 +144,9 @@ class ServerExecutor:
     async def _send(self, run: Run) -> dict[str, Outcome]:
         context, started = run.name, time.perf_counter()
 
-        async def one(member: Member, delay: float, stream: SpeechStream | None = None) -> list[tuple[Member, Reply]]:
+        async def one(member: Member, delay: float) -> list[tuple[Member, Reply]]:
             await asyncio.sleep(delay)
-            body = self._body(member)
-            if stream is not None:
-                return [(member, await paths.utter(self.client, stream, member.key, body, started))]
-            return [(member, await member.path.speak(self.client, member.key, body, context, started))]
+            return [(member, await member.path.speak(self.client, member.key, self._body(member), context, started))]
 
         async def batch(items: list[Member]) -> list[tuple[Member, Reply]]:
             replies = await self.client.speak_batch([m.key for m in items], self._batch_body(items), context, started)
@@ -158,7 +155,7 @@ class ServerExecutor:
         if run.one_connection:  # every utterance in turn on one WebSocket session
             first, _ = session_config(self._body(run.members[0]))
             async with SpeechStream(self.server, first, context) as stream:
-                got = [pair for m in run.members for pair in await one(m, 0.0, stream)]
+                got = [(m, await paths.utter(self.client, stream, m.key, self._body(m), started)) for m in run.members]
         elif run.alone:
             got = [pair for m in run.members for pair in await (batch([m]) if m.batched else one(m, 0.0))]
         else:

@@ -18,6 +18,7 @@ from ..report.files import check_output_paths, json_safe, write_report_files
 from ..report.page import Figure, PageView, PairView, Table, level_text
 from ..report.terminal import print_table
 from .server import (
+    ANSWERS,
     DIFFERENT_SPEECH,
     FAILED,
     SAME_SPEECH,
@@ -119,16 +120,13 @@ def verdict(report: ServerBenchReport) -> list[str]:
     return lines
 
 
-ANSWERED = {"single": "bodies", "raw-stream": "streamed", "websocket": "WebSocket utterances"}  # by path, for the title
-
-
 def render(console: Console, report: ServerBenchReport) -> None:
     """The terminal's report: the table, its legend, then the verdict."""
     s = report.setup
     headers, rows = table(report)
     title = (
         f"moss bench --server {escape(s['server'])}: {s['arrivals']}, {s['rounds']} round(s), {s['response_format']} "
-        f"{ANSWERED[s['path']]}, level {s['level']}"
+        f"{ANSWERS[s['path']][0]}, level {s['level']}"
     )
     print_table(console, headers, [[escape(c) for c in row] for row in rows], title=title, right=set(headers) - {"arm"})
     console.print(LEGEND, style="dim", highlight=False, markup=False)

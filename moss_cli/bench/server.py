@@ -45,14 +45,13 @@ from .arms import arm_seed, check_deploy_seed, must_hold
 from .figures import figures, ratios
 from .load import Load, Sent, drive, name_neighbours, timing
 
-STREAM_FORMATS = paths.STREAMED_FORMATS
 # The paths a bench times: one body, raw chunks (time to first audio), the WebSocket stream (time to first audio
 # after input.done). Server-sent events add base64 and event framing to what the bench would time as audio.
 BENCH_PATHS = {path.name: path for path in (SINGLE, RAW_STREAM, WEBSOCKET)}
-ANSWERS = {  # what the answers are, for the reports
-    SINGLE.name: "whole bodies",
-    RAW_STREAM.name: "raw audio chunks (stream_format audio)",
-    WEBSOCKET.name: "WebSocket utterances (text in chunks, a session each)",
+ANSWERS = {  # per path, what the answers are: (the table title's word, the setup's words)
+    SINGLE.name: ("bodies", "whole bodies"),
+    RAW_STREAM.name: ("streamed", "raw audio chunks (stream_format audio)"),
+    WEBSOCKET.name: ("WebSocket utterances", "WebSocket utterances (text in chunks, a session each)"),
 }
 # A response's check: identical, within-snr (--level waveform) and same-speech (--level speech) pass;
 # `varied` and `different-speech` fail the run; `varied-unseeded` is reported.
@@ -93,9 +92,9 @@ class ServerBenchOptions:
     def __post_init__(self) -> None:
         if self.path not in BENCH_PATHS:
             raise MossError(f"expected one of {', '.join(BENCH_PATHS)}, got {self.path!r}", field="--path")
-        if self.serving_path is RAW_STREAM and self.server.response_format not in STREAM_FORMATS:
+        if self.serving_path is RAW_STREAM and self.server.response_format not in paths.STREAMED_FORMATS:
             raise MossError(
-                f"a streamed answer is {' or '.join(STREAM_FORMATS)} (vllm-omni streams no other format), "
+                f"a streamed answer is {' or '.join(paths.STREAMED_FORMATS)} (vllm-omni streams no other format), "
                 f"got {self.server.response_format}; or pass --no-stream",
                 field="--response-format",
             )
@@ -232,13 +231,16 @@ class ServerBench:
                 options.arms, deploy.default_seed if deploy else None, options.deploy is not None
             ),
         )
-        self.deploy_seed = self.known.deploy_seed
         if options.frames is not None:
             self.known.requests = [dataclasses.replace(r, max_new_frames=options.frames) for r in self.known.requests]
 
     @property
     def requests(self) -> list[Request]:
         return self.known.requests
+
+    @property
+    def deploy_seed(self) -> int | None:
+        return self.known.deploy_seed
 
     @property
     def total(self) -> int | None:
@@ -263,7 +265,7 @@ class ServerBench:
                 references = {}
                 for arm in o.arms:
                     for request, body in zip(self.requests, bodies[arm]):
-                        reply = await self._speak(client, request.id, body, f"{arm}/alone")
+                        reply = await o.serving_path.speak(client, request.id, body, f"{arm}/alone")
                         references[(arm, request.id)] = reply
                 reported = (
                     [references[("unseeded", r.id)].seed_source for r in self.requests] if "unseeded" in o.arms else []
@@ -277,7 +279,9 @@ class ServerBench:
                     warm = Load(max(o.concurrency), o.warmup)
                     await drive(
                         warm,
-                        lambda i: self._speak(client, "warm-up", bodies[arm][i % len(self.requests)], "warm-up"),
+                        lambda i: o.serving_path.speak(
+                            client, "warm-up", bodies[arm][i % len(self.requests)], "warm-up"
+                        ),
                         ServerError,
                     )
                 responses, kept, per_round = [], {}, {}
@@ -299,7 +303,7 @@ class ServerBench:
             "model_sent": server.model,
             "served": self.known.info.environment,
             "response_format": server.response_format,
-            "stream": ANSWERS[o.path],
+            "stream": ANSWERS[o.path][1],
             "path": o.path,
             "route": o.serving_path.route,
             "arms": list(o.arms),
@@ -342,10 +346,6 @@ class ServerBench:
             with_seed=seed is not None,
         )
 
-    async def _speak(self, client: SpeechClient, label: str, body: dict, context: str) -> Reply:
-        """A request along the bench's path, its audio timed as it arrives where the path streams."""
-        return await self.options.serving_path.speak(client, label, body, context)
-
     def _unseeded_causes(self, deploy_known: bool) -> str:
         """Why an unseeded response may differ from its request alone on this server (a request sent
         whole, without a frame budget, may be retried with a random seed)."""
@@ -361,7 +361,7 @@ class ServerBench:
         async def send(index: int) -> Reply:
             label = f"{self.requests[index % n].id}#{index}"
             try:
-                return await self._speak(client, label, bodies[index % n], context)
+                return await self.options.serving_path.speak(client, label, bodies[index % n], context)
             finally:
                 on_sent(label)
 
