@@ -104,7 +104,7 @@ class SpeechStream:
 
     async def configure(self, config: dict[str, Any]) -> None:
         """Another request's session.config between utterances, on the same connection: the handler
-        replaces its config whole (serving_speech_stream.py:146-159) and answers nothing, so a bad one
+        replaces its config whole (serving_speech_stream.py:148-161) and answers nothing, so a bad one
         is the next utterance's error. The same config again is not re-sent."""
         wanted = {**config, "type": "session.config"}
         if wanted != self.config:
