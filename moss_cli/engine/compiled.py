@@ -66,3 +66,87 @@ class CompiledFrame:
         if self.graphs:  # a replay writes into the same output buffers: the engine keeps these codes
             out = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in out)
         return out
+
+
+class StepGraphs:
+    """`--graphs`: a block's whole decode step (`step.whole_step`) as one graph per shape (block
+    rows, key width, whether rows carry a repetition penalty).
+
+    On CUDA each shape is captured once as a CUDA graph (`torch.cuda.CUDAGraph`) over inputs of its
+    own (`StepInputs.cloned`), and replayed after copying a step's inputs into them: a decode step
+    is hundreds of small kernels, whose launches a replay removes. The step asks the host nothing
+    and draws no random numbers (a frame's uniforms are drawn before it), so a replay computes what
+    the eager step does. A graph holds the KV pool's addresses: when the pool grows, they are
+    captured again. Elsewhere nothing is captured: the same fixed-shape step runs as it is (this
+    is how CI checks it). With `compile`, torch.compile builds the step first (`fullgraph=True`).
+    Capturing and compiling count in `compile_seconds`."""
+
+    def __init__(self, fn: Callable, *, compile: bool, device_type: str) -> None:
+        self.fn = torch.compile(fn, fullgraph=True, dynamic=False) if compile else fn
+        self.compiling = compile
+        self.capture = device_type == "cuda"
+        self.captured: dict[tuple, _Captured] = {}
+        self.pool_at: tuple[int, ...] = ()  # the KV pool the graphs were captured over
+        self.memory = None  # one memory pool shared by the graphs (they replay one at a time)
+        self.seen: set[tuple] = set()
+        self.spent_s = 0.0
+
+    def __call__(self, model: torch.nn.Module, pool, inputs, width: int) -> tuple[torch.Tensor, ...]:
+        shape = (tuple(inputs.hidden.shape), width, inputs.draws.seen is None)
+        start = time.perf_counter()
+        if not self.capture:
+            out = self._run(self.fn, model, pool, inputs, width, shape in self.seen)
+        else:
+            at = (pool.keys.data_ptr(), pool.values.data_ptr(), pool.filled.data_ptr())
+            if at != self.pool_at:  # the pool grew: its old tensors are not read again
+                self.captured.clear()
+                self.pool_at = at
+            if shape not in self.captured:
+                if self.memory is None:
+                    self.memory = torch.cuda.graph_pool_handle()
+                self.captured[shape] = _Captured(self._compiled_fn, model, pool, inputs, width, self.memory)
+            out = self.captured[shape].replay(inputs)
+        if shape not in self.seen:
+            self.seen.add(shape)
+            spent = time.perf_counter() - start
+            self.spent_s += spent
+            _SPENT["seconds"] += spent
+        return out
+
+    def _compiled_fn(self, model, pool, inputs, width):
+        return self._run(self.fn, model, pool, inputs, width, True)
+
+    def _run(self, fn: Callable, model, pool, inputs, width: int, seen: bool) -> tuple[torch.Tensor, ...]:
+        if not self.compiling or seen:
+            return fn(model, pool, inputs, width)
+        try:
+            return fn(model, pool, inputs, width)
+        except Exception as error:  # inductor reports many kinds of failure
+            raise CompileError(f"torch.compile failed: {type(error).__name__}: {error}".splitlines()[0]) from error
+
+
+class _Captured:
+    """One shape's CUDA graph and the inputs and outputs it was captured with."""
+
+    def __init__(self, fn: Callable, model, pool, inputs, width: int, memory) -> None:
+        from .kv_cache import SCRATCH
+
+        self.inputs = inputs.cloned()
+        # Warm up (and compile) off the capture, as CUDA graphs require, with every row on the
+        # scratch slot: the pool's real rows are neither written nor advanced.
+        self.inputs.slots.fill_(SCRATCH)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn(model, pool, self.inputs, width)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=memory):
+            self.outputs = fn(model, pool, self.inputs, width)
+
+    def replay(self, inputs) -> tuple[torch.Tensor, ...]:
+        self.inputs.load(inputs)
+        self.graph.replay()
+        # The next replay writes into the same outputs: the engine keeps these.
+        return tuple(out.clone() for out in self.outputs)

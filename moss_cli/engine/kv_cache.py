@@ -63,6 +63,11 @@ class KVPool:
         self.lengths[slot] += steps
         self.filled[slot : slot + 1].add_(steps)
 
+    def stepped(self, slots: tuple[int, ...]) -> None:
+        """The host's lengths of `slots` after a decode step stored one position in each."""
+        for slot in slots:
+            self.lengths[slot] += 1
+
     def ints(self, values: tuple[int, ...]) -> torch.Tensor:
         """`values` (slots, block places) as a tensor on the pool's device, made once: a step's
         indices change only when its rows do, and are then copied to the device once."""
@@ -136,23 +141,43 @@ class BlockedDecode:
     new key and value in its slot, then attends over each row's own keys in fixed key blocks
     (`numerics.attention.decode_attention`), so a row's numbers are the same whatever the lengths
     of the rows it shares the step with. Idle rows (on the scratch slot) compute anything at all:
-    their outputs are ignored."""
+    their outputs are ignored.
 
-    def __init__(self, pool: KVPool, slots: list[int]) -> None:
-        self.pool = pool
-        self.slots = slots
-        lengths = [pool.lengths[s] for s in slots]  # where each row's new key goes (host: for shapes)
-        self.slot_ids = pool.ints(tuple(slots))
-        self.positions = pool.filled.index_select(0, self.slot_ids)  # the same, on the device
+    Two ways to lay a step out, with the same bits for every real row:
+    - `of_slots`: the eager step's. The host knows the slots and lengths, reads as few key blocks as
+      the longest row needs, and reads the slots as a view where they are consecutive;
+    - `fixed`: the whole step's (`step.whole_step`), given only the slots as a tensor and a width:
+      positions come from the pool's lengths on the device, every row gathers `width` keys, and
+      the lengths advance on the device. It asks the host nothing, so it can be captured as a graph.
+    """
+
+    def __init__(self, pool: KVPool, slot_ids: torch.Tensor, blocks: KeyBlocks, rows: slice | torch.Tensor) -> None:
+        self.pool, self.slot_ids, self.blocks, self.rows = pool, slot_ids, blocks, rows
+        self.positions = blocks.positions  # where each row's new key goes
         _, heads, _ = pool.shape
         capacity = pool.keys.shape[3]
         # Where each (row, KV head)'s new key goes in a layer's pool seen as rows of `dim`.
         per_head = torch.arange(heads, device=pool.device)
-        self.stored = ((self.slot_ids[:, None] * heads + per_head) * capacity + self.positions[:, None]).flatten()
-        self.rows = self._read_rows(slots, pool.keys.shape[1])
-        self.blocks = KeyBlocks(self.positions, lengths, [s != SCRATCH for s in slots], heads)
+        self.stored = ((slot_ids[:, None] * heads + per_head) * capacity + self.positions[:, None]).flatten()
+        self.real: tuple[int, ...] | None = None  # of_slots: the real rows' slots, advanced on the host too
 
-    def _read_rows(self, slots: list[int], have: int) -> slice | torch.Tensor:
+    @classmethod
+    def of_slots(cls, pool: KVPool, slots: list[int]) -> BlockedDecode:
+        slot_ids = pool.ints(tuple(slots))
+        positions = pool.filled.index_select(0, slot_ids)
+        lengths = [pool.lengths[s] for s in slots]  # where each row's new key goes (host: for shapes)
+        blocks = KeyBlocks.covering(positions, lengths, [s != SCRATCH for s in slots], pool.shape[1])
+        step = cls(pool, slot_ids, blocks, cls._read_rows(slots, slot_ids, pool.keys.shape[1]))
+        step.real = tuple(slot for slot in slots if slot != SCRATCH)
+        return step
+
+    @classmethod
+    def fixed(cls, pool: KVPool, slot_ids: torch.Tensor, width: int) -> BlockedDecode:
+        positions = pool.filled.index_select(0, slot_ids)
+        return cls(pool, slot_ids, KeyBlocks(positions, width, pool.shape[1]), slot_ids)
+
+    @staticmethod
+    def _read_rows(slots: list[int], slot_ids: torch.Tensor, have: int) -> slice | torch.Tensor:
         """Which pool slots the step reads, row by row: a range (a view, nothing copied) where the
         real rows' slots are consecutive and any idle rows come after them (those then read the
         slots that follow, which the pool keeps room for), else the slots to gather."""
@@ -161,7 +186,7 @@ class BlockedDecode:
         consecutive = slots[:real] == list(range(first, first + real))
         if first != SCRATCH and consecutive and all(s == SCRATCH for s in slots[real:]) and first + len(slots) <= have:
             return slice(first, first + len(slots))
-        return self.slot_ids
+        return slot_ids
 
     def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
         dim = q.shape[-1]
@@ -177,9 +202,12 @@ class BlockedDecode:
         """The rows' part of one layer's pool: [n, Hkv, width, D]."""
         return pool[self.rows] if isinstance(self.rows, slice) else pool.index_select(0, self.rows)
 
-    def advance(self, steps: int) -> None:
-        """Every real row's length by `steps` (the scratch slot's stays 0)."""
-        real = tuple(slot for slot in self.slots if slot != SCRATCH)
-        for slot in real:
-            self.pool.lengths[slot] += steps
-        self.pool.filled.index_add_(0, self.pool.ints(real), torch.full((len(real),), steps, device=self.pool.device))
+    def advance(self) -> None:
+        """Every real row's length by one (the scratch slot's stays 0): `fixed` on the device only
+        (the host's copy follows once the step is read, `KVPool.stepped`)."""
+        pool = self.pool
+        if self.real is None:
+            pool.filled.index_add_(0, self.slot_ids, self.slot_ids.ne(SCRATCH).to(pool.filled.dtype))
+            return
+        pool.stepped(self.real)
+        pool.filled.index_add_(0, pool.ints(self.real), torch.ones(len(self.real), dtype=torch.long, device=pool.device))

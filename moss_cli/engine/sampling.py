@@ -46,6 +46,9 @@ class RowParams:
     top_p: torch.Tensor  # float32; 1 disables it
     repetition_penalty: torch.Tensor  # float32; 1 disables it
     greedy: torch.Tensor  # bool: argmax instead of a draw
+    # False: no Python facts are read (a captured graph's parameters change between replays), so
+    # every draw takes the general path, as a compiled graph does.
+    facts: bool = True
     # Derived. A greedy row's draw is discarded, so its filter is top-k 1 whatever its own top_k.
     cut: torch.Tensor = field(init=False)  # int64 [rows]: top-k per row, 1 for greedy rows
     kth: torch.Tensor = field(init=False)  # int64 [rows, 1]: where the k-th score is, cut - 1
@@ -72,8 +75,8 @@ class RowParams:
         derive("penalised", (self.repetition_penalty != 1.0)[:, None])
         derive("nucleus", ((self.top_p > 0) & (self.top_p < 1))[:, None])
         derive("mass", self.top_p[:, None])
-        if torch.compiler.is_compiling():
-            return  # a graph takes the general path, which needs none of the Python facts
+        if self.general:
+            return  # the general path needs none of the Python facts
         cut = self.cut.tolist()
         derive("cut_range", (min(cut), max(cut)) if cut else (0, 0))
         greedy = self.greedy.tolist()
@@ -82,6 +85,18 @@ class RowParams:
         nucleus = self.nucleus.flatten().tolist()
         derive("any_nucleus", any(nucleus))
         derive("all_nucleus", all(nucleus))
+
+    BASE = ("temperature", "top_k", "top_p", "repetition_penalty", "greedy")  # what the rest derives from
+
+    @property
+    def general(self) -> bool:
+        """Every draw runs every step for every row: no Python facts (none read, or a graph being
+        compiled, which has none)."""
+        return not self.facts or torch.compiler.is_compiling()
+
+    def without_facts(self) -> RowParams:
+        """The same parameters, derived again on the device, with no Python facts."""
+        return RowParams(*(getattr(self, name) for name in self.BASE), facts=False)
 
     @classmethod
     def of(cls, heads: Sequence[HeadSampling], greedy: Sequence[bool], device: torch.device) -> RowParams:
@@ -106,14 +121,14 @@ class RowParams:
     def short_list(self, vocab: int) -> int | None:
         """How many of the highest scores can hold every row's top-k (a little room for ties at
         the k-th score), or None when some row has no top-k below `vocab` (then all are sorted)."""
-        if torch.compiler.is_compiling():  # a graph sorts everything (and has no Python facts)
+        if self.general:  # a graph sorts everything (and has no Python facts)
             return None
         low, high = self.cut_range
         return None if low <= 0 or high >= vocab else min(vocab, high + 8)
 
     def may_cut(self, vocab: int) -> bool:
         """Whether some row's top-k may keep fewer than `vocab` tokens (False: top-k keeps everything)."""
-        if torch.compiler.is_compiling():  # a graph has no Python facts
+        if self.general:
             return True
         low, high = self.cut_range
         return not (high <= 0 or low >= vocab)
@@ -130,22 +145,22 @@ def sample_rows(
     marked in `seen` [B, V]) -> temperature -> top-k -> top-p -> inverse-CDF draw with `uniforms`
     [B] (or [B, 1]) in [0, 1). Greedy rows take the argmax of the penalised scores, as the reference
     does. Every step is one op on the whole block; what only depends on the parameters was computed
-    once for the frame (RowParams). A compiled graph has no data-dependent branches: it runs every
-    step for every row.
+    once for the frame (RowParams). A graph (compiled, or `RowParams` without Python facts) has no
+    data-dependent branches: it runs every step for every row.
 
     With `checks` (a list), the draw reads nothing on the host: where the short candidate list
     (`_candidates`) might have cut ties at a row's k-th score, it appends a True (a 0-dim bool
     tensor) instead of asking, and the caller draws again without `checks` (the uniforms are
     drawn before, so the draw is the same but for the cut)."""
-    compiling = torch.compiler.is_compiling()
+    general = params.general
     scores = repetition_penalty(as_dtype(logits, torch.float32), params, seen)
     greedy = None
-    if compiling or params.any_greedy:
+    if general or params.any_greedy:
         greedy = torch.argmax(scores, dim=-1)
-        if not compiling and params.all_greedy:
+        if not general and params.all_greedy:
             return greedy
     ordered, order = top_k(temperature(scores, params), params, checks)
-    top_p(ordered, params, compiling)
+    top_p(ordered, params)
     drawn = draw(ordered, order, uniforms)
     return drawn if greedy is None else torch.where(params.greedy, greedy, drawn)
 
@@ -187,13 +202,14 @@ def top_k(
     return ordered, order
 
 
-def top_p(ordered: torch.Tensor, params: RowParams, compiling: bool) -> None:
+def top_p(ordered: torch.Tensor, params: RowParams) -> None:
     """Over what top-k kept (`ordered`, descending, this recipe's own tensor, so masked in place):
     -inf for the tokens after the one that crosses a row's top_p; the first token always stays."""
-    if compiling or params.any_nucleus:
+    general = params.general
+    if general or params.any_nucleus:
         cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
         crossed = cumulative[:, :-1] > params.mass
-        if compiling or not params.all_nucleus:
+        if general or not params.all_nucleus:
             crossed = crossed & params.nucleus
         ordered[:, 1:].masked_fill_(crossed, -torch.inf)
 

@@ -26,7 +26,8 @@ import torch
 from ..model.local import LocalPast
 from ..model.talker import STOP, MossTTSLocal
 from ..numerics.layout import EngineLayout, Steps, grown
-from .compiled import CompiledFrame
+from ..numerics.tiles import KEY_BLOCK
+from .compiled import CompiledFrame, StepGraphs
 from .kv_cache import SCRATCH, BlockedDecode, KVPool
 from .prefill import prefill
 from .requests import Event, FrameEvent, GenerationRequest, GenerationResult, LogitsHook
@@ -100,9 +101,14 @@ class DecodeStep:
         # torch.compile of the frame (local transformer, heads, sampler): one graph per block shape.
         fixed = self.decode.kind is not Steps.UNPADDED
         self.compiled = None
-        if layout.compile:
+        if layout.compile and not layout.graphs:
             self.compiled = CompiledFrame(sample_frame, fixed_shape=fixed, device_type=self.device.type)
         self._params: dict[tuple, tuple] = {}  # see _row_params
+        # --graphs: each block's whole step (frame and backbone step) as one fixed-shape graph; a
+        # logits hook, which a graph cannot call, makes the steps eager.
+        self.graphs = None
+        if layout.graphs:
+            self.graphs = StepGraphs(whole_step, compile=layout.compile, device_type=self.device.type)
 
     def __call__(
         self, waiting: Waiting, running: list[Row], *, frames: bool, cancelled: Callable[[str], bool] | None
@@ -175,6 +181,9 @@ class DecodeStep:
             r.batch_size_seen = max(r.batch_size_seen, len(running))
         self.decode = grown(self.decode, self.model, self.layout.numerics, len(running), self.max_batch)
         blocks = [(running[start:end], size) for start, end, size in self.decode.blocks(len(running))]
+        if self.graphs is not None and self.logits_hook is None:
+            yield from self.whole_steps(blocks, frames)
+            return
         for (rows, size), (stops, codes) in zip(blocks, self.settled(blocks)):
             going = yield from self.update(rows, stops, codes, frames)  # update
             if going:
@@ -194,6 +203,39 @@ class DecodeStep:
         for frame in drawn:
             values, read = read[: len(frame.flags)], read[len(frame.flags) :]
             yield frame.settle(values)
+
+    # --- execute and update: the whole step as one graph (--graphs) --------------------------
+
+    def whole_steps(self, blocks: list[tuple[list[Row], int]], frames: bool) -> Iterator[Event]:
+        """Each block's frame and backbone step as one fixed-shape graph (`whole_step`), every block
+        before the step's one host read; then the stop rule. The backbone step runs for every row,
+        the stopped ones included (they store a key in a slot about to be freed): which rows go on
+        is known only after the read."""
+        stepped = [self.whole(rows, size) for rows, size in blocks]
+        read = torch.cat([stops for stops, _, _ in stepped]).tolist()  # the step's one host read
+        for (rows, _), (_, codes, hidden) in zip(blocks, stepped):
+            stops, read = read[: len(rows)], read[len(rows) :]
+            self.pool.stepped(tuple(r.slot for r in rows))  # the graph advanced them on the device
+            going = yield from self.update(rows, stops, codes, frames)
+            for i in going:
+                rows[i].hidden = hidden[i]
+
+    def whole(self, rows: Sequence[Row], size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A block's whole step: (stop flags [rows], codes [size, n_vq], next hidden [size, H])."""
+        n = len(rows)
+        hidden = torch.stack([r.hidden for r in rows])
+        if size > n:  # idle rows: zeros in, the scratch slot, ignored out
+            hidden = torch.cat([hidden, hidden.new_zeros(size - n, hidden.shape[1])])
+        slots = self.pool.ints(tuple(r.slot for r in rows) + (SCRATCH,) * (size - n))
+        inputs = StepInputs(hidden, slots, self._frame_draws(rows, size))
+        stops, codes, hidden = self.graphs(self.model, self.pool, inputs, self._width(rows))
+        return stops[:n], codes, hidden
+
+    def _width(self, rows: Sequence[Row]) -> int:
+        """The keys each row of a block reads: the longest row's, rounded up to a power of two key
+        blocks (a few widths, so a few graphs; the width changes no bit, `KeyBlocks`)."""
+        needed = -(-(max(self.pool.lengths[r.slot] for r in rows) + 1) // KEY_BLOCK)
+        return min((1 << (needed - 1).bit_length()) * KEY_BLOCK, self.pool.keys.shape[3])
 
     # --- execute: the frame -------------------------------------------------------------------
 
@@ -359,10 +401,10 @@ class DecodeStep:
         slots = [SCRATCH] * width  # stopped and idle rows write to the scratch slot; their outputs are ignored
         for place, i in zip(places, going):
             slots[place] = rows[i].slot
-        attention = BlockedDecode(self.pool, slots)
+        attention = BlockedDecode.of_slots(self.pool, slots)
         positions = attention.positions[:, None]
         last = model.backbone(model.embed(next_rows), positions, attention)[:, -1]
-        attention.advance(1)
+        attention.advance()
         for place, i in zip(places, going):
             rows[i].hidden = last[place]
 
@@ -454,3 +496,52 @@ def sample_frame(
 
     stops, codes = draw_frame(model, hidden, keep)
     return stops, codes, heads[0], torch.stack(heads[1:])
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What a block's whole step reads: tensors on the device in fixed shapes, so a graph captured
+    for one set replays for another (`compiled.StepGraphs` copies them into its own)."""
+
+    hidden: torch.Tensor  # [size, H]: each row's last backbone hidden state (zeros for idle rows)
+    slots: torch.Tensor  # long [size]: each row's pool slot (SCRATCH for idle rows)
+    draws: FrameDraws
+
+    def tensors(self) -> list[torch.Tensor]:
+        draws = self.draws
+        params = [getattr(p, name) for p in (draws.stop, draws.audio) for name in RowParams.BASE]
+        return [self.hidden, self.slots, draws.uniforms, *params] + ([] if draws.seen is None else [draws.seen])
+
+    def cloned(self) -> StepInputs:
+        """Inputs of the same shapes in buffers of their own."""
+        tensors = [t.clone() for t in self.tensors()]
+        hidden, slots, uniforms = tensors[:3]
+        base = len(RowParams.BASE)
+        stop, audio = (RowParams(*tensors[3 + i * base : 3 + (i + 1) * base], facts=False) for i in (0, 1))
+        seen = tensors[3 + 2 * base] if self.draws.seen is not None else None
+        return StepInputs(hidden, slots, FrameDraws(uniforms, stop, audio, seen))
+
+    def load(self, other: StepInputs) -> None:
+        """Copy `other`'s values into these buffers."""
+        for mine, theirs in zip(self.tensors(), other.tensors()):
+            mine.copy_(theirs)
+
+
+def whole_step(
+    model: MossTTSLocal, pool: KVPool, inputs: StepInputs, width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A block's decode step in one fixed shape, asking the host nothing: the frame (stop head and
+    codebooks, drawn from the uniforms given), then every row's next position
+    `[audio_assistant_slot, c_0..c_{n_vq-1}]` through the backbone over its pool slot, reading
+    `width` keys (`BlockedDecode.fixed`) -> (stop [size] bool, codes [size, n_vq], next hidden [size, H]).
+    A row's tokens are those of the eager step: the same draws from the same logits."""
+    draws = inputs.draws
+    draws = replace(draws, stop=draws.stop.without_facts(), audio=draws.audio.without_facts(), checks=None)
+    stops, codes = draw_frame(model, inputs.hidden, draws.draw)
+    cfg = model.cfg
+    text = codes.new_full((codes.shape[0], 1), cfg.audio_assistant_slot_token_id)
+    next_rows = torch.cat([text, codes], dim=1)[:, None]  # [size, 1, 1 + n_vq]
+    attention = BlockedDecode.fixed(pool, inputs.slots, width)
+    hidden = model.backbone(model.embed(next_rows), attention.positions[:, None], attention)[:, -1]
+    attention.advance()
+    return stops, codes, hidden

@@ -83,10 +83,10 @@ class MossTTSLocal(nn.Module):
         """[B, H] -> [B, 2] logits for (continue, stop)."""
         if self.cfg.local_text_head_mode == "binary":
             return self.local_text_lm_head(local_hidden)
-        candidates = torch.tensor(
-            [self.cfg.audio_assistant_slot_token_id, self.cfg.audio_end_token_id], device=local_hidden.device
-        )
-        return F.linear(local_hidden, self.transformer.embed_tokens.weight).index_select(-1, candidates)
+        # The two columns picked by Python indices: a tensor of ids would be copied to the device
+        # at every frame (a host sync, and nothing a CUDA graph can capture).
+        logits = F.linear(local_hidden, self.transformer.embed_tokens.weight)
+        return torch.stack([logits[:, self.cfg.audio_assistant_slot_token_id], logits[:, self.cfg.audio_end_token_id]], -1)
 
     def audio_logits(self, codebook: int, local_hidden: torch.Tensor) -> torch.Tensor:
         """[B, H] -> [B, codebook_size] through the head tied to audio_embeddings[codebook]."""

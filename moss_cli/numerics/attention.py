@@ -21,21 +21,30 @@ QUERY_TILE = 64  # the codec's attention query tile in batch-invariant mode
 class KeyBlocks:
     """What every layer of one decode step shares: which key blocks each row has keys in.
 
-    `positions` [n]: where each row's new key goes (its keys are positions 0..positions[i]);
-    `real[i]`: False for an idle row (its output is ignored, it has keys in no block of its own).
-    Keys past a row's own are -inf before the softmax, and from block `shared` on some real row
-    has no keys (those blocks' sums are then added per row, where the row has keys)."""
+    `positions` [n]: where each row's new key goes (its keys are positions 0..positions[i]); the
+    step reads `width` keys per row (a multiple of KEY_BLOCK). Keys past a row's own are -inf
+    before the softmax, and from block `shared` on some row may have no keys (those blocks' sums
+    are then added per row, where the row has keys). Block 0 holds every row's first key, so
+    `shared` is at least 1; how wide the step reads and where `shared` lies change no bit of a
+    row: a block it has no keys in adds nothing either way."""
 
-    def __init__(self, positions: torch.Tensor, lengths: list[int], real: list[bool], kv_heads: int) -> None:
-        self.blocks = -(-(max(lengths) + 1) // KEY_BLOCK)
-        self.width = self.blocks * KEY_BLOCK
-        self.shared = min(n for n, r in zip(lengths, real) if r) // KEY_BLOCK + 1
+    def __init__(self, positions: torch.Tensor, width: int, kv_heads: int, shared: int = 1) -> None:
+        self.positions, self.blocks, self.width, self.shared = positions, width // KEY_BLOCK, width, shared
         device = positions.device
         valid = torch.arange(self.width, device=device)[None] <= positions[:, None]  # [n, width]
         # One product per (row, KV head): masks repeated over a row's KV heads.
         valid = valid.repeat_interleave(kv_heads, dim=0)[:, None]  # [n * heads, 1, width]
         self.key_bias = torch.zeros(valid.shape, device=device).masked_fill(~valid, -torch.inf)
         self.touched = valid.unflatten(-1, (self.blocks, KEY_BLOCK)).any(dim=-1).unbind(-1)  # per block [n * heads, 1]
+
+    @classmethod
+    def covering(cls, positions: torch.Tensor, lengths: list[int], real: list[bool], kv_heads: int) -> KeyBlocks:
+        """As few blocks as hold the longest row's keys, given the rows' `lengths` on the host
+        (`real[i]`: False for an idle row, whose output is ignored): every real row has keys in the
+        blocks before the shortest one's last."""
+        width = -(-(max(lengths) + 1) // KEY_BLOCK) * KEY_BLOCK
+        shared = min(n for n, r in zip(lengths, real) if r) // KEY_BLOCK + 1
+        return cls(positions, width, kv_heads, shared)
 
 
 def decode_attention(

@@ -113,6 +113,7 @@ class Steps(Enum):
     UNPADDED = "unpadded"  # the fast mode: the batch as it is
     ONE_BLOCK = "one block"  # the whole batch in one block, padded to a multiple of a unit
     BLOCKS = "blocks"  # fixed blocks of a number of rows
+    BUCKETED = "bucketed"  # the fast mode's graphs: one block padded to a power of two rows, at most `rows`
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,8 @@ class StepLayout:
         rule (the engine lays its steps out by it, the bench sizes its memory by it)."""
         if self.kind is Steps.UNPADDED:
             return batch
+        if self.kind is Steps.BUCKETED:
+            return min(1 << (batch - 1).bit_length(), max(self.rows, batch))
         return _round_up(batch, self.unit if self.kind is Steps.ONE_BLOCK else self.rows)
 
     def blocks(self, batch: int) -> list[tuple[int, int, int]]:
@@ -152,6 +155,8 @@ class StepLayout:
             return "unpadded"
         if self.kind is Steps.BLOCKS:
             return f"blocks of {self.rows}"
+        if self.kind is Steps.BUCKETED:
+            return f"one block padded to a power of two rows, at most {self.rows}"
         return "one block" if self.unit == 1 else f"one block padded to a multiple of {self.unit}"
 
 
@@ -193,24 +198,29 @@ class EngineLayout:
     """How an engine computes, fixed when it is built: `steps` (the decode step's layout, as first
     laid out: a one-block layout may grow, `grown`), `prefill` (how prompts admitted together are
     prefilled; None: one per forward), `packed` (the linear layers run oneDNN's product on packed
-    weights, `kernels`), for `numerics` and `compile` (a compiled frame keeps one shape)."""
+    weights, `kernels`), for `numerics`, `compile` (a compiled frame keeps one shape) and `graphs`
+    (each block's whole step is one graph of a few shapes: fixed blocks, or in the fast mode one
+    block padded to a power of two rows)."""
 
     numerics: Numerics
     compile: bool
     steps: StepLayout
     prefill: PrefillLayout | None
     packed: bool
+    graphs: bool = False
 
     @classmethod
-    def fix(cls, model: torch.nn.Module, numerics: Numerics, max_batch: int, compile: bool = False) -> EngineLayout:
+    def fix(
+        cls, model: torch.nn.Module, numerics: Numerics, max_batch: int, compile: bool = False, graphs: bool = False
+    ) -> EngineLayout:
         """Probe this platform for the talker `model` (on the calling thread, whose thread count
         the verdicts depend on: the thread that runs the engine)."""
         prefill = prefill_layout(model, numerics)
-        layout = cls(numerics, compile, UNPADDED, prefill, model.packed)
+        layout = cls(numerics, compile, UNPADDED, prefill, model.packed, graphs)
         if not numerics.batch_invariant:
-            return layout
+            return replace(layout, steps=StepLayout(Steps.BUCKETED, max_batch)) if graphs else layout
         steps = None
-        if not numerics.layout.fixed and numerics.probe and not compile:
+        if not numerics.layout.fixed and numerics.probe and not (compile or graphs):
             steps = one_block(model, numerics, min(max_batch, ONE_BLOCK_PROBE_ROWS))
         steps = steps or StepLayout(Steps.BLOCKS, fixed_block_rows(model, numerics, max_batch))
         return replace(layout, steps=steps)

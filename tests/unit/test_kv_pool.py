@@ -29,7 +29,7 @@ def _pool(lengths, dtype=torch.float32, seed=0):
 
 def _step(pool, slots, q, k, v):
     """The attention of one decode step (which stores the new keys but leaves the lengths as they were)."""
-    return BlockedDecode(pool, slots).attend(0, q, k, v, DIM**-0.5)
+    return BlockedDecode.of_slots(pool, slots).attend(0, q, k, v, DIM**-0.5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
@@ -49,6 +49,31 @@ def test_a_rows_output_is_bitwise_the_same_alone_and_next_to_rows_of_any_length(
         with_longest = _step(pool, [slot] + longer, q, k, v)
         assert torch.equal(alone[0], together[i]) and torch.equal(with_longest[0], together[i]), LENGTHS[i]
         q, k, v = (torch.roll(t, -1, 0) for t in (q, k, v))  # row i's inputs move to row 0 for the next round
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fixed_step_gives_every_row_the_bits_of_the_host_laid_step_at_any_width(dtype):
+    """The whole step's layout (`fixed`: slots as a tensor, positions read on the device, every row
+    reading `width` keys by a gather) gives each row the bits the eager layout gives it, at every
+    width that holds the longest row, and advances the lengths on the device alone."""
+    rows = 8
+    pool, slots = _pool(LENGTHS + [3 * KEY_BLOCK + 5] * (rows - len(LENGTHS)), dtype)
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(rows, 1, HEADS, DIM, generator=gen).to(dtype)
+    k = torch.randn(rows, 1, KV_HEADS, DIM, generator=gen).to(dtype)
+    v = torch.randn(rows, 1, KV_HEADS, DIM, generator=gen).to(dtype)
+    laid = slots[:5] + [SCRATCH] + slots[5:7]  # an idle row among them
+    eager = _step(pool, laid, q, k, v)
+    lengths = list(pool.lengths)
+    ids = torch.tensor(laid)
+    for width in (4 * KEY_BLOCK, pool.keys.shape[3]):
+        step = BlockedDecode.fixed(pool, ids, width)
+        out = step.attend(0, q, k, v, DIM**-0.5)
+        real = [i for i, slot in enumerate(laid) if slot != SCRATCH]
+        assert torch.equal(out[real], eager[real]), width
+    step.advance()
+    assert pool.lengths == lengths  # the host's copy follows when the step is read (`KVPool.stepped`)
+    assert [pool.filled[s].item() for s in laid] == [lengths[s] + (s != SCRATCH) for s in laid]
 
 
 def test_it_computes_attention_over_the_rows_own_keys():
@@ -81,9 +106,9 @@ def test_the_lengths_on_the_device_follow_those_on_the_host():
     pool = KVPool(1, KV_HEADS, DIM, torch.device("cpu"), torch.float32)
     slots = [pool.allocate(4) for _ in range(3)]
     pool.advance(slots[1], 3)
-    step = BlockedDecode(pool, [slots[1], SCRATCH, slots[2]])
+    step = BlockedDecode.of_slots(pool, [slots[1], SCRATCH, slots[2]])
     assert step.positions.tolist() == [3, 0, 0]
-    step.advance(1)
+    step.advance()
     pool.release(slots[2])
     again = pool.allocate(4)
     pool.advance(again, 2)
