@@ -210,4 +210,5 @@ class BlockedDecode:
             pool.filled.index_add_(0, self.slot_ids, self.slot_ids.ne(SCRATCH).to(pool.filled.dtype))
             return
         pool.stepped(self.real)
-        pool.filled.index_add_(0, pool.ints(self.real), torch.ones(len(self.real), dtype=torch.long, device=pool.device))
+        ones = torch.ones(len(self.real), dtype=torch.long, device=pool.device)
+        pool.filled.index_add_(0, pool.ints(self.real), ones)

@@ -86,7 +86,8 @@ class MossTTSLocal(nn.Module):
         # The two columns picked by Python indices: a tensor of ids would be copied to the device
         # at every frame (a host sync, and nothing a CUDA graph can capture).
         logits = F.linear(local_hidden, self.transformer.embed_tokens.weight)
-        return torch.stack([logits[:, self.cfg.audio_assistant_slot_token_id], logits[:, self.cfg.audio_end_token_id]], -1)
+        slot, end = self.cfg.audio_assistant_slot_token_id, self.cfg.audio_end_token_id
+        return torch.stack([logits[:, slot], logits[:, end]], -1)
 
     def audio_logits(self, codebook: int, local_hidden: torch.Tensor) -> torch.Tensor:
         """[B, H] -> [B, codebook_size] through the head tied to audio_embeddings[codebook]."""
