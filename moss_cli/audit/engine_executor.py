@@ -77,7 +77,7 @@ class EngineExecutor:
         self.prepared = {p.request.id: p for p in self.synth.prepare(requests, options.requests, problems)}
         self.max_batch = options.max_batch or self.synth.max_batch
         self.perturb = options.perturb
-        self.compiling = options.synth.compile
+        self.compiling = options.synth.compile or options.synth.graphs
         self._pieces: dict[int, list[Piece]] = {}  # id(run) -> its engine runs, prepared once
         self.target = Target(
             server=False,

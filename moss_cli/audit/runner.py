@@ -49,7 +49,7 @@ class AuditResult:
     mixups: list[MixUp] = field(default_factory=list)  # warnings; they do not fail the audit (failures are cases)
     scenario_s: dict[str, float] = field(default_factory=dict)  # wall time of each scenario's runs and checks
     server: dict | None = None  # a server audit: its URL, requests in flight, probes, retries
-    compile_s: float | None = None  # --compile: part of elapsed_s spent compiling the frame step
+    compile_s: float | None = None  # --compile or --graphs: part of elapsed_s spent compiling or capturing
     verdicts: dict[str, dict] = field(default_factory=dict)  # request -> its verdict over every comparison
     questions: dict = field(default_factory=dict)  # the seed and numerics questions, answered apart (questions.py)
 

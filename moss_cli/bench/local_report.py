@@ -80,6 +80,7 @@ def render(console: Console, report: BenchReport) -> None:
             f"batch {batch}: a step must read {row.step_read_mb} MB (the KV cache {row.kv_read_mb} MB of it), "
             f"{row.bandwidth_step_ms} ms at {setup['bandwidth_gb_per_s']} GB/s: the physical bound"
         )
+    built = "compiled or captured the whole step" if setup["graphs"] else "compiled the frame step"
     for row in report.rows:
         if row.compile_s:
-            console.print(f"{row.mode} x{row.batch}: compiled the frame step in {row.compile_s} s", highlight=False)
+            console.print(f"{row.mode} x{row.batch}: {built} in {row.compile_s} s", highlight=False)

@@ -27,7 +27,8 @@ class BenchOptions:
     dtype: str = "auto"  # the preset's checkpoint dtype (PRESET_DTYPES), else float32 on CPU, bfloat16 elsewhere
     repeats: int = 3
     threads: int | None = None  # None: chosen from the model's size (moss_cli.threads)
-    compile: bool = False  # torch.compile the engine's frame step
+    compile: bool = False  # torch.compile the engine's frame step (with graphs: the whole step)
+    graphs: bool = False  # each decode block's whole step as one graph, captured on CUDA
     pack: bool = True  # lay CPU weights out for oneDNN (False: the plain kernel; never with compile)
 
     def __post_init__(self) -> None:

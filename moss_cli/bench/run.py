@@ -67,7 +67,7 @@ class BenchRow:
     step_read_mb: float  # 10^6 bytes a step must read: its weights as often as it reads them, its KV cache once
     kv_read_mb: float  # of which the KV cache, at the run's mean length
     peak_memory_mb: float
-    compile_s: float | None = None  # --compile: seconds this row's first run spent compiling
+    compile_s: float | None = None  # --compile or --graphs: seconds this row's first run spent compiling or capturing
     # The physical bound, set once the copy bandwidth is measured (after every run, so that its buffers
     # stay out of the rows' peak memory): step_read_mb over the bandwidth, and that over the engine step.
     bandwidth_step_ms: float | None = None
@@ -178,7 +178,9 @@ def _timed_runs(
     compile_times = {}
     for mode in options.modes:
         before = compile_seconds()
-        if options.compile:  # compiling happens here, not inside the timed runs
+        if options.graphs:  # a run as long as the timed ones: every key width is captured here
+            _talker_run(model, layouts[mode], prompts, batch, options.frames)
+        elif options.compile:  # compiling happens here, not inside the timed runs
             _talker_run(model, layouts[mode], prompts, batch, 2)
         compile_times[mode] = compile_seconds() - before
     rows = {mode: layout.steps.padded(batch) for mode, layout in layouts.items()}  # what a step really computes
@@ -253,6 +255,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
             "torch": torch.__version__,
             "cpus": os.cpu_count(),
             "compile": options.compile,
+            "graphs": options.graphs,
             "linear_kernel": "onednn-packed" if model.packed else "plain",
         }
     )
@@ -262,7 +265,9 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
         _talker_run(model, EngineLayout.fix(model, mode_numerics(options.modes[0]), 1), prompts, 1, 2)  # warm-up
     for batch in options.batches:
         # Each mode's layout, fixed once per batch: its runs, its floor's row count and its row.
-        layouts = {m: EngineLayout.fix(model, mode_numerics(m), batch, options.compile) for m in options.modes}
+        layouts = {
+            m: EngineLayout.fix(model, mode_numerics(m), batch, options.compile, options.graphs) for m in options.modes
+        }
         with torch.inference_mode():
             timed, compile_times = _timed_runs(model, prompts, batch, options, layouts, deploy_seed)
         steps = {variant: [run.step_s for run in runs] for variant, runs in timed.items()}
@@ -316,7 +321,7 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                     step_read_mb=round(step_bytes(model, batch, length) / 1e6, 3),
                     kv_read_mb=round(kv_bytes(model, batch, length) / 1e6, 3),
                     peak_memory_mb=round(_peak_memory_mb(device), 1),
-                    compile_s=round(compile_times[mode], 2) if options.compile else None,
+                    compile_s=round(compile_times[mode], 2) if options.compile or options.graphs else None,
                 )
             )
             if progress:

@@ -14,7 +14,15 @@ from . import numbers
 from . import options as opt
 from . import server_options as srv
 from .common import Device, DType, command_line, progress_bar, show_retry, stderr, stdout, user_errors
-from .options import AllowForeignDeploy, CodecOption, CompileOption, DeviceOption, ModelOption, ThreadsOption
+from .options import (
+    AllowForeignDeploy,
+    CodecOption,
+    CompileOption,
+    DeviceOption,
+    GraphsOption,
+    ModelOption,
+    ThreadsOption,
+)
 
 RandomWeights = Annotated[
     Optional[str],
@@ -53,6 +61,7 @@ LOCAL_OPTIONS = (
     opt.option("dtype", BenchDType, DType.auto),
     opt.option("threads", ThreadsOption, None),
     opt.option("compile", CompileOption, False),
+    opt.option("graphs", GraphsOption, False),
     opt.option("no_pack", NoPack, False),
 )
 
@@ -280,6 +289,7 @@ def local_bench_options(given: dict):
         repeats=given["repeats"],
         threads=given["threads"],
         compile=given["compile"],
+        graphs=given["graphs"],
         pack=not given["no_pack"],
     )
 

@@ -83,6 +83,16 @@ CompileOption = Annotated[
         "and its time is reported. Stays batch-invariant.",
     ),
 ]
+GraphsOption = Annotated[
+    bool,
+    typer.Option(
+        "--graphs",
+        help="Run each decode block's whole step (frame and backbone step) as one fixed-shape graph, captured "
+        "as a CUDA graph on CUDA (with --compile, compiled first); capture time counts as compile time. On "
+        "other devices the same fixed-shape step runs uncaptured: a check of it, not a speed-up. Stays "
+        "batch-invariant.",
+    ),
+]
 
 
 def option(name: str, annotation, default) -> inspect.Parameter:
@@ -142,6 +152,7 @@ ENGINE_OPTIONS = (
     option("max_batch", MaxBatchOption, None),
     option("threads", ThreadsOption, None),
     option("compile", CompileOption, False),
+    option("graphs", GraphsOption, False),
     option("legacy_global_rng", LegacyGlobalRng, False),
     option("batch_invariant", BatchInvariant, True),
     option("layout", LayoutOption, "auto"),
@@ -166,6 +177,7 @@ def synth_options(params: dict, **overrides):
         threads=given.get("threads"),
         allow_foreign_deploy=given.get("allow_foreign_deploy", False),
         compile=given.get("compile", False),
+        graphs=given.get("graphs", False),
     )
 
 

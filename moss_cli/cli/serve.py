@@ -18,6 +18,7 @@ from .options import (
     DeployOption,
     DeviceOption,
     DTypeOption,
+    GraphsOption,
     LayoutOption,
     LegacyGlobalRng,
     MaxBatchOption,
@@ -50,6 +51,7 @@ def serve(
     dtype: DTypeOption = DType.auto,
     threads: ThreadsOption = None,
     compile: CompileOption = False,
+    graphs: GraphsOption = False,
     access_log: Annotated[bool, typer.Option(help="Log every HTTP request (uvicorn's access log).")] = False,
     max_queue: Annotated[
         Optional[int],

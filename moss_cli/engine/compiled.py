@@ -1,18 +1,22 @@
-"""`--compile`: the frame (local transformer, heads, block sampler) as one torch.compile graph.
+"""Graphs of the decode step, built once per shape and kept for the process.
 
-The frame has one fixed shape per block in batch-invariant mode (blocks of the run's block rows), so
-it compiles once and a row's numbers still do not depend on its neighbours (the audit checks this
-at `--level bitwise`). On CUDA that one shape is also captured as a CUDA graph (torch.compile's
-"reduce-overhead" mode): a frame is a few hundred small kernels, and replaying them as one graph
-removes their launch costs, which dominate a decode step at small batches. The
-backbone step stays eager: its attention spans grow every step, and its time is in matrix
-products that compiling does not change. Compiling takes seconds to minutes; the time spent is
-kept so commands can report it.
+- `--compile` (`CompiledFrame`): the frame (local transformer, heads, block sampler) as one
+  torch.compile graph. The frame has one fixed shape per block in batch-invariant mode (blocks of
+  the run's block rows), so it compiles once and a row's numbers still do not depend on its
+  neighbours (the audit checks this at `--level bitwise`). On CUDA that one shape is also captured
+  as a CUDA graph (torch.compile's "reduce-overhead" mode). The backbone step stays eager.
+- `--graphs` (`StepGraphs`): a block's whole step, frame and backbone step over the KV pool, as one
+  fixed-shape graph (`step.whole_step`), captured as a CUDA graph on CUDA (compiled first with
+  `--compile`). A decode step is hundreds of small kernels, and at small batches their launches,
+  not the arithmetic, set its time on a GPU; a replay launches them as one.
+
+Compiling and capturing take seconds to minutes; the time spent is kept so commands can report it.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import Callable
 
 import torch
@@ -68,6 +72,18 @@ class CompiledFrame:
         return out
 
 
+_STEP_GRAPHS: dict[tuple, "StepGraphs"] = {}  # one per process and kind, shared by engines
+MOST_GRAPHS = 64  # captured graphs kept (each holds its own memory); the least recently used go first
+
+
+def step_graphs(fn: Callable, *, compile: bool, device_type: str) -> StepGraphs:
+    """The process's `StepGraphs` of `fn`: engines come and go (one per run), their graphs stay."""
+    key = (fn, compile, device_type)
+    if key not in _STEP_GRAPHS:
+        _STEP_GRAPHS[key] = StepGraphs(fn, compile=compile, device_type=device_type)
+    return _STEP_GRAPHS[key]
+
+
 class StepGraphs:
     """`--graphs`: a block's whole decode step (`step.whole_step`) as one graph per shape (block
     rows, key width, whether rows carry a repetition penalty).
@@ -76,7 +92,8 @@ class StepGraphs:
     own (`StepInputs.cloned`), and replayed after copying a step's inputs into them: a decode step
     is hundreds of small kernels, whose launches a replay removes. The step asks the host nothing
     and draws no random numbers (a frame's uniforms are drawn before it), so a replay computes what
-    the eager step does. A graph holds the KV pool's addresses: when the pool grows, they are
+    the eager step does. A graph holds the addresses of the weights and of the KV pool it was
+    captured over, so those are part of its key: a pool that grew, or another engine's, is
     captured again. Elsewhere nothing is captured: the same fixed-shape step runs as it is (this
     is how CI checks it). With `compile`, torch.compile builds the step first (`fullgraph=True`).
     Capturing and compiling count in `compile_seconds`."""
@@ -85,42 +102,48 @@ class StepGraphs:
         self.fn = torch.compile(fn, fullgraph=True, dynamic=False) if compile else fn
         self.compiling = compile
         self.capture = device_type == "cuda"
-        self.captured: dict[tuple, _Captured] = {}
-        self.pool_at: tuple[int, ...] = ()  # the KV pool the graphs were captured over
+        self.captured: OrderedDict[tuple, _Captured] = OrderedDict()
         self.memory = None  # one memory pool shared by the graphs (they replay one at a time)
-        self.seen: set[tuple] = set()
-        self.spent_s = 0.0
+        self.seen: set[tuple] = set()  # shapes compiled or captured so far
+        self.captures = 0
 
     def __call__(self, model: torch.nn.Module, pool, inputs, width: int) -> tuple[torch.Tensor, ...]:
-        shape = (tuple(inputs.hidden.shape), width, inputs.draws.seen is None)
+        shape = (tuple(inputs.hidden.shape), inputs.hidden.dtype, width, inputs.draws.seen is None)
         start = time.perf_counter()
-        if not self.capture:
-            out = self._run(self.fn, model, pool, inputs, width, shape in self.seen)
+        if self.capture:
+            out = self._replay(model, pool, inputs, width, shape)
         else:
-            at = (pool.keys.data_ptr(), pool.values.data_ptr(), pool.filled.data_ptr())
-            if at != self.pool_at:  # the pool grew: its old tensors are not read again
-                self.captured.clear()
-                self.pool_at = at
-            if shape not in self.captured:
-                if self.memory is None:
-                    self.memory = torch.cuda.graph_pool_handle()
-                self.captured[shape] = _Captured(self._compiled_fn, model, pool, inputs, width, self.memory)
-            out = self.captured[shape].replay(inputs)
+            out = self._run(model, pool, inputs, width, first=shape not in self.seen)
         if shape not in self.seen:
             self.seen.add(shape)
-            spent = time.perf_counter() - start
-            self.spent_s += spent
-            _SPENT["seconds"] += spent
+            if self.compiling or self.capture:
+                _SPENT["seconds"] += time.perf_counter() - start
         return out
 
-    def _compiled_fn(self, model, pool, inputs, width):
-        return self._run(self.fn, model, pool, inputs, width, True)
+    def _replay(self, model, pool, inputs, width: int, shape: tuple) -> tuple[torch.Tensor, ...]:
+        weights = next(model.parameters())
+        buffers = (pool.keys, pool.values, pool.filled)
+        key = (shape, id(model), weights.data_ptr(), *((b.data_ptr(), tuple(b.shape)) for b in buffers))
+        graph = self.captured.get(key)
+        if graph is None:
+            if self.memory is None:
+                self.memory = torch.cuda.graph_pool_handle()
+            start = time.perf_counter()
+            graph = _Captured(self._run, model, pool, inputs, width, self.memory)
+            if shape in self.seen:  # a shape seen over other buffers: its capture counts too
+                _SPENT["seconds"] += time.perf_counter() - start
+            self.captures += 1
+            while len(self.captured) >= MOST_GRAPHS:
+                self.captured.popitem(last=False)
+            self.captured[key] = graph
+        self.captured.move_to_end(key)
+        return graph.replay(inputs)
 
-    def _run(self, fn: Callable, model, pool, inputs, width: int, seen: bool) -> tuple[torch.Tensor, ...]:
-        if not self.compiling or seen:
-            return fn(model, pool, inputs, width)
+    def _run(self, model, pool, inputs, width: int, first: bool = False) -> tuple[torch.Tensor, ...]:
+        if not (self.compiling and first):
+            return self.fn(model, pool, inputs, width)
         try:
-            return fn(model, pool, inputs, width)
+            return self.fn(model, pool, inputs, width)
         except Exception as error:  # inductor reports many kinds of failure
             raise CompileError(f"torch.compile failed: {type(error).__name__}: {error}".splitlines()[0]) from error
 
@@ -138,8 +161,8 @@ class _Captured:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(2):
-                fn(model, pool, self.inputs, width)
+            fn(model, pool, self.inputs, width, first=True)
+            fn(model, pool, self.inputs, width)
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=memory):

@@ -27,7 +27,7 @@ from ..model.local import LocalPast
 from ..model.talker import STOP, MossTTSLocal
 from ..numerics.layout import EngineLayout, Steps, grown
 from ..numerics.tiles import KEY_BLOCK
-from .compiled import CompiledFrame, StepGraphs
+from .compiled import CompiledFrame, step_graphs
 from .kv_cache import SCRATCH, BlockedDecode, KVPool
 from .prefill import prefill
 from .requests import Event, FrameEvent, GenerationRequest, GenerationResult, LogitsHook
@@ -108,7 +108,7 @@ class DecodeStep:
         # logits hook, which a graph cannot call, makes the steps eager.
         self.graphs = None
         if layout.graphs:
-            self.graphs = StepGraphs(whole_step, compile=layout.compile, device_type=self.device.type)
+            self.graphs = step_graphs(whole_step, compile=layout.compile, device_type=self.device.type)
 
     def __call__(
         self, waiting: Waiting, running: list[Row], *, frames: bool, cancelled: Callable[[str], bool] | None

@@ -68,7 +68,8 @@ class Source(Protocol):
         """What computed the audio (as pipeline.environment reports it), once run; None if unknown."""
 
     def compile_s(self) -> float | None:
-        """--compile: seconds spent compiling the frame step; None where nothing compiled here."""
+        """--compile or --graphs: seconds spent compiling or capturing the decode step; None where
+        nothing compiled here."""
 
 
 @dataclass
@@ -87,7 +88,7 @@ class SynthSummary:
     orphans: list[str] = field(default_factory=list)  # audio files in --out that no request of this run owns
     other_formats: list[str] = field(default_factory=list)  # this run's ids, in another format than --format
     threads: int = 1
-    compile_s: float | None = None  # --compile: seconds spent compiling the frame step
+    compile_s: float | None = None  # --compile or --graphs: seconds spent compiling or capturing the decode step
     server: str | None = None  # --server: the server that synthesised (no credentials)
 
     @property

@@ -39,7 +39,7 @@ def engine_facts(synth: Synthesizer) -> Facts:
 
 
 def engine_compile_s(synth: Synthesizer) -> float | None:
-    return compile_seconds() if synth.options.compile else None
+    return compile_seconds() if synth.options.compile or synth.options.graphs else None
 
 
 class EngineSource:

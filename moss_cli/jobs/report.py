@@ -45,7 +45,7 @@ def render(console: Console, summary: SynthSummary, requests: Path) -> None:
     if summary.manifest:
         say(f"manifest: {summary.manifest}")
     if summary.compile_s is not None:
-        say(f"compile: {summary.compile_s:.1f} s of the wall time compiled the frame step")
+        say(f"compile: {summary.compile_s:.1f} s of the wall time compiled or captured the decode step")
     if summary.empty:
         console.print(f"[yellow]empty:[/] {empty(summary)}")
     if summary.orphans:

@@ -156,7 +156,7 @@ class StepLayout:
         if self.kind is Steps.BLOCKS:
             return f"blocks of {self.rows}"
         if self.kind is Steps.BUCKETED:
-            return f"one block padded to a power of two rows, at most {self.rows}"
+            return f"one block of a power of two rows, at most {self.rows}"
         return "one block" if self.unit == 1 else f"one block padded to a multiple of {self.unit}"
 
 

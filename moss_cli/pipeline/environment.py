@@ -62,5 +62,6 @@ def environment(synth, checkpoints: dict[str, str] | None = None) -> dict:
         "legacy_global_rng": synth.options.legacy_global_rng,
         "batch_invariant": synth.options.batch_invariant,
         "compile": synth.options.compile,
+        "graphs": synth.options.graphs,
         **recorded(synth.layout, synth.codec.tiles),  # as the engine and the codec fixed them, not probed again
     }

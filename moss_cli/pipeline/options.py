@@ -21,6 +21,7 @@ class SynthOptions:
     threads: int | None = None  # torch CPU threads; None: chosen from the model's size (moss_cli.threads)
     allow_foreign_deploy: bool = False  # a deploy file written for another model: warn, not fail
     compile: bool = False  # torch.compile the engine's frame step (engine/compiled.py)
+    graphs: bool = False  # each decode block's whole step as one graph, captured on CUDA (engine/compiled.py)
 
     @property
     def batch_invariant(self) -> bool:

@@ -234,7 +234,9 @@ class Synthesizer(Models):
         server's engine thread fixes it before anything else (its thread count decides the probes)."""
         if self._layout is None:
             options = self.options
-            self._layout = EngineLayout.fix(self.talker, options.numerics, self.max_batch, options.compile)
+            self._layout = EngineLayout.fix(
+                self.talker, options.numerics, self.max_batch, options.compile, options.graphs
+            )
         return self._layout
 
     def engine(self, max_batch: int | None = None, logits_hook: LogitsHook | None = None) -> Engine:
