@@ -109,11 +109,14 @@ def _requests(talker, composition: str) -> list[GenerationRequest]:
     ]
 
 
-def decode_syncs(talker, numerics, composition: str, monkeypatch, max_batch: int = 8) -> tuple[Counter, int]:
+def decode_syncs(
+    talker, numerics, composition: str, monkeypatch, max_batch: int = 8, graphs: bool = False
+) -> tuple[Counter, int]:
     """(host reads by op, copies) over STEPS decode steps of a batch already admitted and prefilled,
     whose composition does not change (a step makes its index tensors when it does)."""
     model = talker.model
-    engine = Engine(model, max_batch=max_batch, layout=EngineLayout.fix(model, numerics, max_batch))
+    layout = EngineLayout.fix(model, numerics, max_batch, graphs=graphs)
+    engine = Engine(model, max_batch=max_batch, layout=layout)
     waiting, running = Waiting(_requests(talker, composition)), []
     list(engine.step(waiting, running, frames=False, cancelled=None))  # admission, prefill, a first step
     assert len(running) == 6
@@ -124,10 +127,11 @@ def decode_syncs(talker, numerics, composition: str, monkeypatch, max_batch: int
     return mode.reads, mode.copies
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
 @pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
 @pytest.mark.parametrize("numerics", [INVARIANT, FAST, BLOCKS_OF_4], ids=["invariant", "fast", "blocks:4"])
-def test_a_decode_step_reads_at_most_one_tensor_on_the_host(talker32, numerics, composition, monkeypatch):
-    reads, copies = decode_syncs(talker32, numerics, composition, monkeypatch)
+def test_a_decode_step_reads_at_most_one_tensor_on_the_host(talker32, numerics, composition, graphs, monkeypatch):
+    reads, copies = decode_syncs(talker32, numerics, composition, monkeypatch, graphs=graphs)
     assert sum(reads.values()) <= STEPS, f"{sum(reads.values()) / STEPS:.1f} host reads a step: {dict(reads)}"
     assert copies == 0, f"{copies / STEPS:.1f} copies of Python data a step"
 

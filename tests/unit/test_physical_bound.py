@@ -62,3 +62,25 @@ def test_the_copy_bandwidth_is_a_positive_finite_rate():
         torch.set_num_threads(threads)
     # bytes read and written per second: any machine's memory moves between 100 MB/s and 100 TB/s
     assert math.isfinite(rate) and 1e8 < rate < 1e14
+
+
+def test_a_full_vocabulary_stop_head_picks_its_two_columns_without_copying_ids_to_the_device():
+    """Its logits are the text head's two columns (continue, stop), bit for bit, and no tensor is
+    made from Python numbers (on a GPU, a copy at every frame that a graph cannot capture)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    model = _tiny(torch.float32, local_text_head_mode="full_vocab")
+    cfg = model.cfg
+    hidden = torch.randn(3, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
+    made = []
+
+    class Copies(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if str(func) == "aten.lift_fresh.default":
+                made.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Copies():
+        logits = model.stop_logits(hidden)
+    whole = torch.nn.functional.linear(hidden, model.transformer.embed_tokens.weight)
+    assert torch.equal(logits, whole[:, [cfg.audio_assistant_slot_token_id, cfg.audio_end_token_id]]) and not made

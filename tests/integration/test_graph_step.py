@@ -1,0 +1,191 @@
+"""`--graphs`: each decode block's whole step (frame and backbone step over the KV pool) as one
+fixed-shape function that asks the host nothing (`step.whole_step`). On CUDA it is captured as a
+CUDA graph; here, with no GPU, the same function runs uncaptured, and these tests check what a
+capture relies on: the same codes as the eager step, one graph with no break, inputs that can be
+copied into buffers of their own, and a warm-up on the scratch slot that leaves the real rows alone."""
+
+import copy
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from moss_cli.cli.app import app
+from moss_cli.engine.kv_cache import SCRATCH
+from moss_cli.engine.requests import GenerationRequest
+from moss_cli.engine.scheduler import Engine
+from moss_cli.engine.step import whole_step
+from moss_cli.numerics import FAST, INVARIANT, Layout, Numerics
+from moss_cli.numerics.layout import EngineLayout, Steps
+from moss_cli.numerics.tiles import KEY_BLOCK
+from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
+
+runner = CliRunner()
+BLOCKS_OF_4 = Numerics(layout=Layout.parse("blocks:4"))
+HEADS = [
+    (AUDIO_DEFAULTS, True),
+    (AUDIO_DEFAULTS, False),
+    (replace(AUDIO_DEFAULTS, repetition_penalty=1.3), True),
+    (replace(AUDIO_DEFAULTS, top_k=0, top_p=0.7), True),
+    (replace(AUDIO_DEFAULTS, top_k=7, top_p=1.0), True),
+    (replace(AUDIO_DEFAULTS, top_k=0, top_p=1.0, temperature=0.9), True),
+]
+
+
+def _requests(talker, ignore_stop: bool = False) -> list[GenerationRequest]:
+    """Rows of every sampling kind, arriving a step apart, with budgets that end some of them and
+    prompts and lengths that cross key blocks (the step's key width grows as they run)."""
+    return [
+        GenerationRequest(
+            str(i),
+            talker.prompt(f"graph request {i} " + "word " * (3 * i)),
+            40 + 30 * (i % 3),
+            audio,
+            STOP_HEAD_DEFAULTS,
+            rng=i,
+            do_sample=sample,
+            arrival_step=i,
+            ignore_stop=ignore_stop,
+        )
+        for i, (audio, sample) in enumerate(HEADS)
+    ]
+
+
+def _codes(talker, numerics, graphs: bool, requests, max_batch: int = 4) -> dict[str, tuple]:
+    layout = EngineLayout.fix(talker.model, numerics, max_batch, graphs=graphs)
+    engine = Engine(talker.model, max_batch=max_batch, layout=layout)
+    return {r.key: (r.codes, r.stopped) for r in engine.run(requests)}
+
+
+@pytest.mark.parametrize("ignore_stop", [False, True], ids=["stops", "budgets"])
+@pytest.mark.parametrize("numerics", [INVARIANT, BLOCKS_OF_4, FAST], ids=["invariant", "blocks:4", "fast"])
+def test_the_whole_step_draws_the_codes_the_eager_step_draws(talker32, numerics, ignore_stop):
+    requests = _requests(talker32, ignore_stop)
+    eager = _codes(talker32, numerics, False, requests)
+    graphed = _codes(talker32, numerics, True, requests)
+    assert eager.keys() == graphed.keys() == {r.key for r in requests}
+    for key, (codes, stopped) in eager.items():
+        assert torch.equal(codes, graphed[key][0]) and stopped == graphed[key][1], key
+    assert max(r.prompt.shape[0] + eager[r.key][0].shape[0] for r in requests) > 2 * KEY_BLOCK  # widths grew
+
+
+def test_under_graphs_a_row_gets_the_same_codes_alone_and_in_any_batch(talker32):
+    """Batch invariance in the graphs' layout: fixed blocks, a row's codes the same alone (B=1)
+    and among others, in any order, with `--layout blocks:R` pinning the block."""
+    requests = _requests(talker32)
+    together = _codes(talker32, BLOCKS_OF_4, True, requests)
+    reordered = _codes(talker32, BLOCKS_OF_4, True, [replace(r, arrival_step=0) for r in requests[::-1]])
+    for request in requests:
+        alone = _codes(talker32, BLOCKS_OF_4, True, [replace(request, arrival_step=0)], max_batch=1)
+        assert torch.equal(alone[request.key][0], together[request.key][0]), request.key
+        assert torch.equal(reordered[request.key][0], together[request.key][0]), request.key
+
+
+def test_the_layouts_graphs_use_are_a_few_fixed_shapes(talker32):
+    invariant = EngineLayout.fix(talker32.model, INVARIANT, 6, graphs=True)
+    assert invariant.steps.kind is Steps.BLOCKS and invariant.steps.padded(3) == 6  # one shape
+    fast = EngineLayout.fix(talker32.model, FAST, 6, graphs=True)
+    assert [fast.steps.padded(b) for b in range(1, 7)] == [1, 2, 4, 4, 6, 6]  # powers of two, at most max_batch
+
+
+def _first_step(talker, numerics=INVARIANT):
+    """An engine's first whole step's arguments, with a copy of its pool, taken as it is called."""
+    model = talker.model
+    engine = Engine(model, max_batch=4, layout=EngineLayout.fix(model, numerics, 4, graphs=True))
+    taken = []
+    step = engine.step.graphs
+
+    def spy(model, pool, inputs, width):
+        if not taken:
+            taken.append((_pool_copy(pool), inputs, width))
+        return step(model, pool, inputs, width)
+
+    engine.step.graphs = spy
+    list(engine.run(_requests(talker)[:3]))
+    return taken[0]
+
+
+def _pool_copy(pool):
+    copied = copy.copy(pool)
+    copied.keys, copied.values, copied.filled = pool.keys.clone(), pool.values.clone(), pool.filled.clone()
+    return copied
+
+
+def _same(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def plain_talker():
+    """Weights left plain: weights packed for oneDNN cannot be compiled."""
+    import moss_cli
+    from moss_cli.assets import TINY_TALKER
+
+    return moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float32", pack=False)
+
+
+@pytest.mark.slow
+@torch.inference_mode()
+def test_the_whole_step_is_one_graph_with_no_break(plain_talker):
+    """The proxy for a CUDA graph on a CPU: `torch._dynamo.explain` finds one graph and no break,
+    and the step traced with `fullgraph=True` computes the eager step's bits and pool."""
+    model = plain_talker.model
+    pool, inputs, width = _first_step(plain_talker)
+    explained = torch._dynamo.explain(whole_step)(model, _pool_copy(pool), inputs, width)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    eager_pool, traced_pool = _pool_copy(pool), _pool_copy(pool)
+    eager = whole_step(model, eager_pool, inputs, width)
+    traced = torch.compile(whole_step, fullgraph=True, backend="eager", dynamic=False)(
+        model, traced_pool, inputs, width
+    )
+    assert _same(eager, traced)
+    assert _same(
+        (eager_pool.keys, eager_pool.values, eager_pool.filled),
+        (traced_pool.keys, traced_pool.values, traced_pool.filled),
+    )
+
+
+@torch.inference_mode()
+def test_inputs_copied_into_buffers_of_their_own_give_the_same_step(talker32):
+    """What a captured graph replays: the step over its own buffers, loaded with a step's inputs."""
+    pool, inputs, width = _first_step(talker32)
+    buffers = inputs.cloned()
+    for t in buffers.tensors():
+        t.zero_()
+    buffers.load(inputs)
+    original_pool, buffered_pool = _pool_copy(pool), _pool_copy(pool)
+    assert _same(
+        whole_step(talker32.model, original_pool, inputs, width),
+        whole_step(talker32.model, buffered_pool, buffers, width),
+    )
+    assert torch.equal(original_pool.keys, buffered_pool.keys) and torch.equal(
+        original_pool.filled, buffered_pool.filled
+    )
+
+
+@torch.inference_mode()
+def test_a_warm_up_on_the_scratch_slot_leaves_the_real_rows_alone(talker32):
+    """A capture first runs the step with every row on the scratch slot: no real row's keys,
+    values or length change."""
+    pool, inputs, width = _first_step(talker32)
+    warm = inputs.cloned()
+    warm.slots.fill_(SCRATCH)
+    before = _pool_copy(pool)
+    whole_step(talker32.model, pool, warm, width)
+    real = [s for s in range(1, pool.keys.shape[1])]
+    assert torch.equal(pool.keys[:, real], before.keys[:, real]) and torch.equal(
+        pool.values[:, real], before.values[:, real]
+    )
+    assert torch.equal(pool.filled, before.filled)
+
+
+def test_synth_and_the_bitwise_audit_run_under_graphs(tmp_path):
+    out = tmp_path / "audit.json"
+    args = ["audit-determinism", "--graphs", "--level", "bitwise", "--scenarios", "shuffled,staggered"]
+    result = runner.invoke(app, [*args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["environment"]["graphs"] is True and report["summary"]["passed"]
+    assert report["environment"]["engine_steps"].startswith("blocks of")
