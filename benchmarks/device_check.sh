@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The accelerator checks as one prepared run that ends within 6 minutes, model building included (a lent
 # GPU machine gives a session about 15 minutes in all, start included): `moss bench` at the v1.5 shapes
-# in the invariant and fast modes at B = 1, 8 and 64, eager and with --compile (on CUDA a fixed-shape
-# frame replays as a CUDA graph), then the audit at --level bitwise on the device, eager and compiled
-# with the fixed blocks forced. Every step has its own time limit, and the limits add up to 350 s, so
-# one slow step cannot eat the others. Compiling takes most of the compiled runs' time (each mode at
-# each batch size compiles its own graph), so each batch size compiles in its own step: one that
-# overruns loses only its own figures (the log keeps each row's frames/s as it is measured). It leaves
-# 8 files in $OUT: summary.txt (each step's exit code and time, then the table of frames/s,
-# efficiency against the physical bound and time to first audio per run, mode and batch),
-# platform.txt, log.txt (every step's output), the eager bench's JSON, the three compiled ones and the
+# in the invariant and fast modes at B = 1, 8 and 64, eager, with --graphs (each decode block's whole
+# step captured as a CUDA graph) and with --graphs --compile (torch.compile builds the step first);
+# then the audit at --level bitwise on the device, eager and with --graphs. Every step has its own time
+# limit, and the limits add up to 335 s, so one slow step cannot eat the others. Capturing and
+# compiling happen in each run's untimed first pass, and their time is in the JSON (compile_s).
+# Compiling the whole v1.5 step takes the longest, so it runs at B = 1 only, in a step of its own: if
+# it overruns it loses only its own figures (the log keeps each row's frames/s as it is measured).
+# It leaves 7 files in $OUT:
+# summary.txt (each step's exit code and time, then the table of frames/s, efficiency against the
+# physical bound, time to first audio and capture/compile seconds per run, mode and batch),
+# platform.txt, log.txt (every step's output), the eager bench's JSON, the two graphed ones and the
 # audit's.
 #
 #   On the GPU machine (its python3 holds a CUDA torch; the few packages it lacks travel as wheels
@@ -22,7 +24,7 @@ out=${OUT:-device-check}
 py=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-frames=16 # compiled at B = 64: half as many
+frames=16
 if [ "$preset" = tiny ]; then frames=8; fi
 summary="$out/summary.txt"
 log="$out/log.txt"
@@ -54,26 +56,32 @@ print(lines[0])
 PY
 bench=("$py" -m moss_cli bench --random-weights "$preset" --device "$device" --dtype bfloat16 --modes invariant,fast)
 step bench 60 "${bench[@]}" --batch 1,8,64 --frames "$frames" --repeats 2 --json "$out/bench.json"
-compiled=("${bench[@]}" --compile --repeats 1)
-step bench-compile-1 60 "${compiled[@]}" --batch 1 --frames "$frames" --json "$out/bench-compile-1.json"
-step bench-compile-8 60 "${compiled[@]}" --batch 8 --frames "$frames" --json "$out/bench-compile-8.json"
-step bench-compile-64 60 "${compiled[@]}" --batch 64 --frames $((frames / 2)) --json "$out/bench-compile-64.json"
+graphed=("${bench[@]}" --graphs --repeats 1)
+step bench-graphs 80 "${graphed[@]}" --batch 1,8,64 --frames "$frames" --json "$out/bench-graphs.json"
+compiled=("${graphed[@]}" --compile)
+step bench-graphs-compile 90 "${compiled[@]}" --batch 1 --frames "$frames" --json "$out/bench-graphs-compile.json"
 audit=("$py" -m moss_cli audit-determinism --device "$device" --level bitwise)
 step audit 30 "${audit[@]}" --json "$out/audit.json"
-step audit-compile 50 "${audit[@]}" --compile --layout blocks # its verdict: the log and its exit code
+step audit-graphs 45 "${audit[@]}" --graphs # its verdict: the log and its exit code
 timeout 5 "$py" - "$out" << 'PY' 2>&1 | tee -a "$summary"
-# The table: each bench JSON's rows, eager and compiled, with the copy bandwidth each run measured.
+# The table: each bench JSON's rows, eager and graphed, with the copy bandwidth each run measured.
 import json, pathlib, sys
-print("eff. bw: the physical bound (the bytes a step reads over the copy bandwidth) / engine step")
-print(f"{'run':8} {'mode':9} {'batch':>5} {'frames/s':>10} {'eff. bw':>8} {'TTFA s':>7} {'GB/s':>8}")
-for name in ("bench", "bench-compile-1", "bench-compile-8", "bench-compile-64"):
+print("eff. bw: the physical bound (the bytes a step reads over the copy bandwidth) / engine step;")
+print("build s: the untimed first run's capturing and compiling")
+print(f"{'run':15} {'mode':9} {'batch':>5} {'frames/s':>10} {'eff. bw':>8} {'TTFA s':>7} {'GB/s':>8} {'build s':>8}")
+for name in ("bench", "bench-graphs", "bench-graphs-compile"):
     path = pathlib.Path(sys.argv[1], f"{name}.json")
     if not path.exists():
         print(f"{name}: no figures (its exit code is above)")
         continue
     report = json.loads(path.read_text())
-    run, bandwidth = "compiled" if report["setup"]["compile"] else "eager", report["setup"]["bandwidth_gb_per_s"]
+    setup = report["setup"]
+    run = ("graphs+compile" if setup["compile"] else "graphs") if setup["graphs"] else "eager"
     for r in report["results"]:
-        figures = (r["talker_frames_per_s"], r["efficiency_bandwidth"], r["ttfa_s"], bandwidth)
-        print(f"{run:8} {r['mode']:9} {r['batch']:>5} {figures[0]:>10} {figures[1]:>8} {figures[2]:>7} {figures[3]:>8}")
+        figures = (r["talker_frames_per_s"], r["efficiency_bandwidth"], r["ttfa_s"], setup["bandwidth_gb_per_s"])
+        built = "-" if r["compile_s"] is None else r["compile_s"]
+        print(
+            f"{run:15} {r['mode']:9} {r['batch']:>5} {figures[0]:>10} {figures[1]:>8} {figures[2]:>7} "
+            f"{figures[3]:>8} {built:>8}"
+        )
 PY

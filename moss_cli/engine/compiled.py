@@ -103,7 +103,9 @@ class StepGraphs:
         self.compiling = compile
         self.capture = device_type == "cuda"
         self.captured: OrderedDict[tuple, _Captured] = OrderedDict()
-        self.memory = None  # one memory pool shared by the graphs (they replay one at a time)
+        # One memory pool shared by the graphs: they replay one at a time on one stream, and each
+        # replay's outputs are copied out before the next, so a graph may reuse another's scratch.
+        self.memory = None
         self.seen: set[tuple] = set()  # shapes compiled or captured so far
         self.captures = 0
 
@@ -165,7 +167,8 @@ class _Captured:
             fn(model, pool, self.inputs, width)
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=memory):
+        # thread_local: a server decodes audio on other threads while its engine thread captures.
+        with torch.cuda.graph(self.graph, pool=memory, capture_error_mode="thread_local"):
             self.outputs = fn(model, pool, self.inputs, width)
 
     def replay(self, inputs) -> tuple[torch.Tensor, ...]:
