@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from ..model.checkpoint import stored_layout
 from ..model.codec import AudioCodec, adapt_projections
 from ..model.config import CodecConfig, TalkerConfig
 from ..model.talker import MossTTSLocal
@@ -328,7 +329,7 @@ def _fill(name: str, shape: tuple[int, ...]) -> torch.Tensor:
 def talker_tensors(cfg: TalkerConfig, stop_margin: float = STOP_MARGIN) -> dict[str, torch.Tensor]:
     with torch.device("meta"):
         model = MossTTSLocal(cfg)
-    tensors = {name: _fill(name, tuple(t.shape)) for name, t in model.state_dict().items()}
+    tensors = {name: _fill(name, shape) for name, (_, _, shape) in stored_layout(model).items()}
     tensors["transformer.embed_tokens.weight"] = _randn(
         "transformer.embed_tokens.weight", tuple(tensors["transformer.embed_tokens.weight"].shape), 1.0
     )

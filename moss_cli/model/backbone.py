@@ -13,7 +13,15 @@ import torch.nn as nn
 
 from .attention import attend, causal_mask
 from .config import BackboneConfig
-from .layers import Linear, RMSNorm, activation, apply_rotate_half, rms_normalized, rotate_half_angles
+from .layers import (
+    Linear,
+    RMSNorm,
+    StackedLinear,
+    activation,
+    apply_rotate_half,
+    rms_normalized,
+    rotate_half_angles,
+)
 
 
 class AttentionCache(Protocol):
@@ -35,9 +43,10 @@ class Qwen3Attention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.scale = cfg.head_dim**-0.5
         bias = cfg.attention_bias
-        self.q_proj = Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=bias)
-        self.k_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
-        self.v_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
+        # Queries, keys and values in one product (the checkpoint's q_proj, k_proj and v_proj).
+        kv = cfg.num_kv_heads * cfg.head_dim
+        parts = [("q_proj", cfg.num_heads * cfg.head_dim), ("k_proj", kv), ("v_proj", kv)]
+        self.qkv_proj = StackedLinear(cfg.hidden_size, parts, bias=bias)
         self.o_proj = Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=bias)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
@@ -45,13 +54,12 @@ class Qwen3Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: AttentionCache) -> torch.Tensor:
         b, t, _ = x.shape
         heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
+        qk, v = self.qkv_proj(x).view(b, t, heads + 2 * kv_heads, dim).split([heads + kv_heads, kv_heads], dim=2)
         # Query and key heads normalised and rotated in one pass (half the small ops of a decode
         # step's attention): every head is a row of its own, so each gets the bits it gets apart.
-        qk = torch.cat([self.q_proj(x).view(b, t, heads, dim), self.k_proj(x).view(b, t, kv_heads, dim)], dim=2)
         scale = torch.cat([self.q_norm.weight.expand(heads, dim), self.k_norm.weight.expand(kv_heads, dim)])
         qk = apply_rotate_half(scale * rms_normalized(qk, self.q_norm.eps), cos, sin)
         q, k = (part.contiguous() for part in qk.split([heads, kv_heads], dim=2))
-        v = self.v_proj(x).view(b, t, kv_heads, dim)
         out = cache.attend(self.layer, q, k, v, self.scale)
         return self.o_proj(out.reshape(b, t, self.num_heads * self.head_dim))
 
@@ -59,13 +67,15 @@ class Qwen3Attention(nn.Module):
 class Qwen3MLP(nn.Module):
     def __init__(self, cfg: BackboneConfig) -> None:
         super().__init__()
-        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        # The gate and up projections in one product (the checkpoint's gate_proj and up_proj).
+        parts = [("gate_proj", cfg.intermediate_size), ("up_proj", cfg.intermediate_size)]
+        self.gate_up_proj = StackedLinear(cfg.hidden_size, parts, bias=False)
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
         self.act = activation(cfg.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(self.act(gate) * up)
 
 
 class Qwen3Layer(nn.Module):

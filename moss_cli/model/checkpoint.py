@@ -17,6 +17,7 @@ from safetensors import SafetensorError, safe_open
 
 from ..errors import CheckpointError
 from .config import CodecConfig, TalkerConfig
+from .layers import StackedLinear
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -91,6 +92,30 @@ def _keys_of(path: Path) -> list[str]:
         raise CheckpointError(f"not a readable safetensors file ({e})", file=path) from None
 
 
+def stored_layout(model: nn.Module) -> dict[str, tuple[str, int, tuple[int, ...]]]:
+    """How a checkpoint stores `model`'s tensors, in the model's order: each stored name -> (the
+    model's tensor it fills, its first row there, its shape). A `StackedLinear` is stored as its
+    parts, apart (as the reference releases store them); every other tensor as itself."""
+    parts: dict[str, list[tuple[str, int]]] = {}  # a stacked tensor's name -> its parts' (name, rows)
+    for prefix, module in model.named_modules():
+        if isinstance(module, StackedLinear):
+            parent = prefix.rpartition(".")[0]
+            for kind in ("weight", "bias"):
+                parts[f"{prefix}.{kind}"] = [
+                    (f"{parent}.{part}.{kind}".lstrip("."), rows) for part, rows in module.parts
+                ]
+    layout = {}
+    for name, tensor in model.state_dict().items():
+        if name not in parts:
+            layout[name] = (name, 0, tuple(tensor.shape))
+            continue
+        row = 0
+        for part, rows in parts[name]:
+            layout[part] = (name, row, (rows, *tensor.shape[1:]))
+            row += rows
+    return layout
+
+
 def load_weights(
     model: nn.Module,
     directory: Path,
@@ -108,7 +133,8 @@ def load_weights(
     instead, for a caller that replaces them soon (packed weights): a mapped file's pages, once
     read, count in this process's resident memory for as long as the mapping lives."""
     tied = tied or {}
-    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    layout = stored_layout(model)
+    expected = {name: shape for name, (_, _, shape) in layout.items()}
     stored = tensor_files(directory)
     by_name: dict[str, tuple[str, Path]] = {}
     unexpected = []
@@ -129,6 +155,7 @@ def load_weights(
         raise CheckpointError(f"missing tensor(s): {_some(missing)}", file=directory, field=missing[0])
 
     state: dict[str, torch.Tensor] = {}
+    wholes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     by_file: dict[Path, list[str]] = {}
     for name, (_, path) in by_name.items():
         by_file.setdefault(path, []).append(name)
@@ -147,8 +174,15 @@ def load_weights(
                             field=original,
                         )
                     tensor = _read_copy(raw, header, original) if copy else f.get_tensor(original)
-                    target = torch.float32 if float32_params(name) else dtype
-                    state[name] = tensor.to(device=device, dtype=target if tensor.is_floating_point() else tensor.dtype)
+                    whole, row, _ = layout[name]
+                    target = torch.float32 if float32_params(whole) else dtype
+                    tensor = tensor.to(device=device, dtype=target if tensor.is_floating_point() else tensor.dtype)
+                    if whole == name:
+                        state[name] = tensor
+                        continue
+                    if whole not in state:  # a stacked tensor, filled part by part
+                        state[whole] = torch.empty(wholes[whole], device=device, dtype=tensor.dtype)
+                    state[whole][row : row + tensor.shape[0]] = tensor
         except (SafetensorError, OSError) as e:
             raise CheckpointError(f"cannot read tensors (truncated or corrupt file?): {e}", file=path) from None
     model.load_state_dict(state, strict=True, assign=True)

@@ -54,6 +54,17 @@ class Linear(nn.Linear):
     __call__ = forward
 
 
+class StackedLinear(Linear):
+    """Several projections of the same input as one product: their weights (and biases) stacked
+    row-wise, in the order of `parts`, (name, out features) each. A checkpoint stores them apart
+    under those names (`checkpoint.stored_layout`); one product reads the input once, and on a GPU
+    one larger product uses the memory bandwidth better than several small ones."""
+
+    def __init__(self, in_features: int, parts: list[tuple[str, int]], bias: bool) -> None:
+        super().__init__(in_features, sum(rows for _, rows in parts), bias=bias)
+        self.parts = parts
+
+
 def inverse_frequencies(head_dim: int, base: float, device: torch.device) -> torch.Tensor:
     """Rotary inverse frequencies, computed in float32 as in the reference."""
     exponents = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim

@@ -201,3 +201,28 @@ def test_a_truncated_file_read_as_copies_is_a_checkpoint_error(talker_dir):
     path.write_bytes(path.read_bytes()[:-1000])
     with pytest.raises(CheckpointError, match="model.safetensors"):
         moss_cli.load_talker(talker_dir, device="cpu", dtype="float32", pack=True)
+
+
+def test_projections_stored_apart_load_stacked_in_their_order(talker_dir):
+    """The checkpoint keeps q/k/v and gate/up apart, as the reference does; the model computes each
+    group as one product (`StackedLinear`), its weight their rows in order, and the layout the
+    loader reads names exactly the checkpoint's tensors."""
+    from moss_cli.model.checkpoint import stored_layout
+
+    stored = _tensors(talker_dir)
+    model = moss_cli.load_talker(talker_dir, device="cpu", dtype="float32", pack=False).model
+    assert set(stored_layout(model)) == set(stored)
+    layer = "transformer.layers.1"
+    parts = [stored[f"{layer}.self_attn.{p}_proj.weight"] for p in "qkv"]
+    assert torch.equal(model.transformer.layers[1].self_attn.qkv_proj.weight, torch.cat(parts))
+    parts = [stored[f"{layer}.mlp.{p}_proj.weight"] for p in ("gate", "up")]
+    assert torch.equal(model.transformer.layers[1].mlp.gate_up_proj.weight, torch.cat(parts))
+
+
+def test_a_stored_part_of_the_wrong_shape_is_named(talker_dir):
+    tensors = _tensors(talker_dir)
+    name = "transformer.layers.0.self_attn.k_proj.weight"
+    tensors[name] = tensors[name][:-1].clone()
+    _save(talker_dir, tensors)
+    with pytest.raises(CheckpointError, match=r"k_proj\.weight.*has shape"):
+        moss_cli.load_talker(talker_dir, device="cpu")
