@@ -107,7 +107,6 @@ class StepGraphs:
         # replay's outputs are copied out before the next, so a graph may reuse another's scratch.
         self.memory = None
         self.seen: set[tuple] = set()  # shapes compiled or captured so far
-        self.captures = 0
 
     def __call__(self, model: torch.nn.Module, pool, inputs, width: int) -> tuple[torch.Tensor, ...]:
         shape = (tuple(inputs.hidden.shape), inputs.hidden.dtype, width, inputs.draws.seen is None)
@@ -134,7 +133,6 @@ class StepGraphs:
             graph = _Captured(self._run, model, pool, inputs, width, self.memory)
             if shape in self.seen:  # a shape seen over other buffers: its capture counts too
                 _SPENT["seconds"] += time.perf_counter() - start
-            self.captures += 1
             while len(self.captured) >= MOST_GRAPHS:
                 self.captured.popitem(last=False)
             self.captured[key] = graph

@@ -10,6 +10,10 @@
              then the backbone step for the rows that go on (its last hidden state is the next
              frame's input)
 
+With `--graphs` (`EngineLayout.graphs`) execute and the backbone step are one fixed-shape function
+per block (`whole_step`, captured as a CUDA graph on CUDA): the backbone step then runs for every
+row, before the host reads the stop flags; update is the same.
+
 `Engine` (scheduler.py) builds one `DecodeStep` and calls it until its requests are done. In
 batch-invariant mode each block is padded with idle rows to the layout's fixed shape, every row
 attends over its own keys only (`kv_cache.BlockedDecode`) and draws from its own stream, so a row's
