@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 from ..config.builtin import builtin_requests
 from ..config.requests import Request, parse_requests
-from ..engine.compiled import compile_seconds
+from ..engine.compiled import builds, compile_seconds
 from ..engine.requests import LogitsHook
 from ..io.outcome import Outcome
 from ..pipeline import Prepared, Synthesizer, SynthResult
@@ -77,7 +77,7 @@ class EngineExecutor:
         self.prepared = {p.request.id: p for p in self.synth.prepare(requests, options.requests, problems)}
         self.max_batch = options.max_batch or self.synth.max_batch
         self.perturb = options.perturb
-        self.compiling = options.synth.compile or options.synth.graphs
+        self.compiling = builds(options.synth.compile, options.synth.graphs, self.synth.device.type)
         self._pieces: dict[int, list[Piece]] = {}  # id(run) -> its engine runs, prepared once
         self.target = Target(
             server=False,

@@ -26,7 +26,7 @@ import torch
 
 from ..config.deploy import load_deploy
 from ..device import resolve_device, resolve_dtype
-from ..engine.compiled import compile_seconds
+from ..engine.compiled import builds, compile_seconds
 from ..engine.kv_cache import KVPool
 from ..engine.prefill import prefill
 from ..engine.requests import FrameEvent, GenerationRequest
@@ -321,7 +321,9 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
                     step_read_mb=round(step_bytes(model, batch, length) / 1e6, 3),
                     kv_read_mb=round(kv_bytes(model, batch, length) / 1e6, 3),
                     peak_memory_mb=round(_peak_memory_mb(device), 1),
-                    compile_s=round(compile_times[mode], 2) if options.compile or options.graphs else None,
+                    compile_s=round(compile_times[mode], 2)
+                    if builds(options.compile, options.graphs, device.type)
+                    else None,
                 )
             )
             if progress:

@@ -31,6 +31,12 @@ def compile_seconds() -> float:
     return _SPENT["seconds"]
 
 
+def builds(compile: bool, graphs: bool, device_type: str) -> bool:
+    """Whether a run compiles or captures anything (so has a compile time to report): --compile, or
+    --graphs on CUDA (elsewhere its step runs as it is)."""
+    return compile or (graphs and device_type == "cuda")
+
+
 class CompileError(RuntimeError):
     """torch.compile could not build the frame here (e.g. no C++ compiler for the CPU backend)."""
 

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..config.requests import parse_requests
-from ..engine.compiled import compile_seconds
+from ..engine.compiled import builds, compile_seconds
 from ..io.fingerprint import checkpoint_fingerprint
 from ..io.resume import request_fingerprint, run_settings
 from ..pipeline import Prepared, Synthesizer, SynthOptions
@@ -39,7 +39,8 @@ def engine_facts(synth: Synthesizer) -> Facts:
 
 
 def engine_compile_s(synth: Synthesizer) -> float | None:
-    return compile_seconds() if synth.options.compile or synth.options.graphs else None
+    options = synth.options
+    return compile_seconds() if builds(options.compile, options.graphs, synth.device.type) else None
 
 
 class EngineSource:

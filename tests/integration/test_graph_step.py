@@ -189,3 +189,16 @@ def test_synth_and_the_bitwise_audit_run_under_graphs(tmp_path):
     report = json.loads(out.read_text())
     assert report["environment"]["graphs"] is True and report["summary"]["passed"]
     assert report["environment"]["engine_steps"].startswith("blocks of")
+
+
+def test_the_bench_records_graphs_and_reports_no_build_time_where_nothing_is_captured(tmp_path):
+    """On a CPU `--graphs` captures nothing: no compile time is reported (on CUDA the capture's is)."""
+    out = tmp_path / "bench.json"
+    args = ["bench", "--random-weights", "tiny", "--batch", "2", "--frames", "4", "--repeats", "1", "--graphs"]
+    result = runner.invoke(app, [*args, "--modes", "invariant,fast", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["setup"]["graphs"] is True and report["setup"]["compile"] is False
+    assert [(r["mode"], r["compile_s"]) for r in report["results"]] == [("invariant", None), ("fast", None)]
+    layouts = {r["mode"]: r["layout"] for r in report["results"]}
+    assert layouts == {"invariant": "blocks of 2", "fast": "one block of a power of two rows, at most 2"}
