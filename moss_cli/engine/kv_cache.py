@@ -14,6 +14,7 @@ SCRATCH = 0  # the pool slot idle rows write to
 # Slots the pool keeps past the last one allocated: a lone request's step of two rows (its own and an
 # idle one) then reads both as one view of the pool (BlockedDecode), instead of gathering copies.
 SPARE_SLOTS = 1
+_IDLE: dict[tuple, KVPool] = {}  # `KVPool.lent`: a pool whose engine ended, by its kind
 
 
 class KVPool:
@@ -26,11 +27,23 @@ class KVPool:
 
     Each slot's length is kept twice: on the host (`lengths`, for shapes) and on the device
     (`filled`, for the step's positions), so a decode step copies no Python numbers to the device.
+
+    `few_shapes` (the step graphs', `compiled.StepGraphs`, which are captured over the pool's
+    buffers): slots and positions grow in powers of two, so the buffers are made anew, and the
+    graphs captured again, only a few times.
     """
 
-    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, device: torch.device, dtype: torch.dtype):
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        few_shapes: bool = False,
+    ):
         self.shape = (num_layers, num_kv_heads, head_dim)
-        self.device, self.dtype = device, dtype
+        self.device, self.dtype, self.few_shapes = device, dtype, few_shapes
         # [layers, slots, kv heads, positions, head dim]: a row's keys for one head are contiguous, so
         # the attention's products read them without reordering.
         self.keys = torch.zeros(num_layers, 1, num_kv_heads, 0, head_dim, device=device, dtype=dtype)
@@ -39,6 +52,27 @@ class KVPool:
         self.filled = torch.zeros(1, dtype=torch.long, device=device)  # the same, on the device
         self.free: list[int] = []
         self._ints: dict[tuple[int, ...], torch.Tensor] = {}  # see `ints`
+
+    @classmethod
+    def lent(cls, num_layers: int, num_kv_heads: int, head_dim: int, device: torch.device, dtype: torch.dtype):
+        """A `few_shapes` pool: the one an ended engine gave back (`give_back`), else a new one. A run
+        makes an engine of its own, and the graphs captured over the last one's buffers replay
+        again over the same buffers."""
+        key = (num_layers, num_kv_heads, head_dim, torch.device(device), dtype)
+        pool = _IDLE.pop(key, None)
+        return pool if pool is not None else cls(num_layers, num_kv_heads, head_dim, device, dtype, few_shapes=True)
+
+    @torch.inference_mode()
+    def give_back(self) -> None:
+        """Every slot freed, the pool kept for the next engine of its kind (`lent`): one at most."""
+        self.lengths = [0] * len(self.lengths)
+        self.filled.zero_()
+        self.free = list(range(1, len(self.lengths)))  # a sorted list is a heap
+        _IDLE[(*self.shape, torch.device(self.device), self.dtype)] = self
+
+    def reserve(self, slots: int) -> None:
+        """Room for `slots` requests at once (and the scratch slot) before any arrives."""
+        self._grow(slots + 1 + SPARE_SLOTS, 0)
 
     def allocate(self, capacity: int) -> int:
         """A slot for a request that will store up to `capacity` positions."""
@@ -81,6 +115,10 @@ class KVPool:
         have_slots, have_capacity = self.keys.shape[1], self.keys.shape[3]
         if slots <= have_slots and capacity <= have_capacity:
             return
+        if self.few_shapes:
+            slots = 1 << (slots - 1).bit_length()
+            blocks = -(-capacity // KEY_BLOCK)
+            capacity = (1 << (blocks - 1).bit_length()) * KEY_BLOCK if blocks else 0
         layers, heads, dim = self.shape
         slots = max(slots, 2 * have_slots) if slots > have_slots else have_slots  # grow rarely
         size = (layers, slots, heads, max(capacity, have_capacity), dim)

@@ -9,6 +9,7 @@ produces does not depend on the order of the input or on its neighbours' random 
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from typing import Callable, Iterable, Iterator
 
 from ..model.talker import MossTTSLocal
@@ -33,17 +34,26 @@ class Engine:
             raise ValueError("max_batch must be at least 1")
         self.model = model
         self.max_batch = max_batch
-        param = next(model.parameters())
-        backbone = model.cfg.backbone
-        self.pool = KVPool(backbone.num_layers, backbone.num_kv_heads, backbone.head_dim, param.device, param.dtype)
         # The layout is fixed once, here, or handed in (fixed on the thread that runs this engine; a
         # synthesizer's engines share one whatever their batch, so a request's bits do not depend on
         # the batch it runs in); a run's environment reads it.
         self.layout = layout or EngineLayout.fix(model, INVARIANT, max_batch)
+        self.pool = self._pool()
         if self.layout.compile and model.packed:
             raise ValueError("a model with packed weights cannot be compiled: load it with pack=False")
         # One clock for admission and finish times (callers compare with it).
         self.step = DecodeStep(model, self.pool, self.layout, max_batch, logits_hook, clock)
+
+    def _pool(self) -> KVPool:
+        """The KV pool: with --graphs, one an ended engine gave back (its step graphs replay over it)."""
+        param = next(self.model.parameters())
+        backbone = self.model.cfg.backbone
+        shape = (backbone.num_layers, backbone.num_kv_heads, backbone.head_dim, param.device, param.dtype)
+        if not self.layout.graphs:
+            return KVPool(*shape)
+        pool = KVPool.lent(*shape)
+        pool.reserve(self.max_batch)
+        return pool
 
     def run(
         self,
@@ -53,8 +63,10 @@ class Engine:
         cancelled: Callable[[str], bool] | None = None,
     ) -> Iterator[GenerationResult]:
         """Yield each request's result as soon as it finishes."""
-        events = self.events(requests, frames=False, wait=wait, cancelled=cancelled)
-        return (event for event in events if isinstance(event, GenerationResult))
+        with closing(self.events(requests, frames=False, wait=wait, cancelled=cancelled)) as events:
+            for event in events:
+                if isinstance(event, GenerationResult):
+                    yield event
 
     def events(
         self,
@@ -76,11 +88,18 @@ class Engine:
         whose client went away). In batch-invariant mode the others' outputs do not change."""
         waiting = Waiting(requests)
         running: list[Row] = []
-        while True:
-            if waiting.head is None:  # nothing had arrived at the last look
-                if not running and wait is not None:
-                    wait()
-                waiting.look()
-            yield from self.step(waiting, running, frames=frames, cancelled=cancelled)
-            if not running and waiting.ended:
-                return
+        if self.step.pool is not self.pool:  # an earlier run of this engine gave its pool back
+            self.pool = self.step.pool = self._pool()
+        try:
+            while True:
+                if waiting.head is None:  # nothing had arrived at the last look
+                    if not running and wait is not None:
+                        wait()
+                    waiting.look()
+                yield from self.step(waiting, running, frames=frames, cancelled=cancelled)
+                if not running and waiting.ended:
+                    return
+        finally:
+            if self.pool.few_shapes:  # the next engine's graphs replay over it
+                self.pool.give_back()
+                self.step.pool = None

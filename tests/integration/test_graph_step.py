@@ -202,3 +202,30 @@ def test_the_bench_records_graphs_and_reports_no_build_time_where_nothing_is_cap
     assert [(r["mode"], r["compile_s"]) for r in report["results"]] == [("invariant", None), ("fast", None)]
     layouts = {r["mode"]: r["layout"] for r in report["results"]}
     assert layouts == {"invariant": "blocks of 2", "fast": "one block of a power of two rows, at most 2"}
+
+
+def test_engines_under_graphs_hand_their_kv_pool_on_so_graphs_replay_over_the_same_buffers(talker32):
+    """A run makes an engine of its own; under --graphs the next one gets the last one's pool back
+    (every slot free), so the graphs captured over its buffers replay, and its codes are unchanged.
+    A pool in use is never lent, and eager engines keep pools of their own."""
+    layout = EngineLayout.fix(talker32.model, INVARIANT, 4, graphs=True)
+    requests = _requests(talker32)[:3]
+    first = Engine(talker32.model, max_batch=4, layout=layout)
+    busy = Engine(talker32.model, max_batch=4, layout=layout)  # made while the first holds its pool
+    assert busy.pool is not first.pool
+    before = {r.key: r.codes for r in first.run(requests)}
+    buffers = (first.pool.keys.data_ptr(), first.pool.values.data_ptr(), first.pool.filled.data_ptr())
+    second = Engine(talker32.model, max_batch=4, layout=layout)
+    assert second.pool is first.pool and not any(second.pool.lengths) and not second.pool.filled.any()
+    after = {r.key: r.codes for r in second.run(requests)}
+    assert (second.pool.keys.data_ptr(), second.pool.values.data_ptr(), second.pool.filled.data_ptr()) == buffers
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    abandoned = Engine(talker32.model, max_batch=4, layout=layout).run(requests)
+    next(abandoned)  # a run given up halfway (a client gone) gives its pool back too, every slot free
+    abandoned.close()
+    again = Engine(talker32.model, max_batch=4, layout=layout)
+    assert again.pool is first.pool and sorted(again.pool.free) == list(range(1, len(again.pool.lengths)))
+    eager = EngineLayout.fix(talker32.model, INVARIANT, 4)
+    assert Engine(talker32.model, max_batch=4, layout=eager).pool is not Engine(talker32.model, layout=eager).pool
+    slots, positions = first.pool.keys.shape[1], first.pool.keys.shape[3]
+    assert slots & (slots - 1) == 0 and (positions // KEY_BLOCK) & (positions // KEY_BLOCK - 1) == 0  # powers of two
