@@ -110,7 +110,8 @@ class StepGraphs:
         self.capture = device_type == "cuda"
         self.captured: OrderedDict[tuple, _Captured] = OrderedDict()
         # One memory pool shared by the graphs: they replay one at a time on one stream, and each
-        # replay's outputs are copied out before the next, so a graph may reuse another's scratch.
+        # replay's outputs are copied out before the next, so a graph may reuse another's scratch in
+        # any order (safe for graphs that never run concurrently: pytorch/pytorch#166975, as vLLM does).
         self.memory = None
         self.seen: set[tuple] = set()  # shapes compiled or captured so far
 
