@@ -35,6 +35,12 @@ def talker32():
 
 
 @pytest.fixture(scope="session")
+def plain_talker():
+    """The tiny talker with its weights left plain: weights packed for oneDNN cannot be compiled."""
+    return moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float32", pack=False)
+
+
+@pytest.fixture(scope="session")
 def codec():
     return moss_cli.load_codec(TINY_CODEC, device="cpu", dtype="float32")
 

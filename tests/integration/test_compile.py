@@ -26,15 +26,6 @@ def synth():
     return Synthesizer(SynthOptions(device="cpu", compile=True))
 
 
-@pytest.fixture(scope="module")
-def talker32():
-    """Weights left plain: weights packed for oneDNN cannot be compiled."""
-    import moss_cli
-    from moss_cli.assets import TINY_TALKER
-
-    return moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float32", pack=False)
-
-
 def test_compiled_requests_get_bitwise_the_codes_and_pcm_they_get_alone(synth):
     rng = random.Random(7)
     requests = [
@@ -52,20 +43,20 @@ def test_compiled_requests_get_bitwise_the_codes_and_pcm_they_get_alone(synth):
     assert max(r.batch_size_seen for r in together.values()) > 1
 
 
-def _engine_draws(talker32, hook, compile):
-    layout = EngineLayout.fix(talker32.model, INVARIANT, 2, compile)
-    engine = Engine(talker32.model, max_batch=2, layout=layout, logits_hook=hook)
-    prompts = [talker32.prompt(f"hooked request {i}") for i in range(2)]
+def _engine_draws(plain_talker, hook, compile):
+    layout = EngineLayout.fix(plain_talker.model, INVARIANT, 2, compile)
+    engine = Engine(plain_talker.model, max_batch=2, layout=layout, logits_hook=hook)
+    prompts = [plain_talker.prompt(f"hooked request {i}") for i in range(2)]
     requests = [
         GenerationRequest(str(i), p, 6, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=i) for i, p in enumerate(prompts)
     ]
     return list(engine.run(requests))
 
 
-def test_a_recording_hook_sees_the_same_draws_compiled_as_eager(talker32):
+def test_a_recording_hook_sees_the_same_draws_compiled_as_eager(plain_talker):
     calls = {True: [], False: []}
     for compile in (False, True):
-        results = _engine_draws(talker32, lambda *a, c=compile: calls[c].append(a[:3] + (a[4],)), compile)
+        results = _engine_draws(plain_talker, lambda *a, c=compile: calls[c].append(a[:3] + (a[4],)), compile)
         assert results
     assert calls[True] and sorted(calls[True]) == sorted(calls[False])
 
@@ -80,9 +71,9 @@ def test_a_model_with_packed_weights_is_refused_for_compiling():
         Engine(packed.model, layout=EngineLayout.fix(packed.model, INVARIANT, 8, compile=True))
 
 
-def test_a_hook_that_replaces_logits_is_refused_when_compiled(talker32):
+def test_a_hook_that_replaces_logits_is_refused_when_compiled(plain_talker):
     with pytest.raises(ValueError, match="compiled"):
-        _engine_draws(talker32, lambda key, frame, cb, logits, *rest: logits + 1, True)
+        _engine_draws(plain_talker, lambda key, frame, cb, logits, *rest: logits + 1, True)
 
 
 def test_audit_with_compile_passes_bitwise_and_reports_compile_time(tmp_path):

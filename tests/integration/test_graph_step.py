@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from sampling_rows import MIXED  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
@@ -20,18 +21,11 @@ from moss_cli.engine.step import whole_step
 from moss_cli.numerics import FAST, INVARIANT, Layout, Numerics
 from moss_cli.numerics.layout import EngineLayout, Steps
 from moss_cli.numerics.tiles import KEY_BLOCK
-from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
+from moss_cli.sampling_params import STOP_HEAD_DEFAULTS
 
 runner = CliRunner()
 BLOCKS_OF_4 = Numerics(layout=Layout.parse("blocks:4"))
-HEADS = [
-    (AUDIO_DEFAULTS, True),
-    (AUDIO_DEFAULTS, False),
-    (replace(AUDIO_DEFAULTS, repetition_penalty=1.3), True),
-    (replace(AUDIO_DEFAULTS, top_k=0, top_p=0.7), True),
-    (replace(AUDIO_DEFAULTS, top_k=7, top_p=1.0), True),
-    (replace(AUDIO_DEFAULTS, top_k=0, top_p=1.0, temperature=0.9), True),
-]
+HEADS = MIXED
 
 
 def _requests(talker, ignore_stop: bool = False) -> list[GenerationRequest]:
@@ -115,15 +109,6 @@ def _pool_copy(pool):
 
 def _same(a, b) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, b))
-
-
-@pytest.fixture(scope="module")
-def plain_talker():
-    """Weights left plain: weights packed for oneDNN cannot be compiled."""
-    import moss_cli
-    from moss_cli.assets import TINY_TALKER
-
-    return moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float32", pack=False)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from sampling_rows import MIXED  # tests/ is on sys.path
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from moss_cli.engine.requests import GenerationRequest
@@ -78,17 +79,10 @@ def counting(monkeypatch):
 
 
 # Rows' (audio sampling, do_sample). "top-k": every row has a top-k (the sampler's short list);
-# "mixed": the defaults, a greedy row, a repetition penalty, top-p alone, top-k alone, and no filter.
+# "mixed": every kind of row (`sampling_rows.MIXED`).
 COMPOSITIONS = {
     "top-k": [(AUDIO_DEFAULTS, True)] * 4 + [(replace(AUDIO_DEFAULTS, top_k=9), True), (AUDIO_DEFAULTS, False)],
-    "mixed": [
-        (AUDIO_DEFAULTS, True),
-        (AUDIO_DEFAULTS, False),
-        (replace(AUDIO_DEFAULTS, repetition_penalty=1.3), True),
-        (replace(AUDIO_DEFAULTS, top_k=0, top_p=0.7), True),
-        (replace(AUDIO_DEFAULTS, top_k=7, top_p=1.0), True),
-        (replace(AUDIO_DEFAULTS, top_k=0, top_p=1.0, temperature=0.9), True),
-    ],
+    "mixed": MIXED,
 }
 
 
@@ -189,15 +183,6 @@ def _frame_inputs(talker, rows: int = 4):
         torch.rand(rows, cfg.n_vq, cfg.audio_vocab_size, generator=g) < 0.1,
     )
     return torch.randn(rows, cfg.hidden_size, generator=g), draws
-
-
-@pytest.fixture(scope="module")
-def plain_talker():
-    """Weights left plain: weights packed for oneDNN cannot be compiled."""
-    import moss_cli
-    from moss_cli.assets import TINY_TALKER
-
-    return moss_cli.load_talker(TINY_TALKER, device="cpu", dtype="float32", pack=False)
 
 
 @pytest.mark.slow
