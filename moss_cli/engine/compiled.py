@@ -113,45 +113,41 @@ class StepGraphs:
         # replay's outputs are copied out before the next, so a graph may reuse another's scratch in
         # any order (safe for graphs that never run concurrently: pytorch/pytorch#166975, as vLLM does).
         self.memory = None
-        self.seen: set[tuple] = set()  # shapes compiled or captured so far
+        self.seen: set[tuple] = set()  # shapes compiled so far (uncaptured)
 
     def __call__(self, model: torch.nn.Module, pool, inputs, width: int) -> tuple[torch.Tensor, ...]:
         shape = (tuple(inputs.hidden.shape), inputs.hidden.dtype, width, inputs.draws.seen is None)
         start = time.perf_counter()
         if self.capture:
-            out = self._replay(model, pool, inputs, width, shape)
+            # A graph holds the addresses of the weights and the pool it was captured over.
+            buffers = (next(model.parameters()), pool.keys, pool.values, pool.filled)
+            key = (shape, id(model), *((b.data_ptr(), tuple(b.shape)) for b in buffers))
+            built = key not in self.captured
+            out = self._replay(key, model, pool, inputs, width)
         else:
-            out = self._run(model, pool, inputs, width, first=shape not in self.seen)
-        if shape not in self.seen:
+            built = self.compiling and shape not in self.seen
             self.seen.add(shape)
-            if self.compiling or self.capture:
-                _SPENT["seconds"] += time.perf_counter() - start
+            out = self._run(model, pool, inputs, width, first=built)
+        if built:
+            _SPENT["seconds"] += time.perf_counter() - start
         return out
 
-    def _replay(self, model, pool, inputs, width: int, shape: tuple) -> tuple[torch.Tensor, ...]:
-        weights = next(model.parameters())
-        buffers = (pool.keys, pool.values, pool.filled)
-        key = (shape, id(model), weights.data_ptr(), *((b.data_ptr(), tuple(b.shape)) for b in buffers))
-        graph = self.captured.get(key)
-        if graph is None:
+    def _replay(self, key: tuple, model, pool, inputs, width: int) -> tuple[torch.Tensor, ...]:
+        if key not in self.captured:
             if self.memory is None:
                 self.memory = torch.cuda.graph_pool_handle()
-            start = time.perf_counter()
-            graph = _Captured(self._run, model, pool, inputs, width, self.memory)
-            if shape in self.seen:  # a shape seen over other buffers: its capture counts too
-                _SPENT["seconds"] += time.perf_counter() - start
             while len(self.captured) >= MOST_GRAPHS:
                 self.captured.popitem(last=False)
-            self.captured[key] = graph
+            self.captured[key] = _Captured(self._run, model, pool, inputs, width, self.memory)
         self.captured.move_to_end(key)
-        return graph.replay(inputs)
+        return self.captured[key].replay(inputs)
 
     def _run(self, model, pool, inputs, width: int, first: bool = False) -> tuple[torch.Tensor, ...]:
-        if not (self.compiling and first):
-            return self.fn(model, pool, inputs, width)
         try:
             return self.fn(model, pool, inputs, width)
-        except Exception as error:  # inductor reports many kinds of failure
+        except Exception as error:  # inductor reports many kinds of failure, on the first call
+            if not (self.compiling and first):
+                raise
             raise CompileError(f"torch.compile failed: {type(error).__name__}: {error}".splitlines()[0]) from error
 
 

@@ -14,7 +14,11 @@ SCRATCH = 0  # the pool slot idle rows write to
 # Slots the pool keeps past the last one allocated: a lone request's step of two rows (its own and an
 # idle one) then reads both as one view of the pool (BlockedDecode), instead of gathering copies.
 SPARE_SLOTS = 1
-_IDLE: dict[tuple, KVPool] = {}  # `KVPool.lent`: a pool whose engine ended, by its kind
+_IDLE: dict[tuple, KVPool] = {}  # `KVPool.lent`: a pool whose engine ended, by `_kind`
+
+
+def _kind(num_layers: int, num_kv_heads: int, head_dim: int, device, dtype: torch.dtype) -> tuple:
+    return (num_layers, num_kv_heads, head_dim, torch.device(device), dtype)
 
 
 class KVPool:
@@ -58,8 +62,7 @@ class KVPool:
         """A `few_shapes` pool: the one an ended engine gave back (`give_back`), else a new one. A run
         makes an engine of its own, and the graphs captured over the last one's buffers replay
         again over the same buffers."""
-        key = (num_layers, num_kv_heads, head_dim, torch.device(device), dtype)
-        pool = _IDLE.pop(key, None)
+        pool = _IDLE.pop(_kind(num_layers, num_kv_heads, head_dim, device, dtype), None)
         return pool if pool is not None else cls(num_layers, num_kv_heads, head_dim, device, dtype, few_shapes=True)
 
     @torch.inference_mode()
@@ -68,7 +71,7 @@ class KVPool:
         self.lengths = [0] * len(self.lengths)
         self.filled.zero_()
         self.free = list(range(1, len(self.lengths)))  # a sorted list is a heap
-        _IDLE[(*self.shape, torch.device(self.device), self.dtype)] = self
+        _IDLE[_kind(*self.shape, self.device, self.dtype)] = self
 
     def reserve(self, slots: int) -> None:
         """Room for `slots` requests at once (and the scratch slot) before any arrives."""
@@ -241,12 +244,9 @@ class BlockedDecode:
         return pool[self.rows] if isinstance(self.rows, slice) else pool.index_select(0, self.rows)
 
     def advance(self) -> None:
-        """Every real row's length by one (the scratch slot's stays 0): `fixed` on the device only
-        (the host's copy follows once the step is read, `KVPool.stepped`)."""
-        pool = self.pool
-        if self.real is None:
-            pool.filled.index_add_(0, self.slot_ids, self.slot_ids.ne(SCRATCH).to(pool.filled.dtype))
-            return
-        pool.stepped(self.real)
-        ones = torch.ones(len(self.real), dtype=torch.long, device=pool.device)
-        pool.filled.index_add_(0, pool.ints(self.real), ones)
+        """Every real row's length by one (the scratch slot's stays 0), on the device; `of_slots` on
+        the host too (`fixed`: the host's copy follows once the step is read, `KVPool.stepped`)."""
+        filled = self.pool.filled
+        filled.index_add_(0, self.slot_ids, self.slot_ids.ne(SCRATCH).to(filled.dtype))
+        if self.real is not None:
+            self.pool.stepped(self.real)
