@@ -48,7 +48,14 @@ class BodyLimit:
 class ApiKey:
     """ASGI middleware: every route but /health needs `Authorization: Bearer <key>` (as vLLM's
     --api-key); without it, 401 in the API's error shape, before the body is read. The key is
-    compared in constant time and never echoed."""
+    compared in constant time and never echoed.
+
+    A WebSocket upgrade is guarded too, as vLLM guards it: its AuthenticationMiddleware checks
+    `websocket` scopes as it checks `http` ones and answers the upgrade with its 401 response
+    (vllm/entrypoints/serve/middleware/authenticate.py:47-62 at vLLM commit baaf6e9). The 401 goes out before the upgrade
+    through ASGI's denial-response extension (uvicorn offers it); a server without that extension
+    refuses the upgrade by closing before accepting it (policy violation, 1008), which uvicorn
+    answers with 403. Either way no session opens."""
 
     def __init__(self, app, key: str, open_paths: tuple[str, ...]) -> None:
         self.app = app
@@ -56,7 +63,7 @@ class ApiKey:
         self.open_paths = open_paths
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or scope.get("path") in self.open_paths:
+        if scope["type"] not in ("http", "websocket") or scope.get("path") in self.open_paths:
             return await self.app(scope, receive, send)
         given = dict(scope.get("headers", ())).get(b"authorization", b"")
         if hmac.compare_digest(given, self.expected):
@@ -64,5 +71,11 @@ class ApiKey:
         error = ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'")
         body = json.dumps(error.body()).encode()
         headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
-        await send({"type": "http.response.start", "status": 401, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 401, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+        elif "websocket.http.response" in scope.get("extensions", {}):
+            await send({"type": "websocket.http.response.start", "status": 401, "headers": headers})
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong API key"})

@@ -4,15 +4,20 @@ from MOSS_API_KEY."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 from serve_helpers import running
 from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
 from moss_cli.pipeline import SynthOptions
+from moss_cli.remote.settings import ServerOptions
+from moss_cli.remote.speech_stream import SpeechStream, stream_url
 from moss_cli.speech_api import ENVIRONMENT_PATH, HEALTH_PATH, MODELS_PATH, SPEECH_PATH
 
 KEY = "sk-test-5Zr9q"
@@ -55,6 +60,33 @@ def test_every_route_but_health_refuses_a_request_without_the_key(keyed):
     assert httpx.get(url + "/no/such/path", timeout=10).status_code == 401
 
 
+def test_the_websocket_stream_needs_the_key_before_the_upgrade(keyed):
+    """No session opens without the key: the upgrade itself is answered 401 in the API's error shape
+    (as vLLM's middleware answers it), so no session.config is ever read."""
+    url, _ = keyed
+
+    async def upgrade(headers: dict) -> InvalidStatus:
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(stream_url(ServerOptions(url)), additional_headers=headers, open_timeout=10):
+                pass
+        return refused.value
+
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        response = asyncio.run(upgrade(headers)).response
+        assert response.status_code == 401, headers
+        assert response.headers["www-authenticate"] == "Bearer"
+        error = json.loads(response.body)["error"]
+        assert error["code"] == 401 and "Authorization: Bearer" in error["message"] and KEY not in response.body.decode()
+
+    async def speak(options: ServerOptions):
+        async with SpeechStream(options, {"seed": 4, "max_new_tokens": 6}) as stream:
+            return await stream.speak("u0", [BODY["input"]])
+
+    keyed_options = ServerOptions(url, headers=(("Authorization", f"Bearer {KEY}"),), timeout_s=60)
+    reply = asyncio.run(speak(keyed_options))
+    assert len(reply.pcm) > 0 and reply.seed == 4
+
+
 def test_with_the_key_the_server_answers_and_never_shows_the_key(keyed):
     url, _ = keyed
     auth = {"Authorization": f"Bearer {KEY}"}
@@ -69,14 +101,16 @@ def test_the_clients_send_the_key_from_the_option_or_the_environment(keyed, tmp_
     requests = tmp_path / "r.jsonl"
     requests.write_text(json.dumps({"id": "a", "text": "A request with its own seed.", "seed": 4, "max_new_frames": 6}))
     runner = CliRunner()
-    audit = ["audit-determinism", str(requests), "--server", url, "--scenarios", "repeat", "--stagger-ms", "5"]
+    audit = ["audit-determinism", str(requests), "--server", url, "--scenarios", "websocket", "--stagger-ms", "5"]
     refused = runner.invoke(app, audit)
     assert refused.exit_code == 2 and "HTTP 401" in refused.output
     report = tmp_path / "audit.json"
     passed = runner.invoke(app, [*audit, "--api-key", KEY, "--json", str(report)])
     assert passed.exit_code == 0, passed.output
     assert KEY not in passed.output and KEY not in report.read_text()
-    assert "--api-key '***'" in json.loads(report.read_text())["options"]["command"]
+    audited = json.loads(report.read_text())
+    assert "--api-key '***'" in audited["options"]["command"]
+    assert audited["server"]["paths"]["websocket"]["passed"] is True, audited["server"]["paths"]["websocket"]
     monkeypatch.setenv("MOSS_API_KEY", KEY)
     out = tmp_path / "out"
     synth = runner.invoke(app, ["synth", str(requests), "--server", url, "--out", str(out)])
