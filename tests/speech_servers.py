@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import json
 import socket
 import threading
 import time
@@ -260,6 +261,73 @@ def plain_web_server() -> Iterator[str]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
+        server.server_close()
+
+
+# What an HTTP/1.0 speech server (on Python's http.server) answers the WebSocket upgrade with: every
+# way an upgrade fails that a client cannot read as a WebSocket server's refusal, as an older server,
+# a proxy that drops `Upgrade`, or a TLS terminator speaking HTTP/1.0 gives.
+UPGRADE_ANSWERS = {
+    "http/1.0 404": None,  # http.server's own answer to an unknown path
+    "426": b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    "400": b"HTTP/1.1 400 Bad Request\r\nContent-Length: 11\r\nConnection: close\r\n\r\nbad request",
+    "closed": b"",
+    "101 without upgrade": b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n",
+    "http/1.0 200 page": b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n<html>a page</html>",
+}
+
+
+@contextmanager
+def http10_speech_server(upgrade: str = "http/1.0 404", die_after: int | None = None) -> Iterator[str]:
+    """A speech server on Python's http.server, answering in HTTP/1.0 as it does: `POST
+    /v1/audio/speech` with a WAV (the text's tone, noise from the seed, the deploy seed 42 for an
+    unseeded request; `stream` and `stream_format` ignored, as an older server ignores fields it lacks),
+    every other path its own HTML 404, and the WebSocket upgrade as `UPGRADE_ANSWERS[upgrade]` says.
+    `die_after`: from that POST on the connection is closed unanswered (a server that died)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    posts = iter(range(10**9))
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            answer = UPGRADE_ANSWERS[upgrade] if self.headers.get("upgrade") else None
+            if answer is None:
+                self.send_error(404)
+                return
+            self.wfile.write(answer)
+            self.close_connection = True
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+            if die_after is not None and next(posts) >= die_after:
+                self.close_connection = True
+                return
+            if self.path.split("?")[0] != "/v1/audio/speech" or not isinstance(body.get("input"), str):
+                self.send_error(404)
+                return
+            seed = body.get("seed", DEPLOY_SEED)
+            pcm = synthesize(body["input"], seed, int(body.get("max_new_tokens") or 20))
+            buffer = io.BytesIO()
+            sf.write(buffer, pcm, RATE, subtype="PCM_16", format="WAV")
+            self.send_response(200)
+            self.send_header("Content-Type", "audio/wav")
+            self.send_header("Content-Length", str(len(buffer.getvalue())))
+            self.end_headers()
+            self.wfile.write(buffer.getvalue())
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server.handle_error = lambda *args: None  # a client that hung up on a dead server's answer: no traceback
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

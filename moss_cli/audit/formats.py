@@ -159,10 +159,17 @@ def junit_xml(result: AuditResult, golden: GoldenCheck | None) -> str:
         total += len(result.reference)
         failures += len(golden.drifts)
         skipped += len(new)
+    errors = 0
+    if result.stopped is not None:  # the scenarios never run, as one error: CI shows why the audit stopped
+        suite = _suite(root, "audit.incomplete", 1, 0, 0, _seconds(0.0))
+        suite.set("errors", "1")
+        tc = ET.SubElement(suite, "testcase", classname="audit.incomplete", name=result.stopped.scenario, time="0")
+        ET.SubElement(tc, "error", message=result.stopped.sentence, type="incomplete").text = result.stopped.sentence
+        total, errors = total + 1, 1
     root.set("tests", str(total))
     root.set("time", _seconds(result.elapsed_s))
     root.set("failures", str(failures))
-    root.set("errors", "0")
+    root.set("errors", str(errors))
     root.set("skipped", str(skipped))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
@@ -216,7 +223,7 @@ def _paths_suite(root: ET.Element, result: AuditResult) -> tuple[int, int, int]:
 
 
 def _suite(root: ET.Element, name: str, tests: int, failures: int, skipped: int, time: str) -> ET.Element:
-    """A JUnit testsuite with its counts (errors are never counted: an error is exit 2, no report)."""
+    """A JUnit testsuite with its counts (an error is the audit's stop alone: `audit.incomplete`)."""
     counts = {"tests": tests, "failures": failures, "errors": 0, "skipped": skipped}
     return ET.SubElement(root, "testsuite", name=name, **{k: str(v) for k, v in counts.items()}, time=time)
 
@@ -239,6 +246,7 @@ def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
     out = [
         f"## {icon} moss audit-determinism: {'passed' if s['passed'] else outcome(s)}",
         "",
+        *([f"**{result.stopped.sentence}**", ""] if result.stopped is not None else []),
         *(f"- **{line.split(': ', 1)[0]}**: {line.split(': ', 1)[1]}" for line in question_lines(result)),
         "",
         f"Level `{s['level']}`, {s['requests']} requests, {s['cases']} comparisons, {s['elapsed_s']:.1f} s {where}.",

@@ -83,6 +83,8 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
             console.print(f"  environment {k}: {escape(str(a))} -> {escape(str(b))}")
         for said in golden.membership:  # not drift: nothing to compare them with
             console.print(f"  [yellow]{escape(said)}[/]", soft_wrap=True)
+    if result.stopped is not None:
+        console.print(f"[bold red]{escape(result.stopped.sentence)}[/]", highlight=False)
     status = "[bold green]PASSED[/]" if s["passed"] else f"[bold red]{outcome(s)}[/]"
     warned = f", {s['warnings']} warning(s)" if s["warnings"] else ""
     compiled = f" ({s['compile_s']:.1f} s compiling)" if s["compile_s"] is not None else ""

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ContextManager, Iterator, Protocol
 
 from ..config.requests import Request
+from ..errors import MossError
 from ..io.outcome import Outcome
 from ..remote.paths import PATHS
 from .mixups import MixUp, MixUpLog
@@ -52,10 +53,41 @@ class AuditResult:
     compile_s: float | None = None  # --compile or --graphs: part of elapsed_s spent compiling or capturing
     verdicts: dict[str, dict] = field(default_factory=dict)  # request -> its verdict over every comparison
     questions: dict = field(default_factory=dict)  # the seed and numerics questions, answered apart (questions.py)
+    stopped: Stopped | None = None  # the audit stopped partway: what is here is what was compared before it
 
     @property
     def passed(self) -> bool:
-        return not any(case.failed for case in self.cases)
+        return self.stopped is None and not any(case.failed for case in self.cases)
+
+
+@dataclass
+class Sweep:
+    """What every run of an audit is judged against: the reference run and its answers, the rules, the
+    mix-up log, and each request's verdict alone (known once the repeat has run)."""
+
+    baseline: Run
+    reference: dict[str, Outcome]
+    rules: Rules
+    mixups: MixUpLog
+    alone: dict[str, Alone]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Why an audit stopped before its last scenario (a server that died, a scenario asked for by name
+    that the server does not serve), where, and the scenarios it never ran. Its reports hold every
+    comparison made before, marked incomplete; the command exits 2."""
+
+    error: str
+    scenario: str  # the scenario under way
+    not_run: tuple[str, ...]  # that one (unless it had finished) and every one after it
+
+    def as_dict(self) -> dict:
+        return {"error": self.error, "scenario": self.scenario, "not_run": list(self.not_run)}
+
+    @property
+    def sentence(self) -> str:
+        return f"INCOMPLETE: the audit stopped in {self.scenario}: {self.error}; not run: {', '.join(self.not_run)}"
 
 
 class Executor(Protocol):
@@ -114,50 +146,34 @@ class Auditor:
         mixups = MixUpLog(keys, rules.min_snr_db)
         found = mixups.add("reference", baseline.label, reference)
         cases = _on_paths(baseline, mixed_up("reference", baseline.label, found, reference, rules), executor)
-        alone_verdicts = {k: Alone(True) for k in keys}
-        outputs, scenario_s, skipped = {}, {}, {}
+        sweep = Sweep(baseline, reference, rules, mixups, {k: Alone(True) for k in keys})
+        outputs, scenario_s, skipped, stopped = {}, {}, {}, None
         if "seeds" in self.scenarios:
             planned.append(("seeds", seed_probes(audited, executor.deploy_seeds(reference), set(rules.greedy))))
             executed = _chain(executed, executor, planned[-1][1])
-        for scenario, runs in planned:
+        for done, (scenario, runs) in enumerate(planned):
             began = time.perf_counter()
-            for run in runs:
-                got = next(executed)
-                if isinstance(got, Skipped):
-                    skipped[scenario] = got.reason
-                    continue
-                outputs[(scenario, run.label)] = got
-                cases += _on_paths(
-                    run, mixed_up(scenario, run.label, mixups.add(scenario, run.label, got), got, rules), executor
-                )
-                if scenario == "repeat":
-                    alone_verdicts = {k: alone(by_id[k], reference[k], got[k], rules) for k in keys}
-                for member in run.audited:
-                    key, judged = member.key, time.perf_counter()
-                    case = judge(
-                        scenario,
-                        run.label,
-                        key,
-                        reference[key],
-                        got[key],
-                        alone_verdicts[key],
-                        rules,
-                        expect=member.expect,
-                        evidence=executor.evidence(run, key),
-                        attribute=executor.attribution(baseline, run, key),
-                        batch_item=member.batched,
-                        sent_alone=run.alone,
-                        request=member.request,
-                        path=run.path(key).name if executor.target.server else None,
-                    )
-                    case.wall_s = got[key].wall_s + time.perf_counter() - judged
-                    cases += _on_paths(run, [case], executor)
-            scenario_s[scenario] = time.perf_counter() - began
-        for scenario in skipped:
-            del scenario_s[scenario]
+            try:
+                for run in runs:
+                    got = next(executed)
+                    if isinstance(got, Skipped) and scenario in (opts.scenarios or ()):
+                        raise MossError(f"{scenario}, asked for by name: {got.reason}", field="--scenarios")
+                    if isinstance(got, Skipped):  # every run of the scenario is (the check is made once)
+                        skipped[scenario] = got.reason
+                        continue
+                    outputs[(scenario, run.label)] = got
+                    if scenario == "repeat":  # every verdict after it rests on it, its own run's included
+                        sweep.alone = {k: alone(by_id[k], reference[k], got[k], rules) for k in keys}
+                    cases += self._judged(executor, sweep, scenario, run, got)
+            except MossError as e:
+                stopped = Stopped(e.describe(), scenario, tuple(s for s, _ in planned[done:]))
+                break
+            if scenario not in skipped:
+                scenario_s[scenario] = time.perf_counter() - began
         numeric_variance(cases)
         verdicts = request_verdicts(cases, keys)
         server = executor.report(verdicts)
+        ran = tuple(s for s in self.scenarios if stopped is None or s not in stopped.not_run)
 
         def questions(judged: list[Case], requests: list[str]) -> dict:
             return answer(judged, requests, opts.level, executor.target.server)
@@ -165,9 +181,10 @@ class Auditor:
         if server is not None:
             server["skipped"] = skipped
             paths = {name: path.scenario for name, path in PATHS.items()}
-            server["paths"] = path_verdicts(cases, paths, self.scenarios, skipped, questions)
+            unrun = {s: f"not run: {stopped.sentence.split(': ', 1)[1]}" for s in stopped.not_run} if stopped else {}
+            server["paths"] = path_verdicts(cases, paths, ran, skipped, questions, unrun)
         return AuditResult(
-            AuditOptions(**{**opts.__dict__, "scenarios": tuple(s for s in self.scenarios if s not in skipped)}),
+            AuditOptions(**{**opts.__dict__, "scenarios": tuple(s for s in ran if s not in skipped)}),
             cases,
             executor.environment(),
             reference,
@@ -182,7 +199,35 @@ class Auditor:
             compile_s=executor.compile_s(),
             verdicts=verdicts,
             questions=questions(cases, keys),
+            stopped=stopped,
         )
+
+    def _judged(self, executor: Executor, sweep: Sweep, scenario: str, run: Run, got: dict[str, Outcome]) -> list[Case]:
+        """One run's cases: another request's audio first (a mix-up), then each audited member against
+        its reference."""
+        found = sweep.mixups.add(scenario, run.label, got)
+        cases = _on_paths(run, mixed_up(scenario, run.label, found, got, sweep.rules), executor)
+        for member in run.audited:
+            key, judged = member.key, time.perf_counter()
+            case = judge(
+                scenario,
+                run.label,
+                key,
+                sweep.reference[key],
+                got[key],
+                sweep.alone[key],
+                sweep.rules,
+                expect=member.expect,
+                evidence=executor.evidence(run, key),
+                attribute=executor.attribution(sweep.baseline, run, key),
+                batch_item=member.batched,
+                sent_alone=run.alone,
+                request=member.request,
+                path=run.path(key).name if executor.target.server else None,
+            )
+            case.wall_s = got[key].wall_s + time.perf_counter() - judged
+            cases += _on_paths(run, [case], executor)
+        return cases
 
 
 def _on_paths(run: Run, cases: list[Case], executor: Executor) -> list[Case]:

@@ -24,7 +24,8 @@ def summary(result: AuditResult, golden: GoldenCheck | None) -> dict:
     passed = result.passed and (golden is None or golden.passed)
     return {
         "passed": passed,
-        "exit_code": 0 if passed else 1,
+        "exit_code": 2 if result.stopped is not None else 0 if passed else 1,
+        "incomplete": None if result.stopped is None else result.stopped.as_dict(),
         "level": result.options.level,
         "requests": len(result.requests),
         "cases": len(result.cases),
@@ -44,6 +45,8 @@ def outcome(s: dict) -> str:
     """PASSED, or FAILED with what failed: violations, golden drift or both."""
     if s["passed"]:
         return "PASSED"
+    if s["incomplete"]:
+        return f"INCOMPLETE (stopped in {s['incomplete']['scenario']})"
     reasons = (["violations"] if s["failures"] else []) + (["golden drift"] if s["golden_drift"] else [])
     return f"FAILED ({' and '.join(reasons)})"
 

@@ -443,6 +443,7 @@ def path_verdicts(
     chosen: tuple[str, ...],
     skipped: dict[str, str],
     questions: Callable[[list[Case], list[str]], dict],
+    not_run: dict[str, str] | None = None,
 ) -> dict[str, dict]:
     """Each server path's verdict over the comparisons of what it answered, with the requests that
     failed on it (`failed`: request -> its first cause there; `passed`: none did, None where nothing
@@ -451,7 +452,8 @@ def path_verdicts(
     single route): a probe that fails counts on every path that answered the request. `paths`:
     path -> the scenario that audits it (None: the single route, which the others use); `chosen`:
     the scenarios run; `skipped`: scenario -> why the server could not be given it; `questions`:
-    the two questions answered over a path's comparisons and requests (questions.answer)."""
+    the two questions answered over a path's comparisons and requests (questions.answer); `not_run`:
+    scenario -> why an audit that stopped partway never ran it."""
     probes = [
         c
         for c in cases
@@ -463,6 +465,8 @@ def path_verdicts(
         if not mine:
             if scenario in skipped:
                 verdict, detail = "skipped", skipped[scenario]
+            elif scenario in (not_run or {}):
+                verdict, detail = "not audited", (not_run or {})[scenario]
             elif scenario is not None and scenario not in chosen:
                 verdict, detail = "not audited", f"the {scenario} scenario was not chosen (--scenarios)"
             else:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__
+from .. import __version__, speech_api
 from ..audit.compare import compare
 from ..audit.verdicts import unseeded_causes
 from ..config.effective import SeedSource
@@ -39,6 +39,7 @@ from ..remote.paths import RAW_STREAM, SINGLE, WEBSOCKET, ServingPath
 from ..remote.reply import Reply
 from ..remote.session import ServerSession
 from ..remote.settings import ServerOptions
+from ..remote.speech_stream import StreamUnavailable
 from ..report.page import MAX_PLOTTED_PAIRS
 from ..speech_api import body_from_request
 from .arms import arm_seed, check_deploy_seed, must_hold
@@ -263,10 +264,18 @@ class ServerBench:
                 bodies = {arm: [self._body(arm, r, i) for i, r in enumerate(self.requests)] for arm in o.arms}
                 on_phase(f"references: {len(self.requests)} request(s) x {len(o.arms)} arm(s), each alone")
                 references = {}
-                for arm in o.arms:
-                    for request, body in zip(self.requests, bodies[arm]):
-                        reply = await o.serving_path.speak(client, request.id, body, f"{arm}/alone")
-                        references[(arm, request.id)] = reply
+                try:
+                    for arm in o.arms:
+                        for request, body in zip(self.requests, bodies[arm]):
+                            reply = await o.serving_path.speak(client, request.id, body, f"{arm}/alone")
+                            references[(arm, request.id)] = reply
+                except StreamUnavailable as e:  # the path asked for by name: its absence is the error
+                    others = " or ".join(name for name in BENCH_PATHS if name != o.path)
+                    raise MossError(
+                        f"{o.path}: the server does not serve {o.serving_path.refused} "
+                        f"({speech_api.STREAM_PATH}): {e.reason}; bench another path (--path {others})",
+                        field="--path",
+                    ) from None
                 reported = (
                     [references[("unseeded", r.id)].seed_source for r in self.requests] if "unseeded" in o.arms else []
                 )

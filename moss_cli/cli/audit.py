@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from ..audit.scenarios import SCENARIOS, SERVER_SCENARIOS
 from ..errors import MossError
@@ -123,11 +124,12 @@ def audit_determinism(
 
                 run_audit = partial(audit_on_ray, cluster, on_event=ray_event)
             result = run_audit(options)
-        check = check_golden(golden, result) if golden is not None else None
-        write_reports(
+        complete = result.stopped is None  # a partial audit is no baseline and has no drift to show
+        check = check_golden(golden, result) if golden is not None and complete else None
+        written = write_reports(
             result, check, json_path=json_path, junit_path=junit, markdown_path=markdown, report_dir=report_dir
         )
-        if save_golden_path is not None:
+        if save_golden_path is not None and complete:
             save_golden(save_golden_path, result)
     render(stdout, result, check)
     if result.server:
@@ -136,7 +138,19 @@ def audit_determinism(
         render_server(stdout, result)
     if report_dir is not None:
         stdout.print(f"report: {report_dir / 'index.html'}", highlight=False, soft_wrap=True)
+    if save_golden_path is not None and result.stopped is None:
+        stdout.print(f"golden baseline saved: {save_golden_path}", highlight=False, soft_wrap=True)
     s = summary(result, check)
+    if result.stopped is not None:
+        shown = [str(path) for path in written if not path.name.startswith(".")]  # not the report folder's mark
+        kept = f"; the reports hold the {s['cases']} comparisons made before ({', '.join(shown)})"
+        baseline = "; no golden baseline saved or checked" if save_golden_path or golden else ""
+        stderr.print(
+            f"[bold red]error:[/] {escape(result.stopped.error)}{escape(kept if written else '')}{baseline}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(2)
     if s["failures"]:
         stderr.print(f"audit found violations ({s['failures']})", style="red")
     if UNSEEDED_NOT_REPRODUCIBLE in s["causes"]:

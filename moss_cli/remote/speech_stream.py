@@ -24,7 +24,14 @@ from typing import Any, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
+from websockets.exceptions import (
+    ConnectionClosed,
+    InvalidHandshake,
+    InvalidMessage,
+    InvalidStatus,
+    InvalidURI,
+    WebSocketException,
+)
 
 from .. import speech_api
 from .client import ServerError
@@ -48,6 +55,19 @@ def stream_url(options: ServerOptions) -> str:
     parts = urlsplit(options.base_url)
     scheme = "wss" if parts.scheme == "https" else "ws"
     return urlunsplit((scheme, parts.netloc, parts.path + speech_api.STREAM_PATH, options.query, ""))
+
+
+def not_an_upgrade(error: InvalidHandshake) -> str:
+    """Why an answer to the upgrade is not a WebSocket server's, in words: an HTTP/1.0 page (Python's
+    http.server, an old proxy), a connection closed on the upgrade, something that is not HTTP, or a
+    101 without the handshake's headers (a proxy that drops `Upgrade`)."""
+    cause = error.__cause__
+    if isinstance(error, InvalidMessage) and isinstance(cause, EOFError):
+        return "the connection was closed on the WebSocket upgrade: no WebSocket server answers there"
+    if isinstance(error, InvalidMessage):
+        line = str(cause).rpartition(": ")[2] if cause is not None else str(error)
+        return f"the WebSocket upgrade was answered {line[:120]!r}, not as a WebSocket server answers it"
+    return f"the WebSocket upgrade was not completed ({type(error).__name__}: {str(error)[:120]})"
 
 
 def text_chunks(text: str, pieces: int = 3) -> list[str]:
@@ -79,6 +99,21 @@ class SpeechStream:
     def _fail(self, message: str, request: str | None = None) -> ServerError:
         return ServerError(self.options.redact(message), request=request)
 
+    def _refused(self, status: int, phrase: str, headers) -> ServerError:
+        """An HTTP answer to the upgrade instead of 101. A server trouble (a 5xx but 501 and 505, a 408 or
+        429: busy) is an error as it is on any route; any other answer says that this server, or a
+        proxy before it, does not serve the stream here, which a caller may skip."""
+        said = f"HTTP {status}{f' {phrase}' if phrase else ''} to the WebSocket upgrade"
+        if (status >= 500 and status not in (501, 505)) or status in (408, 429):
+            return self._fail(f"{self.where}: {said}")
+        if status in NO_ROUTE:
+            reason = f"{said}: the server has no {speech_api.STREAM_PATH}"
+        elif 300 <= status < 400:
+            reason = f"{said}: a redirect to {headers.get('location', '(no Location)')}, not followed"
+        else:
+            reason = f"{said}: not a WebSocket server's answer"
+        return StreamUnavailable(self.options.redact(f"{self.where}: {reason}"), self.options.redact(reason))
+
     async def __aenter__(self) -> SpeechStream:
         try:
             self._socket = await connect(
@@ -90,13 +125,12 @@ class SpeechStream:
                 proxy=None,  # as the HTTP client: straight to --server
             )
         except InvalidStatus as e:
-            status = e.response.status_code
-            if status in NO_ROUTE:
-                reason = f"HTTP {status} to the WebSocket upgrade: the server has no {speech_api.STREAM_PATH}"
-                raise StreamUnavailable(self.options.redact(f"{self.where}: {reason}"), reason) from None
-            raise self._fail(f"{self.where}: HTTP {status} to the WebSocket upgrade") from None
+            raise self._refused(e.response.status_code, e.response.reason_phrase, e.response.headers) from None
         except TimeoutError:
             raise self._fail(f"{self.where}: no WebSocket handshake within {self.options.timeout_s:g} s") from None
+        except InvalidHandshake as e:  # an answer that is no WebSocket server's: the route is not served here
+            reason = not_an_upgrade(e)
+            raise StreamUnavailable(self.options.redact(f"{self.where}: {reason}"), reason) from None
         except (OSError, InvalidURI, WebSocketException) as e:
             raise self._fail(f"{self.where}: cannot open a WebSocket ({type(e).__name__}: {e})") from None
         await self._send(self.config, None)

@@ -52,10 +52,10 @@ class ApiKey:
 
     A WebSocket upgrade is guarded too, as vLLM guards it: its AuthenticationMiddleware checks
     `websocket` scopes as it checks `http` ones and answers the upgrade with its 401 response
-    (vllm/entrypoints/serve/middleware/authenticate.py:47-62 at vLLM commit baaf6e9). The 401 goes out before the upgrade
-    through ASGI's denial-response extension (uvicorn offers it); a server without that extension
-    refuses the upgrade by closing before accepting it (policy violation, 1008), which uvicorn
-    answers with 403. Either way no session opens."""
+    (vllm/entrypoints/serve/middleware/authenticate.py:47-62, vLLM commit baaf6e9). The 401 goes
+    out before the upgrade through ASGI's denial-response extension (uvicorn offers it); a server
+    without that extension refuses the upgrade by closing before accepting it (policy violation,
+    1008), which uvicorn answers with 403. Either way no session opens."""
 
     def __init__(self, app, key: str, open_paths: tuple[str, ...]) -> None:
         self.app = app

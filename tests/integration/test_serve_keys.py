@@ -9,10 +9,10 @@ import json
 
 import httpx
 import pytest
-from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
 from serve_helpers import running
 from typer.testing import CliRunner
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from moss_cli.cli.app import app
 from moss_cli.pipeline import SynthOptions
@@ -76,7 +76,8 @@ def test_the_websocket_stream_needs_the_key_before_the_upgrade(keyed):
         assert response.status_code == 401, headers
         assert response.headers["www-authenticate"] == "Bearer"
         error = json.loads(response.body)["error"]
-        assert error["code"] == 401 and "Authorization: Bearer" in error["message"] and KEY not in response.body.decode()
+        assert error["code"] == 401 and "Authorization: Bearer" in error["message"]
+        assert KEY not in response.body.decode()
 
     async def speak(options: ServerOptions):
         async with SpeechStream(options, {"seed": 4, "max_new_tokens": 6}) as stream:

@@ -233,10 +233,15 @@ def test_fields_the_server_would_drop_are_refused_before_anything_is_sent(reques
     assert [c["run"] for c in report["cases"] if c["request"] == "greedy"] == ["repeat"]
 
 
-def test_a_server_that_refuses_reference_audio_skips_the_voices_scenario_and_says_so(requests, tmp_path):
+def test_a_server_that_refuses_reference_audio_cannot_be_given_the_voices_scenario_asked_for(requests, tmp_path):
+    """Named in --scenarios, a scenario the server refuses is an error (exit 2) with the server's words,
+    after the report of what ran before it; left to the default set, it is skipped with them."""
     code, report, output = _audit(Behaviour(refuse_ref_audio=True), requests, tmp_path, "--scenarios", "voices")
+    assert code == 2, output
+    assert "voices, asked for by name: the server refuses reference audio" in flat(output)
+    assert "voices" not in report["summary"]["scenarios"] and report["summary"]["incomplete"]["scenario"] == "voices"
+    code, report, output = _audit(Behaviour(refuse_ref_audio=True), requests, tmp_path)
     assert code == 0, output
-    assert "voices" not in report["summary"]["scenarios"]
     assert "refuses reference audio" in report["server"]["skipped"]["voices"]
     assert "skipped voices" in flat(output)
 

@@ -141,7 +141,10 @@ def test_a_server_without_the_batch_route_skips_that_path_and_says_why(tmp_path)
     rows = [{"id": "unseeded", "text": "No seed.", "max_new_frames": 3}, {"id": "seeded", "text": "Seed.", "seed": 5}]
     write_rows(requests, rows)
     with serving(Behaviour(moss_headers=True)) as url:
-        code, report, output = _audit(url, tmp_path / "r", requests, "--scenarios", "repeat,batch")
+        code, report, output = _audit(url, tmp_path / "named", requests, "--scenarios", "repeat,batch")
+        assert code == 2 and "batch, asked for by name: the server has no batch route" in output, output
+        # Left to the default set, the path is skipped with the same words and every other one audited.
+        code, report, output = _audit(url, tmp_path / "r", requests)
     assert code == 0, output
     batch = report["server"]["paths"]["batch"]
     assert batch["verdict"] == "skipped" and batch["passed"] is None
@@ -149,14 +152,14 @@ def test_a_server_without_the_batch_route_skips_that_path_and_says_why(tmp_path)
     assert report["server"]["skipped"]["batch"] == batch["detail"]
     assert _paths(report) == {
         "single": "identical",
-        "sse": "not audited",
-        "raw-stream": "not audited",
+        "sse": "identical",
+        "raw-stream": "identical",
         "batch": "skipped",
-        "websocket": "not audited",
+        "websocket": "skipped",
     }
     assert "skipped batch: the server has no batch route" in output
     suite = _path_suite(tmp_path / "r")
-    assert suite.get("skipped") == "4" and suite.get("failures") == "0"
+    assert suite.get("skipped") == "2" and suite.get("failures") == "0"
     assert ("batch", "skipped", "") in _page_paths(report)
 
 

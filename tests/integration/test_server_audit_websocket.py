@@ -107,27 +107,26 @@ def test_after_the_fix_every_utterance_is_the_request_alone_on_a_fresh_or_reused
     assert _websocket_case(tmp_path / "r").find("failure") is None
 
 
-def test_a_deploy_without_the_streaming_handler_skips_the_path_in_its_words(tmp_path):
+def test_a_deploy_without_the_streaming_handler_is_named_in_its_words(tmp_path):
+    """The websocket scenario asked for by name: its absence is exit 2 in vllm-omni's words, after the
+    report of the repeat (the default set skips it in the same words: test_server_audit_upgrade.py)."""
     code, report, output = _audit_websocket(tmp_path, FakeMossLocalEngine(fixed=True), streaming_speech_available=False)
-    assert code == 0, output
+    assert code == 2, output
+    said = "the server does not serve the WebSocket stream (/v1/audio/speech/stream): Streaming speech is not available"
+    assert f"websocket, asked for by name: {said}" in output
     websocket = report["server"]["paths"]["websocket"]
-    assert websocket["verdict"] == "skipped" and websocket["passed"] is None
-    assert websocket["detail"] == (
-        "the server does not serve the WebSocket stream (/v1/audio/speech/stream): Streaming speech is not available"
-    )
-    assert report["server"]["skipped"] == {"websocket": websocket["detail"]}
-    assert "skipped websocket: the server does not serve the WebSocket stream" in output
-    assert _websocket_case(tmp_path / "r").find("skipped") is not None
+    assert websocket["verdict"] == "not audited" and said in websocket["detail"]
+    assert report["summary"]["incomplete"]["not_run"] == ["websocket"]
+    assert report["server"]["paths"]["single"]["verdict"] == "identical"
 
 
-def test_a_server_without_the_route_skips_the_path(tmp_path):
+def test_a_server_without_the_route_is_refused_the_scenario_asked_for(tmp_path):
     requests = write_rows(tmp_path / "r.jsonl", [{"id": "u", "text": "No seed.", "max_new_frames": 3}])
     with serving(Behaviour(moss_headers=True)) as url:
         code, report, output = _audit(url, tmp_path, requests, "--scenarios", "repeat,websocket")
-    assert code == 0, output
-    websocket = report["server"]["paths"]["websocket"]
-    assert websocket["verdict"] == "skipped"
-    assert "to the WebSocket upgrade: the server has no /v1/audio/speech/stream" in websocket["detail"]
+    assert code == 2, output
+    assert "to the WebSocket upgrade: the server has no /v1/audio/speech/stream" in output
+    assert report["summary"]["scenarios"] == {"repeat": {"pass": 1}}
 
 
 def test_text_chunks_join_to_the_text_and_cut_between_words():
