@@ -285,15 +285,23 @@ UPGRADE_ANSWERS = {
 
 
 @contextmanager
-def http10_speech_server(upgrade: str = "http/1.0 404", die_after: int | None = None) -> Iterator[str]:
+def http10_speech_server(
+    upgrade: str = "http/1.0 404",
+    die_after: int | None = None,
+    hang_after: int | None = None,
+    served: list | None = None,
+) -> Iterator[str]:
     """A speech server on Python's http.server, answering in HTTP/1.0 as it does: `POST
     /v1/audio/speech` with a WAV (the text's tone, noise from the seed, the deploy seed 42 for an
     unseeded request; `stream` and `stream_format` ignored, as an older server ignores fields it lacks),
     every other path its own HTML 404, and the WebSocket upgrade as `UPGRADE_ANSWERS[upgrade]` says.
-    `die_after`: from that POST on the connection is closed unanswered (a server that died)."""
+    `die_after`: from that POST on the connection is closed unanswered (a server that died); `hang_after`:
+    from that POST on nothing is answered until the server stops (a hung server). `served` gets the body
+    of every POST answered."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     posts = iter(range(10**9))
+    stopping = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:
@@ -309,7 +317,11 @@ def http10_speech_server(upgrade: str = "http/1.0 404", die_after: int | None = 
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-            if die_after is not None and next(posts) >= die_after:
+            number = next(posts)
+            if hang_after is not None and number >= hang_after:
+                stopping.wait()
+                return
+            if die_after is not None and number >= die_after:
                 self.close_connection = True
                 return
             if self.path.split("?")[0] != "/v1/audio/speech" or not isinstance(body.get("input"), str):
@@ -324,6 +336,8 @@ def http10_speech_server(upgrade: str = "http/1.0 404", die_after: int | None = 
             self.send_header("Content-Length", str(len(buffer.getvalue())))
             self.end_headers()
             self.wfile.write(buffer.getvalue())
+            if served is not None:
+                served.append(body)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
@@ -333,6 +347,100 @@ def http10_speech_server(upgrade: str = "http/1.0 404", die_after: int | None = 
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        stopping.set()
         server.shutdown()
         thread.join(timeout=5)
         server.server_close()
+
+
+# A hostile or broken server's answer to every POST (GETs, the client's probe, get a 404): each is one way a
+# server can hold a client forever, or grow it without bound, unless the client bounds the answer.
+_WAV_STREAM_HEADER = (
+    b"RIFF\xff\xff\xff\xffWAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00\xc0\x5d\x00\x00\x80\xbb\x00\x00\x02\x00\x10\x00"
+    b"data\xff\xff\xff\xff"
+)
+HOSTILE = (
+    "endless-wav",  # 200, a WAV stream's header, then silence as fast as the socket takes it, never ending
+    "trickle",  # 200 with Content-Length 2 GB, then a byte a second
+    "trickle-chunked",  # 200, chunked, a byte a second, never ending
+    "huge-error",  # 400 whose JSON error message is 50 MB
+    "lying-wav",  # 200 audio/wav whose header claims 2 GB of data, carrying 1,001 bytes of garbage
+    "redirect",  # 302 to another address, with a token in its query
+    "too-long",  # 200 with a WAV of 100 frames' audio, whatever the request's budget
+)
+
+
+@contextmanager
+def hostile(kind: str) -> Iterator[str]:
+    """A server on a raw socket that answers every POST as `kind` (HOSTILE) says; each connection in a
+    thread of its own, all of them stopped on exit (a write to a client that has gone ends its thread)."""
+    assert kind in HOSTILE, kind
+    sock = free_socket()
+    sock.listen(16)
+    sock.settimeout(0.1)
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            got = conn.recv(65536)
+            if not got:
+                return
+            head += got
+        if head.startswith(b"GET "):
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            return
+        if kind == "endless-wav":
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: audio/wav\r\nConnection: close\r\n\r\n" + _WAV_STREAM_HEADER
+            )
+            while not stop.is_set():
+                conn.sendall(bytes(65536))
+        elif kind in ("trickle", "trickle-chunked"):
+            framing = "Content-Length: 2000000000" if kind == "trickle" else "Transfer-Encoding: chunked"
+            conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Type: audio/wav\r\n{framing}\r\n\r\n".encode())
+            while not stop.wait(1.0):
+                conn.sendall(b"R" if kind == "trickle" else b"1\r\nR\r\n")
+        elif kind == "huge-error":
+            message = b'{"error": {"message": "' + b"x" * 50_000_000 + b'", "type": "BadRequestError", "code": 400}}'
+            conn.sendall(f"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {len(message)}"
+                         "\r\nConnection: close\r\n\r\n".encode() + message)  # fmt: skip
+        elif kind == "lying-wav":
+            body = b"RIFF" + (2**31).to_bytes(4, "little") + b"WAVE" + bytes(range(256)) * 3 + bytes(1001 - 780)
+            conn.sendall(
+                f"HTTP/1.1 200 OK\r\nContent-Type: audio/wav\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+            )
+        elif kind == "redirect":
+            conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:9/elsewhere?token=s3cr3t-t0ken\r\n"
+                         b"Content-Length: 0\r\n\r\n")  # fmt: skip
+        else:  # too-long
+            buffer = io.BytesIO()
+            sf.write(buffer, synthesize("too long", 1, 100), RATE, subtype="PCM_16", format="WAV")
+            body = buffer.getvalue()
+            conn.sendall(
+                f"HTTP/1.1 200 OK\r\nContent-Type: audio/wav\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+            )
+
+    def serve_one(conn: socket.socket) -> None:
+        with conn:
+            try:
+                answer(conn)
+            except OSError:  # the client went away: what a bounded client does
+                pass
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        sock.close()

@@ -81,6 +81,7 @@ class Stopped:
     error: str
     scenario: str  # the scenario under way
     not_run: tuple[str, ...]  # that one (unless it had finished) and every one after it
+    signum: int | None = None  # stopped by a signal (SIGINT, SIGTERM): the command exits 128 + signum
 
     def as_dict(self) -> dict:
         return {"error": self.error, "scenario": self.scenario, "not_run": list(self.not_run)}
@@ -165,8 +166,13 @@ class Auditor:
                     if scenario == "repeat":  # every verdict after it rests on it, its own run's included
                         sweep.alone = {k: alone(by_id[k], reference[k], got[k], rules) for k in keys}
                     cases += self._judged(executor, sweep, scenario, run, got)
-            except MossError as e:
-                stopped = Stopped(e.describe(), scenario, tuple(s for s, _ in planned[done:]))
+            except (MossError, KeyboardInterrupt) as e:
+                not_run = tuple(s for s, _ in planned[done:])
+                if isinstance(e, MossError):
+                    stopped = Stopped(e.describe(), scenario, not_run)
+                else:
+                    signum = getattr(e, "signum", 2)
+                    stopped = Stopped(f"interrupted (signal {signum})", scenario, not_run, signum)
                 break
             if scenario not in skipped:
                 scenario_s[scenario] = time.perf_counter() - began

@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from ..audit.scenarios import SCENARIOS, SERVER_SCENARIOS
 from ..errors import MossError
+from ..interrupts import interrupts_as_exceptions
 from . import numbers
 from . import options as opt
 from . import server_options as srv
@@ -73,7 +74,8 @@ def audit_determinism(
     headers when it sends them); --deploy then names the deploy file the server runs, whose stage-0
     seed unseeded requests must get (the deploy-seed fix). Exit 0: no violation; 1: a violation (or
     golden drift); 2: bad input or runtime error (including a server that does not answer with audio)."""
-    with user_errors():
+    # A signal stops the audit through its reports: what was compared before is written, marked incomplete.
+    with user_errors(), interrupts_as_exceptions():
         # torch loads here, not for --help
         from ..audit.golden import check_golden, save_golden
         from ..audit.report import REPORT_DIR_FILES, render, summary, write_reports
@@ -150,7 +152,7 @@ def audit_determinism(
             highlight=False,
             soft_wrap=True,
         )
-        raise typer.Exit(2)
+        raise typer.Exit(2 if result.stopped.signum is None else 128 + result.stopped.signum)
     if s["failures"]:
         stderr.print(f"audit found violations ({s['failures']})", style="red")
     if UNSEEDED_NOT_REPRODUCIBLE in s["causes"]:

@@ -28,7 +28,17 @@ TimeoutOption = Annotated[
     typer.Option(
         "--timeout",
         callback=numbers.SECONDS,
-        help="--server: seconds to wait for each answer before giving up (exit 2).",
+        help="--server: seconds to wait for each read of an answer (its first byte included) before giving up "
+        "(exit 2).",
+    ),
+]
+DeadlineOption = Annotated[
+    Optional[float],
+    typer.Option(
+        "--deadline",
+        callback=numbers.SECONDS,
+        help="--server: seconds a whole answer may take (default: --timeout plus one second per frame of the "
+        "request's budget, max_new_frames, or 4096 frames without one); a longer one is an error (exit 2).",
     ),
 ]
 RetriesOption = Annotated[
@@ -107,6 +117,7 @@ ServedModelOption = Annotated[
 # --concurrency (a list of levels to sweep).
 CLIENT_OPTIONS = (
     option("timeout", TimeoutOption, 300.0),
+    option("deadline", DeadlineOption, None),
     option("retries", RetriesOption, 0),
     option("header", HeaderOption, None),
     option("response_format", ResponseFormatOption, "wav"),
@@ -131,6 +142,7 @@ def server_options(
     server: str,
     concurrency: int,
     timeout: float,
+    deadline: float | None,
     retries: int,
     header: list[str] | None,
     response_format: str,
@@ -150,6 +162,7 @@ def server_options(
         url=server,
         headers=headers,
         timeout_s=timeout,
+        deadline_s=deadline,
         retries=retries,
         concurrency=concurrency,
         model=served_model,

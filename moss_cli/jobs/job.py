@@ -202,6 +202,11 @@ def run_job(
         kept = (KeyboardInterrupt, MossError) if facts.failure_keeps_manifest else KeyboardInterrupt
         if isinstance(stopped, kept) and (facts.folder_first or outdir.rows):  # what finished stays: resumable
             outdir.write_manifest()
+            if isinstance(stopped, MossError) and outdir.rows:  # as an interrupt says it (cli/common.py)
+                stopped.message += (
+                    f"; the {len(outdir.rows)} finished output(s) are kept in {out}: run the same command again "
+                    "to resume"
+                )
         raise
     wall = time.perf_counter() - start
     recorded = source.environment()

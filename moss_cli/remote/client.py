@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import speech_api
 from ..errors import MossError
+from .bounds import ERROR_BYTES, AnswerBounds, shown
 from .reply import NotAudio, Reply, decode_audio, item_headers, moss_headers
 from .settings import DEFAULT_PCM_CHANNELS, DEFAULT_PCM_RATE, ServerOptions
 
@@ -122,9 +123,9 @@ def _error_message(response: httpx.Response) -> str:
         error = body.get("error") if isinstance(body, dict) else None
         if isinstance(error, dict) and error.get("message"):
             param = f" [{error['param']}]" if error.get("param") else ""
-            return f"{_schema_words(error) or error['message']}{param}"
+            return f"{shown(_schema_words(error) or str(error['message']))}{param}"
         if isinstance(body, dict) and "detail" in body:  # FastAPI's default error shape
-            return str(body["detail"])
+            return shown(str(body["detail"]))
     except ValueError:
         pass
     return _first_line(response.text)
@@ -138,7 +139,7 @@ def _schema_words(error: dict) -> str | None:
     """vLLM's answer to a body its request model refuses (type "Bad Request", the message "N
     validation error(s):" then each pydantic error dict on a line: vLLM 0.30's
     exception_handling/handlers/validation.py) as `field: msg; ...`; None for any other error."""
-    lines = str(error["message"]).splitlines()
+    lines = str(error["message"])[:ERROR_BYTES].splitlines()
     if error.get("type") != "Bad Request" or not lines or not re.fullmatch(r"\d+ validation errors?:", lines[0]):
         return None
     parts = []
@@ -318,18 +319,28 @@ class SpeechClient:
                 backoff = BACKOFF_S[min(attempt - 2, len(BACKOFF_S) - 1)]
                 await asyncio.sleep(min(e.retry_after_s, MAX_RETRY_AFTER_S) if e.retry_after_s is not None else backoff)
 
+    def _bounds(self, bodies: list[dict[str, Any]], encoded: bool) -> AnswerBounds:
+        return AnswerBounds.of(bodies, self.options.timeout_s, self.options.deadline_s, encoded=encoded)
+
     async def _once(self, request: str, body: dict[str, Any], context: str, timed: bool = False) -> Reply:
         what = f"request {request!r} ({context}) to {self._where(speech_api.SPEECH_PATH)}"
         arrivals: list[tuple[float, int]] | None = [] if timed else None
-        response = await self._answer(what, request, self._post(body, arrivals))
+        raw_stream = body.get("stream_format") == "audio"  # is_raw_audio_stream (protocol/audio.py:327-328)
+        bounds = self._bounds([body], encoded=bool(body.get("stream")) and not raw_stream)
+        response = await self._answer(what, request, self._post(speech_api.SPEECH_PATH, body, bounds, what, arrivals))
         headers = moss_headers(response.headers)
         fmt = str(body.get("response_format", self.options.response_format))
         content_type = response.headers.get("content-type", "")
-        raw_stream = body.get("stream_format") == "audio"  # is_raw_audio_stream (protocol/audio.py:327-328)
         pcm, rate = self._audio(
             response.content, fmt, content_type, headers, what, request, response.status_code, raw_stream
         )
+        self._within(bounds, pcm, rate, what, request, response.status_code)
         return Reply(request, context, pcm, rate, headers, arrivals=arrivals)
+
+    def _within(self, bounds: AnswerBounds, pcm: np.ndarray, rate: int, what: str, request: str, status: int) -> None:
+        """Audio longer than the request's frames make is no answer to it (a runaway or hostile server)."""
+        if (longer := bounds.too_long(len(pcm), rate)) is not None:
+            raise self._fail(f"{what}: HTTP {status}, but {longer}", request, status)
 
     async def _answer(self, what: str, request: str, sent: Awaitable[httpx.Response]) -> httpx.Response:
         """The response to a POST (`sent`) with a 2xx status; an error status or a lost connection
@@ -342,6 +353,14 @@ class SpeechClient:
         except httpx.HTTPError as e:
             raise self._fail(f"{what}: {self._describe(e)}", request) from None
         status = response.status_code
+        if 300 <= status < 400:  # never followed: a request's body would go somewhere --server did not name
+            where = response.headers.get("location") or "(no Location header)"
+            raise self._fail(
+                f"{what}: HTTP {status} {response.reason_phrase}: a redirect, not followed (give --server the "
+                f"address it points to): {shown(where)}",
+                request,
+                status,
+            )
         if status >= 400:
             words = _error_message(response)
             message = f"{what}: HTTP {status} {response.reason_phrase}: {words}"
@@ -375,7 +394,8 @@ class SpeechClient:
     async def _batch_once(self, requests: list[str], body: dict[str, Any], context: str) -> list[Reply]:
         where = self._where(speech_api.BATCH_PATH)
         what = f"batch of {len(requests)} ({', '.join(map(repr, requests))}; {context}) to {where}"
-        response = await self._answer(what, requests[0], self._http.post(speech_api.BATCH_PATH, json=body))
+        bounds = self._bounds(body["items"], encoded=True)
+        response = await self._answer(what, requests[0], self._post(speech_api.BATCH_PATH, body, bounds, what))
         status = response.status_code
         try:
             results = response.json().get("results")
@@ -406,23 +426,53 @@ class SpeechClient:
             fmt_item = str(body["items"][index].get("response_format") or fmt)
             media_type = str(result.get("media_type") or "")
             pcm, rate = self._audio(audio, fmt_item, media_type, headers, item, request, status)
+            self._within(self._bounds([body["items"][index]], encoded=False), pcm, rate, item, request, status)
             replies.append(Reply(request, context, pcm, rate, headers))
         return replies
 
-    async def _post(self, body: dict[str, Any], arrivals: list[tuple[float, int]] | None) -> httpx.Response:
-        """POST a speech request; with `arrivals`, read the body as it comes and append (seconds
+    async def _post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        bounds: AnswerBounds,
+        what: str,
+        arrivals: list[tuple[float, int]] | None = None,
+    ) -> httpx.Response:
+        """POST `body` to `path` and read the answer as it comes, within `bounds`: the whole answer by its
+        deadline, audio up to its bytes (a declared Content-Length past them is refused unread), an answer
+        that is no audio up to ERROR_BYTES (its words are at the top). With `arrivals`, append (seconds
         since sending, bytes received so far) for every piece."""
-        if arrivals is None:
-            return await self._http.post(speech_api.SPEECH_PATH, json=body)
-        sent, pieces = time.perf_counter(), []
-        async with self._http.stream("POST", speech_api.SPEECH_PATH, json=body) as response:
-            async for piece in response.aiter_bytes():
-                if piece:
-                    pieces.append(piece)
-                    arrivals.append((time.perf_counter() - sent, (arrivals[-1][1] if arrivals else 0) + len(piece)))
-        # The whole body, already decoded, as the plain post would have given it.
+        sent, pieces, size = time.perf_counter(), [], 0
+        try:
+            async with asyncio.timeout(bounds.deadline_s):
+                async with self._http.stream("POST", path, json=body) as response:
+                    audio = response.status_code < 300
+                    limit = bounds.max_bytes if audio else ERROR_BYTES
+                    declared = response.headers.get("content-length", "")
+                    if audio and declared.isdigit() and int(declared) > limit:
+                        raise self._fail(f"{what}: Content-Length {declared}: {bounds.too_many_bytes(int(declared))}")
+                    async for piece in response.aiter_bytes():
+                        size += len(piece)
+                        if size > limit and audio:
+                            raise self._fail(f"{what}: {bounds.too_many_bytes(size)}")
+                        pieces.append(piece[: max(limit - (size - len(piece)), 0)])
+                        if arrivals is not None and piece:
+                            arrivals.append((time.perf_counter() - sent, size))
+                        if size > limit:  # an error's words: the rest is not read
+                            break
+        except TimeoutError:
+            deadline = f"{bounds.deadline_s:g} s" + (
+                " (--deadline)"
+                if self.options.deadline_s is not None
+                else f" (--timeout and {bounds.frames} frames at a second each; --deadline sets it)"
+            )
+            raise self._fail(f"{what}: the whole answer took longer than {deadline}") from None
+        # The body, already decoded, as a plain post would have given it.
         kept = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _BODY_ENCODING]
-        return httpx.Response(response.status_code, headers=kept, content=b"".join(pieces), request=response.request)
+        said = {k: v for k, v in response.extensions.items() if k in ("reason_phrase", "http_version")}
+        return httpx.Response(
+            response.status_code, headers=kept, content=b"".join(pieces), request=response.request, extensions=said
+        )
 
 
 def _positive(value: str | None) -> int | None:

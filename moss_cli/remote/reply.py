@@ -171,6 +171,33 @@ def sse_audio(content: bytes) -> tuple[bytes, str]:
     return bytes(audio), fmt or "pcm"
 
 
+STREAMED_SIZES = (b"\xff\xff\xff\xff", b"\x00\x00\x00\x00")  # what a stream writes before it knows its size
+
+
+def whole_wav(content: bytes) -> None:
+    """A WAV file whose sizes agree with its body, or NotAudio saying how they disagree: libsndfile reads
+    a file cut short (or garbage behind a header claiming 2 GB) as the samples it finds, which a
+    server's answer must not pass for. A `data` chunk with a stream's size (STREAMED_SIZES) runs to the
+    end of the body; RIFF's size may leave out a final pad byte."""
+    if len(content) < 12 or content[8:12] != b"WAVE":
+        raise NotAudio(f"{len(content)} bytes that begin with RIFF but are not a WAV file")
+    declared = struct.unpack("<I", content[4:8])[0] + 8
+    if declared not in (len(content), len(content) - 1):
+        raise NotAudio(
+            f"a WAV whose header gives {declared} bytes in all, in a body of {len(content)} bytes (cut short, or "
+            "not the WAV it claims to be)"
+        )
+    at = 12
+    while at + 8 <= len(content):
+        chunk, raw = content[at : at + 4], content[at + 4 : at + 8]
+        size = struct.unpack("<I", raw)[0]
+        if chunk == b"data" and raw in STREAMED_SIZES:
+            return
+        if at + 8 + size > len(content):
+            raise NotAudio(f"a WAV whose {chunk!r} chunk gives {size} bytes, past the end of the body")
+        at += 8 + size + (size & 1)
+
+
 def streamed_wav(content: bytes) -> tuple[np.ndarray, int]:
     """A 16-bit PCM WAV whose header may give unknown (0xFFFFFFFF) sizes, as streams send it: the
     samples are everything after the `data` chunk's header."""
@@ -219,8 +246,10 @@ def decode_audio(
         if len(content) % width:
             raise NotAudio(f"{len(content)} bytes are not whole 16-bit samples of {channels} channel(s)")
         return np.frombuffer(content, dtype="<i2").reshape(-1, channels).copy(), sample_rate
-    if response_format == "wav" and content[4:8] == b"\xff\xff\xff\xff":  # a stream's header: sizes unknown
+    if response_format == "wav" and content[4:8] in STREAMED_SIZES:  # a stream's header: sizes unknown
         return streamed_wav(content)
+    if content[:4] == b"RIFF":
+        whole_wav(content)
     try:
         with sf.SoundFile(io.BytesIO(content)) as audio:
             rate, subtype = audio.samplerate, audio.subtype

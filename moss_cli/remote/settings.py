@@ -25,7 +25,8 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")  # up to a space or 
 class ServerOptions:
     url: str  # the server's base URL, e.g. http://127.0.0.1:8091
     headers: tuple[tuple[str, str], ...] = ()  # sent with every request (auth tokens): never shown
-    timeout_s: float = 300.0
+    timeout_s: float = 300.0  # each read (the first byte of an answer included)
+    deadline_s: float | None = None  # a whole answer (None: --timeout and a second per frame: remote.bounds)
     retries: int = 0  # re-sends after a 5xx answer or a reset connection, each one reported
     concurrency: int = 8  # requests in flight at once, at most
     model: str | None = None  # the body's `model` (None: the server's own)
@@ -48,6 +49,8 @@ class ServerOptions:
         ):
             if not value > low:
                 problems.append((option, f"must be {'>= 0' if low < 0 else '> 0'}, got {value}"))
+        if self.deadline_s is not None and not self.deadline_s > 0:
+            problems.append(("--deadline", f"must be > 0, got {self.deadline_s}"))
         if self.sample_rate is not None and self.sample_rate <= 0:
             problems.append(("--sample-rate", f"must be > 0, got {self.sample_rate}"))
         if problems:

@@ -34,6 +34,7 @@ from websockets.exceptions import (
 )
 
 from .. import speech_api
+from .bounds import AnswerBounds
 from .client import ServerError
 from .reply import NotAudio, Reply, decode_audio, item_headers
 from .settings import DEFAULT_PCM_CHANNELS, DEFAULT_PCM_RATE, ServerOptions
@@ -121,7 +122,8 @@ class SpeechStream:
                 additional_headers=dict(self.options.headers),
                 open_timeout=self.options.timeout_s,
                 close_timeout=min(self.options.timeout_s, 10.0),
-                max_size=None,  # an utterance's audio comes as one frame when not streamed: a whole file
+                # an utterance's audio comes as one frame when not streamed: a whole file, of any budget
+                max_size=self._bounds({}).max_bytes,
                 proxy=None,  # as the HTTP client: straight to --server
             )
         except InvalidStatus as e:
@@ -180,17 +182,20 @@ class SpeechStream:
         as a Reply. An error the server sends is a ServerError naming `request` (after the rest of the
         utterance's answer is read, so the session can go on); NOT_AVAILABLE is a StreamUnavailable."""
         what = f"utterance {request!r} ({self.context}) to {self.where}"
+        bounds = self._bounds(self.config)
         begin = time.perf_counter()
         for chunk in chunks:
             await self._send({"type": "input.text", "text": chunk}, request)
         await self._send({"type": "input.done"}, request)
         self.utterances += 1
         audio, arrivals, facts, errors, started = bytearray(), [], {}, [], False
-        deadline = time.monotonic() + self.options.timeout_s
+        deadline = time.monotonic() + bounds.deadline_s
         while True:
-            message = await self._receive(what, request, deadline, errors)
+            message = await self._receive(what, request, deadline, errors, bounds)
             if message is None:  # the server closed the session
                 break
+            if len(audio) > bounds.max_bytes:
+                raise self._fail(f"{what}: {bounds.too_many_bytes(len(audio))}", request)
             if isinstance(message, bytes):
                 audio += message
                 arrivals.append((time.perf_counter() - begin, len(audio)))
@@ -215,16 +220,30 @@ class SpeechStream:
             raise self._fail(f"{what}: session.done without audio: the server synthesized nothing", request)
         headers = item_headers(facts)  # moss serve's moss_* keys, as a batch item carries them
         reply = Reply(request, self.context, *self._audio(bytes(audio), headers, what, request), headers)
+        if (longer := bounds.too_long(len(reply.pcm), reply.sample_rate)) is not None:
+            raise self._fail(f"{what}: {longer}", request)
         reply.wall_s = time.perf_counter() - begin
         reply.arrivals = arrivals
         return reply
 
-    async def _receive(self, what: str, request: str, deadline: float, errors: list[str]) -> dict | bytes | None:
+    def _bounds(self, config: dict[str, Any]) -> AnswerBounds:
+        return AnswerBounds.of([config], self.options.timeout_s, self.options.deadline_s)
+
+    async def _receive(
+        self, what: str, request: str, deadline: float, errors: list[str], bounds: AnswerBounds
+    ) -> dict | bytes | None:
         """The next message (JSON decoded), or None once the server has closed the session."""
         try:
-            raw = await asyncio.wait_for(self._socket.recv(), max(deadline - time.monotonic(), 0.0))
+            wait = min(max(deadline - time.monotonic(), 0.0), self.options.timeout_s)
+            raw = await asyncio.wait_for(self._socket.recv(), wait)
         except asyncio.TimeoutError:
-            raise self._fail(f"{what}: no answer within {self.options.timeout_s:g} s (--timeout)", request) from None
+            late = time.monotonic() >= deadline
+            said = (
+                f"the whole answer took longer than {bounds.deadline_s:g} s"
+                if late
+                else (f"no message within {self.options.timeout_s:g} s (--timeout)")
+            )
+            raise self._fail(f"{what}: {said}", request) from None
         except ConnectionClosed as e:
             if errors:
                 return None

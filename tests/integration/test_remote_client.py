@@ -167,8 +167,10 @@ def test_raw_pcm_decodes_with_the_given_rate_and_channels_and_odd_bodies_are_ref
     assert rate == RATE and np.array_equal(decoded, pcm)
     with pytest.raises(NotAudio, match="not whole 16-bit samples of 2 channel"):
         decode_audio(pcm.tobytes()[:-2], "pcm", "audio/pcm", sample_rate=RATE, channels=2)
-    with pytest.raises(NotAudio, match="do not decode"):
+    with pytest.raises(NotAudio, match="begin with RIFF but are not a WAV file"):
         decode_audio(b"RIFF but not really a wav file", "wav", "audio/wav", sample_rate=RATE, channels=1)
+    with pytest.raises(NotAudio, match="do not decode"):
+        decode_audio(b"not a wav file at all", "wav", "audio/wav", sample_rate=RATE, channels=1)
 
 
 def test_float_wav_answers_are_quantized_like_moss_writes_its_own_files(tmp_path):

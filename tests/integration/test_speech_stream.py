@@ -185,5 +185,5 @@ def test_a_server_without_the_handler_or_the_route_is_unavailable():
     from speech_servers import Behaviour, serving  # an HTTP-only speech server
 
     with serving(Behaviour()) as url:
-        with pytest.raises(StreamUnavailable, match="HTTP 40[34] to the WebSocket upgrade"):
+        with pytest.raises(StreamUnavailable, match="HTTP 40[34] (Forbidden|Not Found) to the WebSocket upgrade"):
             utterances(url, config(), CHUNKS)
