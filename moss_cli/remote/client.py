@@ -126,7 +126,7 @@ def _error_message(response: httpx.Response) -> str:
             return f"{shown(_schema_words(error) or str(error['message']))}{param}"
         if isinstance(body, dict) and "detail" in body:  # FastAPI's default error shape
             return shown(str(body["detail"]))
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     return _first_line(response.text)
 
@@ -240,7 +240,7 @@ class SpeechClient:
             return None
         try:
             return response.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
     def _where(self, path: str) -> str:
@@ -399,7 +399,7 @@ class SpeechClient:
         status = response.status_code
         try:
             results = response.json().get("results")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             results = None
         if not isinstance(results, list) or len(results) != len(requests):
             said = "no results list" if not isinstance(results, list) else f"{len(results)} results"

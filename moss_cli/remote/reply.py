@@ -152,7 +152,7 @@ def sse_audio(content: bytes) -> tuple[bytes, str]:
             continue
         try:
             event = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise NotAudio(f"an event whose data is not JSON: {data[:120]!r}") from None
         kind = event.get("type") if isinstance(event, dict) else None
         if kind == "speech.audio.delta":

@@ -252,7 +252,7 @@ class SpeechStream:
             return raw
         try:
             message = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise self._fail(f"{what}: a text message that is not JSON: {raw[:120]!r}", request) from None
         if not isinstance(message, dict):
             raise self._fail(f"{what}: a message that is not a JSON object: {raw[:120]!r}", request)

@@ -70,6 +70,8 @@ async def json_body(connection: Request) -> Any:
         return json.loads(await connection.body())
     except ValueError as e:  # JSON errors and invalid UTF-8 alike
         raise ApiError(400, f"the body is not valid JSON ({e})") from None
+    except RecursionError:  # arrays or objects nested past Python's recursion limit
+        raise ApiError(400, "the body is not valid JSON (nested too deeply)") from None
 
 
 class Unfinished(RuntimeError):

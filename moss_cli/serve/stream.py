@@ -109,7 +109,7 @@ def read_message(raw: str) -> dict[str, Any] | str:
         return "WebSocket message too large"
     try:
         message = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's recursion limit
         return "Invalid JSON message"
     if not isinstance(message, dict):
         return "WebSocket messages must be JSON objects"

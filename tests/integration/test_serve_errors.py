@@ -4,7 +4,10 @@ does not honour and malformed JSON; 413 sizes), `ref_audio` reads only inline da
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
+import logging
 import os
 import socket
 from pathlib import Path
@@ -12,10 +15,13 @@ from pathlib import Path
 import httpx
 import pytest
 from serve_helpers import local_synth, pcm_hash, post_speech, running
+from websockets.asyncio.client import connect
 
 from moss_cli.pipeline import Synthesizer, SynthOptions
+from moss_cli.remote.settings import ServerOptions
+from moss_cli.remote.speech_stream import stream_url
 from moss_cli.serve.requests import Limits
-from moss_cli.speech_api import HEADER_CODES_SHA256, SPEECH_PATH, data_uri
+from moss_cli.speech_api import BATCH_PATH, HEADER_CODES_SHA256, SPEECH_PATH, data_uri
 
 VOICE = Path(__file__).resolve().parents[2] / "examples" / "reference-voice.wav"
 GOOD = {"input": "Hello there.", "seed": 1, "max_new_tokens": 12}
@@ -145,6 +151,22 @@ def test_malformed_json_another_content_type_and_invalid_utf8_are_400s(server):
     _error(response, 400, None)
     response = httpx.post(url, content=b'{"input": "x"}', headers={"content-type": "text/plain"}, timeout=10)
     assert "application/json" in _error(response, 400, None)
+
+
+def test_a_body_nested_past_the_recursion_limit_is_a_400_without_a_traceback(server, caplog):
+    deep = b"[" * 100_000 + b"]" * 100_000
+    caplog.set_level(logging.DEBUG)
+    for path in (SPEECH_PATH, BATCH_PATH):
+        response = httpx.post(server[0] + path, content=deep, headers={"content-type": "application/json"}, timeout=10)
+        assert "not valid JSON (nested too deeply)" in _error(response, 400, None), path
+
+    async def message() -> dict:
+        async with connect(stream_url(ServerOptions(server[0])), open_timeout=10, max_size=None) as socket_:
+            await socket_.send(deep.decode())
+            return json.loads(await socket_.recv())
+
+    assert asyncio.run(message()) == {"type": "error", "message": "Invalid JSON message"}
+    assert not [r for r in caplog.records if "RecursionError" in r.getMessage() or r.exc_info]
 
 
 def test_an_unknown_model_is_a_404_and_unknown_routes_a_plain_404_in_the_error_shape(server):
