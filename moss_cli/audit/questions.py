@@ -8,12 +8,11 @@
   compositions (`numeric-batch-variance` where seeded requests do too; `batch-dependent` where only
   unseeded ones do; `different-speech` at --level speech where a response is not the same speech).
 
-`answer(cases, requests, level, server)` -> {"seed": {...}, "numerics": {...}}, each with its verdict,
+`answer(cases, requests, level, server, seeded)` -> {"seed": {...}, "numerics": {...}}, each with its verdict,
 `passed` (None: not checked), the requests it names and `line`: the sentence every report leads with."""
 
 from __future__ import annotations
 
-from ..config.effective import SeedSource
 from ..vllm_omni import BATCH_INVARIANT_ADVICE
 from .verdicts import (
     BATCH_DEPENDENT,
@@ -32,9 +31,10 @@ PASS, NOT_CHECKED, BATCH_INVARIANT = "pass", "not checked", "batch-invariant"
 LOCAL_ADVICE = "moss's batch-invariant kernels (--batch-invariant, the default) make the bits stable"
 
 
-def answer(cases: list[Case], requests: list[str], level: str, server: bool) -> dict:
+def answer(cases: list[Case], requests: list[str], level: str, server: bool, seeded: set[str]) -> dict:
+    """`seeded`: the requests that carry a seed of their own (as sent: a server may report another source)."""
     mine = [c for c in cases if c.request in set(requests)]
-    seeded = {c.request for c in mine if c.seed_source == SeedSource.REQUEST}
+    seeded = seeded & set(requests)
     return {"seed": seed_question(mine, requests, seeded), "numerics": numerics_question(mine, seeded, level, server)}
 
 
@@ -79,8 +79,8 @@ def seed_question(cases: list[Case], requests: list[str], seeded: set[str]) -> d
     }
     whose = "every unseeded request's" if unseeded else "every request's"
     if failed:
-        first = next(c for c in found if c.failed)
         verdict = next(cause for cause in SEED_CAUSES if cause in failed.values())
+        first = next(c for c in found if c.failed and c.attribution.cause == verdict)
         line = (
             f"FAIL {verdict} — {len(failed)} of {len(requests)} requests ({_names(failed)}); "
             f"first in {first.scenario}/{first.run}: {first.attribution.detail}"

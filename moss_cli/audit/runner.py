@@ -139,6 +139,7 @@ class Auditor:
         audited = executor.audited
         keys = [r.id for r in audited]
         by_id = {r.id: r for r in audited}
+        seeded = {r.id for r in audited if r.seed is not None}
         baseline = reference_run(audited)
         planned = [(s, build_runs(s, audited, executor.target, workdir)) for s in self.scenarios if s != "seeds"]
         executed = executor.execute([baseline] + [run for _, runs in planned for run in runs])
@@ -182,7 +183,7 @@ class Auditor:
         ran = tuple(s for s in self.scenarios if stopped is None or s not in stopped.not_run)
 
         def questions(judged: list[Case], requests: list[str]) -> dict:
-            return answer(judged, requests, opts.level, executor.target.server)
+            return answer(judged, requests, opts.level, executor.target.server, seeded)
 
         if server is not None:
             server["skipped"] = skipped

@@ -40,7 +40,7 @@ from ..speech_api import (
 )
 from .attribution import Attribution
 from .scenarios import BATCH_MAX_ITEMS, Member, Run, Skipped, Target, neighbour_requests, voice_neighbour_requests
-from .verdicts import DEPLOY_HINT, RNG_COUPLING, Attribute, Rules
+from .verdicts import DEPLOY_HINT, GLOBAL_STREAM, RNG_COUPLING, Attribute, Rules
 
 if TYPE_CHECKING:
     from .options import AuditOptions
@@ -190,10 +190,18 @@ class ServerExecutor:
             member.request, member.sent_seed, served_content(member.request, member.sent_seed, self.greedy)
         )
 
+    @property
+    def global_stream(self) -> bool:
+        """Whether the server says its draws come from one global stream (`moss serve --legacy-global-rng`
+        reports it in its environment)."""
+        return bool((self.known.info.environment or {}).get("legacy_global_rng"))
+
     def rules(self, options: AuditOptions, reference: dict[str, Outcome]) -> Rules:
+        greedy = frozenset(self.greedy)
         return Rules.of(
-            options, self.sample_rate, server=True, deploy_seed=self.deploy_seed, greedy=frozenset(self.greedy)
-        )
+            options, self.sample_rate, server=True, deploy_seed=self.deploy_seed, greedy=greedy,
+            global_stream=self.global_stream,
+        )  # fmt: skip
 
     def deploy_seeds(self, reference: dict[str, Outcome]) -> dict[str, int | None]:
         """From --deploy, else as the server reports it for each request."""
@@ -213,13 +221,12 @@ class ServerExecutor:
         """A server cannot be replayed: its audio alone tells, unless it says its draws come from one
         global stream (`moss serve --legacy-global-rng` reports it in its environment), which
         explains any difference in a composition: the random stream depends on the batch."""
-        if not (self.known.info.environment or {}).get("legacy_global_rng"):
+        if not self.global_stream:
             return None
         where = f"{run.name}{self.evidence(run, key)}"
         return lambda cmp: Attribution(
             RNG_COUPLING,
-            f"identical in two runs alone, different in {where}: the server reports that every request draws from "
-            "one global random stream (legacy_global_rng), so its draws depend on the batch",
+            f"identical in two runs alone, different in {where}: {GLOBAL_STREAM}, so its draws depend on the batch",
         )
 
     def environment(self) -> dict:

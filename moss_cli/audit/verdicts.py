@@ -64,7 +64,7 @@ DIFFERENT_SPEECH = "different-speech"
 RNG_COUPLING = "rng-coupling"
 SAME_SPEECH = "same-speech"  # a case's verdict: it differs, yet is the same speech (a warning)
 IDENTICAL = "identical"
-BATCH_CAUSES = (BATCH_DEPENDENT, RNG_COUPLING, "numeric", "codec-numeric")  # verdict: batch-dependent
+BATCH_CAUSES = (BATCH_DEPENDENT, "numeric", "codec-numeric")  # verdict: batch-dependent
 # What each question's failures are (questions.py): whether a request's randomness is its own, and
 # whether the server's arithmetic follows the batch. A mix-up answers neither.
 SEED_CAUSES = (RUN_TO_RUN, DEPLOY_SEED_NOT_APPLIED, UNSEEDED_NOT_REPRODUCIBLE, SEED_IGNORED, RNG_COUPLING, UNSEEDED)
@@ -85,6 +85,7 @@ VERDICTS = (
     DEPLOY_SEED_NOT_APPLIED,
     UNSEEDED_NOT_REPRODUCIBLE,
     SEED_IGNORED,
+    RNG_COUPLING,
     DIFFERENT_SPEECH,
     BATCH_DEPENDENT,
     NUMERIC_BATCH_VARIANCE,
@@ -93,6 +94,7 @@ VERDICTS = (
 DEPLOY_HINT = "pass --deploy FILE (the deploy file the server runs) to check that unseeded requests get its seed"
 TELL_APART = "--deploy FILE (the deploy file the server runs) tells the two apart"
 NO_DEPLOY_SEED_CAUSE = "the server's deploy config gives stage 0 no seed"
+GLOBAL_STREAM = "the server reports that every request draws from one global random stream (legacy_global_rng)"
 
 
 @dataclass
@@ -143,12 +145,13 @@ class Rules:
     server: bool = False  # a server: the audio alone (and what its headers say)
     deploy_seed: int | None = None  # the deploy file's stage-0 seed, which unseeded requests must get (server)
     greedy: frozenset[str] = frozenset()  # requests decoded greedily (a server: where it honours it)
+    global_stream: bool = False  # the server reports that every request draws from one global random stream
     speech: SpeechThresholds = SpeechThresholds()  # --level speech: what the same speech is
 
     @classmethod
     def of(cls, options, sample_rate: int, **server) -> Rules:
         """The rules an audit's options (AuditOptions) set, at the executor's sample rate; `server`: what
-        a server executor adds (server, deploy_seed, greedy)."""
+        a server executor adds (server, deploy_seed, greedy, global_stream)."""
         return cls(
             options.level,
             options.min_snr_db,
@@ -226,6 +229,21 @@ def alone(request, reference: Outcome, repeat: Outcome, rules: Rules) -> Alone:
     return Alone(False, RUN_TO_RUN, f"the server reports a {reference.seed_source} seed, yet two runs alone differ")
 
 
+def _seed_unheard(case: Case, reference: Outcome, out: Outcome, rules: Rules) -> Case:
+    """A seed probe whose audio did not change: the request sent alone with the probe's seed gives the
+    audio of the request alone as it is. Where the server reports one global random stream, that is why
+    (rng-coupling: no request's seed reaches its sampler); otherwise the seed is ignored. The detail
+    names the probe and the seeds sent, as they were sent (a server may report others)."""
+    probe, own = out.content.get("seed", out.seed), reference.content.get("seed", reference.seed)
+    said = (
+        f"sent alone with seed {probe} ({case.scenario}/{case.run}), it gives the audio it gives alone with "
+        f"{'no seed' if own is None else f'its seed {own}'}"
+    )
+    if rules.global_stream:
+        return _fail(case, RNG_COUPLING, f"{said}: {GLOBAL_STREAM}, so no request's seed reaches its sampler")
+    return _fail(case, SEED_IGNORED, f"{said}: the seed is ignored")
+
+
 def _unseeded_alone(detail: str, rules: Rules) -> Alone:
     """An unseeded request whose two runs alone differ, its deploy seed unknown to the audit: not
     reproducible, whatever the cause (a failure), unless --allow-unseeded accepts it (`unseeded`)."""
@@ -265,8 +283,7 @@ def judge(
     case = Case(scenario, run, key, reference.seed_source, "pass", cmp, wall_s=out.wall_s, alone=sent_alone, path=path)
     if expect == "different":
         if identical(cmp):
-            sent = f"seed {reference.seed}" if reference.seed_source == SeedSource.REQUEST else "no seed"
-            return _fail(case, SEED_IGNORED, f"{sent} and seed {out.seed} give identical audio: the seed is ignored")
+            return _seed_unheard(case, reference, out, rules)
         return case if request_alone.stable else _as_alone(case, request_alone, rules)
     if identical(cmp) or (not sent_alone and rules.level != "speech" and cmp.passes(rules.level, rules.min_snr_db)):
         return case

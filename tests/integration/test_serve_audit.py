@@ -173,25 +173,47 @@ def test_synth_through_moss_serve_resumes_after_the_client_is_killed(seeded_serv
     assert list(manifest["pcm_sha256"]) == list(expected["pcm_sha256"])
 
 
-def test_legacy_global_rng_is_batch_dependent(tmp_path):
+def test_legacy_global_rng_is_one_cause_rng_coupling_in_every_report(tmp_path):
+    """docs/audit.md and docs/server-audit.md: this server "fails: rng-coupling". One cause, decided once: the
+    headline, each request's verdict and detail, the path table and every format name it; the seed probes
+    name the probe and the seeds sent; the counts say which requests carry a seed."""
     with moss_serve(tmp_path, "--legacy-global-rng") as url:
         code, report, output = moss_audit(
             write_rows(tmp_path / "r.jsonl", RECORDS),
             "--level",
             "bitwise",
             "--scenarios",
-            "concurrent,seeded-neighbours",
+            "concurrent,seeded-neighbours,seeds",
+            f"--junit={tmp_path / 'a.xml'}",
+            f"--markdown={tmp_path / 'a.md'}",
             server=url,
             stagger_ms=30,
             report=tmp_path / "a.json",
         )
     assert code == 1, output
-    # The server says its draws come from one global stream: a seed failure (rng-coupling), not numerics.
     assert set(report["summary"]["causes"]) == {"rng-coupling"}
-    assert report["questions"]["seed"]["verdict"] == "rng-coupling"
+    seed = report["questions"]["seed"]
+    assert seed["verdict"] == "rng-coupling" and seed["unseeded"] == 2 and seed["requests"] == 4
+    assert set(seed["failed"].values()) == {"rng-coupling"}
     assert report["questions"]["numerics"]["verdict"] == "not checked"  # no request is reproducible there
     assert all(case["verdict"] == "pass" for case in report["cases"] if case["scenario"] == "repeat")
-    assert "batch-dependent" in flat(output) and "Seed: FAIL rng-coupling" in flat(output)
+    assert {v["verdict"] for v in report["verdicts"].values()} == {"rng-coupling"}
+    assert report["server"]["paths"]["single"]["verdict"] == "rng-coupling"
+    probes = {c["request"]: c["attribution"]["detail"] for c in report["cases"] if c["scenario"] == "seeds"}
+    assert probes["seeded-zero"].startswith(
+        "sent alone with seed 1 (seeds/another-explicit-seed), it gives the audio it gives alone with its seed 0: "
+        "the server reports that every request draws from one global random stream"
+    )
+    assert probes["unseeded-a"].startswith(
+        "sent alone with seed 1000003 (seeds/unseeded-sent-with-seed-1000003), it gives the audio it gives alone "
+        "with no seed"
+    )
+    said = flat(output)
+    assert "Seed: FAIL rng-coupling" in said and "seed-ignored" not in said and "batch-dependent" not in said
+    markdown = (tmp_path / "a.md").read_text()
+    assert "FAIL rng-coupling" in markdown and "seed-ignored" not in markdown
+    junit = (tmp_path / "a.xml").read_text()
+    assert 'type="rng-coupling"' in junit and 'type="seed-ignored"' not in junit
 
 
 def test_a_deploy_without_a_seed_is_not_reproducible_and_unseeded_only_when_allowed(tmp_path):
