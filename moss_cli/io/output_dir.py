@@ -4,7 +4,9 @@
 The guarantees live here once: ids cannot write outside the directory; a re-run skips what the
 journal says is done and the file proves; each finished request is journaled before its audio file
 is renamed into place (a kill leaves no file without a record); temporary files a killed run left
-are removed; the manifest is written atomically, in input order."""
+are removed; the manifest is written atomically, in input order. One folder has one manifest: the
+rows of another request file written there before (their audio files still in place) stay in it,
+first, so a second request file into the same --out adds its rows and drops none."""
 
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class OutputDir:
                 raise MossError(f"id {rid!r} would write outside the output directory", file=requests_file, field="id")
         self.journal = Journal(out)
         self.rows: dict[str, dict] = {}
+        self.kept: dict[str, dict] = {}  # rows of other request files' requests, their files in place
         self.fingerprints: dict[str, str] = {}
         self.force = False
         self.opened = False
@@ -70,8 +73,15 @@ class OutputDir:
         `force`); raises MossError for files that belong to other content."""
         self.fingerprints, self.force = fingerprints, force
         done: dict[str, dict] = {}
+        self.journal.load()
+        self.kept = {
+            rid: entry.row
+            for rid, entry in self.journal.entries.items()
+            if rid not in self.names and (self.out / str(entry.row.get("file", ""))).is_file()
+        }
+        kept_files = {str(row["file"]) for row in self.kept.values()}
+        self.orphans = [name for name in self.orphans if name not in kept_files]
         if not force:
-            self.journal.load()
             if self.out.exists():
                 expected = {rid: (fingerprints[rid], self.names[rid]) for rid in self.ids}
                 done = plan_resume(self.out, self.journal, expected, force)
@@ -83,8 +93,8 @@ class OutputDir:
         the folder; no stale temporaries."""
         self.opened = True
         with writing(self.out, "--out"):
-            if force:
-                self.journal.reset()
+            if force:  # this run's requests start over; other request files' keep their records
+                self.journal.reset(keep=set(self.kept))
             self.out.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(self.out)
 
@@ -107,9 +117,10 @@ class OutputDir:
             write_text_atomic(self.out / ENVIRONMENT, json.dumps(environment, indent=2, sort_keys=True) + "\n")
 
     def write_manifest(self) -> tuple[Path, list[dict]]:
-        """The manifest of every finished request, in input order (a partial one after an interrupt)."""
+        """The folder's manifest: the rows other request files left (`kept`), then every finished request of
+        this run in input order (a partial one after an interrupt). Returns it and this run's rows."""
         ordered = [self.rows[rid] for rid in self.ids if rid in self.rows]
         manifest = self.out / "manifest.csv"
         with writing(manifest, "--out"):
-            write_manifest(manifest, ordered)
+            write_manifest(manifest, [*self.kept.values(), *ordered])
         return manifest, ordered

@@ -19,7 +19,7 @@ from pathlib import Path
 import soundfile as sf
 
 from ..errors import MossError
-from .atomic import TEMPORARY_GLOB
+from .atomic import TEMPORARY_GLOB, write_text_atomic
 from .audio import FORMATS, pcm_sha256
 from .fingerprint import fingerprint
 
@@ -49,9 +49,15 @@ class Journal:
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue
 
-    def reset(self) -> None:
-        self.entries.clear()
+    def reset(self, keep: set[str] = frozenset()) -> None:
+        """Forget every entry but those of `keep` (other request files' outputs in the same folder)."""
+        kept = [entry for rid, entry in self.entries.items() if rid in keep]
+        self.entries = {entry.row["id"]: entry for entry in kept}
         self.path.unlink(missing_ok=True)
+        if kept:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lines = "".join(json.dumps({"fingerprint": e.fingerprint, "row": e.row}, default=str) + "\n" for e in kept)
+            write_text_atomic(self.path, lines)
 
     def append(self, fp: str, row: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

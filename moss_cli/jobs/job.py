@@ -85,7 +85,8 @@ class SynthSummary:
     frame_budget: int = 0
     seed_sources: dict[str, int] = field(default_factory=dict)
     frame_rate: float = 12.5
-    orphans: list[str] = field(default_factory=list)  # audio files in --out that no request of this run owns
+    orphans: list[str] = field(default_factory=list)  # audio files in --out that no request and no row owns
+    others: list[str] = field(default_factory=list)  # ids of other request files whose rows the manifest keeps
     other_formats: list[str] = field(default_factory=list)  # this run's ids, in another format than --format
     threads: int = 1
     compile_s: float | None = None  # --compile or --graphs: seconds spent compiling or capturing the decode step
@@ -124,6 +125,7 @@ class SynthSummary:
             "stop_reasons": self.stop_reasons,
             "empty": self.empty,
             "orphans": self.orphans,
+            "other_requests": self.others,
             "other_formats": self.other_formats,
             "threads": self.threads,
             "compile_s": None if self.compile_s is None else round(self.compile_s, 2),
@@ -157,6 +159,7 @@ def run_job(
         frame_budget=planned.frame_budget,
         frame_rate=facts.frame_rate,
         orphans=outdir.orphans,
+        others=list(outdir.kept),
         other_formats=outdir.other_formats,
         threads=facts.threads,
         server=facts.server,

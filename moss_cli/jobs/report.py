@@ -48,10 +48,15 @@ def render(console: Console, summary: SynthSummary, requests: Path) -> None:
         say(f"compile: {summary.compile_s:.1f} s of the wall time compiled or captured the decode step")
     if summary.empty:
         console.print(f"[yellow]empty:[/] {empty(summary)}")
+    if summary.others:
+        say(
+            f"the manifest also keeps the rows of {len(summary.others)} request(s) of another request file "
+            f"written here before: {_some(summary.others)}"
+        )
     if summary.orphans:
         console.print(
-            f"[yellow]not in this manifest:[/] {len(summary.orphans)} audio file(s) from another request "
-            f"file (kept): {_some(summary.orphans)}",
+            f"[yellow]not in the manifest:[/] {len(summary.orphans)} audio file(s) that no run recorded here "
+            f"(kept): {_some(summary.orphans)}",
             highlight=False,
         )
     if summary.other_formats:

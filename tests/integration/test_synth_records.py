@@ -109,17 +109,28 @@ def test_time_to_first_audio_is_first_chunk_delivery_minus_admission(
     assert 0 < result.time_to_first_audio <= result.wall_s
 
 
-def test_files_from_another_request_file_are_listed_not_deleted(tmp_path):
+def test_a_second_request_file_into_the_same_folder_keeps_every_row_of_the_first(tmp_path):
+    """One folder, one manifest: the first file's rows stay (first), the second's are added, with --force
+    too; an audio file that no row owns is listed, never deleted."""
     out = tmp_path / "out"
     first = write_rows(tmp_path / "first.jsonl", [{"id": "old-one", "text": "Earlier.", "max_new_frames": 2}])
     second = write_rows(tmp_path / "second.jsonl", [{"id": "new-one", "text": "Later.", "max_new_frames": 2}])
     assert runner.invoke(app, ["synth", str(first), "--out", str(out)]).exit_code == 0
-    result = runner.invoke(app, ["synth", str(second), "--out", str(out), "--json"])
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["orphans"] == ["old-one.wav"]
-    assert (out / "old-one.wav").is_file()
+    before = pd.read_csv(out / "manifest.csv")
+    for force in ([], ["--force"]):
+        result = runner.invoke(app, ["synth", str(second), "--out", str(out), "--json", *force])
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        assert summary["orphans"] == [] and summary["other_requests"] == ["old-one"]
+        manifest = pd.read_csv(out / "manifest.csv")
+        assert list(manifest["id"]) == ["old-one", "new-one"] and (out / "old-one.wav").is_file()
+        pd.testing.assert_frame_equal(manifest.iloc[:1], before)
+    (out / "stray.wav").write_bytes((out / "old-one.wav").read_bytes())
     result = runner.invoke(app, ["synth", str(second), "--out", str(out)], terminal_width=200)
-    assert "old-one.wav" in result.stdout and "another request file" in result.stdout
+    assert "not in the manifest: 1 audio file(s) that no run recorded here (kept): stray.wav" in result.stdout
+    assert "the manifest also keeps the rows of 1 request(s) of another request file written here before: old-one" in (
+        result.stdout
+    )
 
 
 def test_files_of_the_same_requests_in_another_format_are_not_called_another_request_files(tmp_path):
