@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up .venv for moss, so the README's two commands work on a fresh clone:
 #   bash scripts/setup.sh          moss itself (a CPU build of torch unless the venv has a torch)
+#   bash scripts/setup.sh --serve  also moss serve's extra (FastAPI, uvicorn, websockets)
 #   bash scripts/setup.sh --tests  also the test extras (FastAPI, uvicorn, Ray, librosa, pocketsphinx,
 #                                  pytest, ruff), the vllm-omni 0.30.0 wheel the fixture test reads, and
 #                                  Debian's chromium and espeak-ng
@@ -10,17 +11,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 tests=0
+mode=plain
 case "${1:-}" in
   "") ;;
-  --tests) tests=1 ;;
-  *) echo "scripts/setup.sh: unknown option '$1' (expected nothing or --tests)" >&2; exit 2 ;;
+  --serve) mode=serve ;;
+  --tests) tests=1; mode=tests ;;
+  *) echo "scripts/setup.sh: unknown option '$1' (expected nothing, --serve or --tests)" >&2; exit 2 ;;
 esac
 
 # What an up-to-date .venv was made from: this script, pyproject.toml and the mode (a stamp per mode; a
-# tests set-up also covers a plain one).
+# tests set-up also covers a serve one, and either covers a plain one).
 digest=$(cat scripts/setup.sh pyproject.toml | sha256sum | cut -c1-16)
 made() { [ -f ".venv/.moss-setup-$1" ] && [ "$(cat ".venv/.moss-setup-$1")" = "$digest" ]; }
-if [ -x .venv/bin/moss ] && { made tests || { [ "$tests" = 0 ] && made plain; }; }; then
+covered() {
+  case "$mode" in
+    plain) made plain || made serve || made tests ;;
+    serve) made serve || made tests ;;
+    tests) made tests ;;
+  esac
+}
+if [ -x .venv/bin/moss ] && covered; then
   echo "setup: .venv is up to date" >&2
   exit 0
 fi
@@ -51,7 +61,9 @@ if [ "$tests" = 1 ]; then
         >/dev/null 2>&1 || echo "note: could not install $program; the tests that need it will be skipped" >&2
     fi
   done
+elif [ "$mode" = serve ]; then
+  .venv/bin/python -m pip install --quiet -e ".[serve]"
 else
   .venv/bin/python -m pip install --quiet -e .
 fi
-echo "$digest" >".venv/.moss-setup-$([ "$tests" = 1 ] && echo tests || echo plain)"
+echo "$digest" >".venv/.moss-setup-$mode"

@@ -31,7 +31,7 @@ from ..audit.verdicts import unseeded_causes
 from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..errors import MossError
-from ..measures import check_level
+from ..measures import AUDIO_LEVELS, check_level
 from ..measures.speech import SpeechThresholds, judge_speech, require_speech
 from ..remote import paths
 from ..remote.client import Retry, ServerError, SpeechClient
@@ -99,7 +99,7 @@ class ServerBenchOptions:
                 f"got {self.server.response_format}; or pass --no-stream",
                 field="--response-format",
             )
-        if check_level(self.level, ("bitwise", "waveform", "speech")) == "speech":
+        if check_level(self.level, AUDIO_LEVELS) == "speech":
             require_speech()
         if self.num_requests is not None and self.duration_s is not None:
             raise MossError("give a count (--num-requests) or a duration (--duration), not both", field="--duration")

@@ -12,6 +12,7 @@ from rich.markup import escape
 from ..audit.scenarios import SCENARIOS, SERVER_SCENARIOS
 from ..errors import MossError
 from ..interrupts import interrupts_as_exceptions
+from ..measures import LEVELS
 from . import numbers
 from . import options as opt
 from . import server_options as srv
@@ -25,15 +26,18 @@ def audit_determinism(
     scenarios: Annotated[
         Optional[str],
         typer.Option(
-            help=f"Comma-separated: {','.join(SCENARIOS)} (default: all); with --server: {','.join(SERVER_SCENARIOS)}."
+            help=f"Comma-separated names (e.g. repeat,shuffled), from: {', '.join(SCENARIOS)} (default: all); with "
+            f"--server, from: {', '.join(SERVER_SCENARIOS)} (default: all; a path the server does not serve is then "
+            "skipped, and named here it is an error)."
         ),
     ] = None,
     level: Annotated[
         str,
         typer.Option(
+            metavar="|".join(LEVELS),
             help="What counts as a violation in a composition: codes | waveform | speech | bitwise (speech: a "
             "response that is not the same speech as alone; the same speech with other bits is a warning). "
-            "Comparisons alone are bitwise at every level."
+            "Comparisons alone are bitwise at every level.",
         ),
     ] = "codes",
     min_snr_db: Annotated[

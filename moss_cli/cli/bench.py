@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import MossError
+from ..measures import AUDIO_LEVELS
 from . import numbers
 from . import options as opt
 from . import server_options as srv
@@ -144,6 +145,7 @@ Level = Annotated[
     str,
     typer.Option(
         "--level",
+        metavar="|".join(AUDIO_LEVELS),
         help="--server: how a response must match its request sent alone: bitwise | waveform (SNR) | speech "
         "(the same speech: identical, or within the --speech-* thresholds; other speech fails).",
     ),

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..measures import AUDIO_LEVELS, check_level
 from . import numbers
 from . import options as opt
 from .common import command_line, stderr, stdout, user_errors
@@ -22,8 +23,9 @@ def diff(
     level: Annotated[
         str,
         typer.Option(
+            metavar="|".join(AUDIO_LEVELS),
             help="bitwise: identical PCM; waveform: codes not known to differ and SNR >= --min-snr-db; speech: "
-            "identical PCM, or the same speech (the --speech-* thresholds)."
+            "identical PCM, or the same speech (the --speech-* thresholds).",
         ),
     ] = "bitwise",
     min_snr_db: Annotated[
@@ -50,10 +52,9 @@ def diff(
         from ..diff.compare import diff_runs
         from ..diff.report import REPORT_DIR_FILES, render, write_reports
         from ..diff.sides import load_side
-        from ..measures import check_level
         from ..report.files import check_output_paths
 
-        if check_level(level, ("bitwise", "waveform", "speech")) == "speech":
+        if check_level(level, AUDIO_LEVELS) == "speech":
             from ..measures.speech import require_speech
 
             require_speech()

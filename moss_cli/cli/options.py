@@ -202,7 +202,7 @@ RayOption = Annotated[
     typer.Option(
         "--ray",
         rich_help_panel=RAY_PANEL,
-        help="Run on Ray workers (pip install 'moss-tts-repro\\[ray]'): a local Ray started for the run, "
+        help="Run on Ray workers (pip install 'moss-tts-repro[ray]'): a local Ray started for the run, "
         "or the cluster of --ray-address / RAY_ADDRESS.",
     ),
 ]

@@ -27,7 +27,12 @@ from .options import (
     synth_options,
 )
 
-INSTALL = "pip install fastapi uvicorn"  # moss's `serve` extra; moss itself comes from a pinned source
+# moss's `serve` extra, said one way everywhere (README, docs/serve.md): in a clone, the set-up script; an
+# installed moss, its own pinned source again with the extra.
+INSTALL = (
+    "in a clone, bash scripts/setup.sh --serve; where moss was installed from a pinned source, install that "
+    'source again with the extra: pip install "moss-tts-repro[serve] @ git+<repository>@<commit>"'
+)
 API_KEY_ENV = "MOSS_API_KEY"  # as vLLM's VLLM_API_KEY
 
 
@@ -81,14 +86,18 @@ def serve(
 ) -> None:
     """Serve the OpenAI-compatible speech API: one engine, every request joins its running batch.
 
-    Endpoints: POST /v1/audio/speech, GET /v1/models, GET /health. SIGTERM or Ctrl-C stops
-    accepting, finishes the requests in flight, and exits 0. Exit 2: bad options or config,
-    the port is taken, or FastAPI/uvicorn are not installed."""
+    Routes: POST /v1/audio/speech (one body; with stream true, server-sent events; with stream_format
+    audio, raw audio chunks); POST /v1/audio/speech/batch (items in one call); WebSocket
+    /v1/audio/speech/stream (text in chunks, audio per utterance); GET /v1/models; GET
+    /moss/environment (what the engine computes with); GET /health (never needs --api-key).
+
+    SIGTERM or Ctrl-C stops accepting, finishes the requests in flight, and exits 0. Exit 2: bad
+    options or config, the port is taken, or FastAPI/uvicorn are not installed."""
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
-        message = escape(f"moss serve needs FastAPI and uvicorn ({e}); install them: {INSTALL}")
+        message = escape(f"moss serve needs its serve extra, FastAPI and uvicorn ({e}): {INSTALL}")
         stderr.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     with user_errors():

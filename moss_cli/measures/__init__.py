@@ -4,7 +4,7 @@
 Public API:
 - `LEVELS`: the levels, loosest first: codes, waveform, speech, bitwise. `check_level(level,
   allowed=LEVELS)` returns the level or raises a MossError (field --level) naming the ones allowed;
-  a command passes the subset it supports.
+  a command passes the subset it supports; `AUDIO_LEVELS`: those of a comparison of audio alone.
 - `passes(level, min_snr_db, *, codes_equal, pcm_equal, snr_db, same_speech=None) -> bool`: does a
   comparison pass at a level. codes: equal codes (unknown codes: identical PCM stands for them);
   waveform: codes not known to differ and SNR >= min_snr_db (None: identical); speech: identical
@@ -30,6 +30,7 @@ from __future__ import annotations
 from ..errors import MossError
 
 LEVELS = ("codes", "waveform", "speech", "bitwise")
+AUDIO_LEVELS = ("bitwise", "waveform", "speech")  # where only audio is compared (diff, bench --server): no codes
 
 
 def check_level(level: str, allowed: tuple[str, ...] = LEVELS) -> str:

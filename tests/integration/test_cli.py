@@ -162,7 +162,35 @@ def test_help_at_a_narrow_width_gives_every_description_40_columns_or_more(width
         for name, command in get_command(app).commands.items() if not group else []:
             first = " ".join(command.help.split(".")[0].split())
             assert f"{name} {first}." in output, (name, output)
-    assert "╭─ Options" in runner.invoke(app, ["bench", "--help"], env={"COLUMNS": "200"}).output  # room for panels
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_every_option_value_and_route_in_help_is_whole_and_copyable(width):
+    """Every option's names, every allowed value and every route stand whole on one line (wrapped at spaces
+    only), with a placeholder that says what to type: no `<str>`, `<bool>` or `{requests}`, no markup
+    escape, nothing cut with "…"."""
+    from typer.main import get_command
+
+    from moss_cli.audit.scenarios import SCENARIOS, SERVER_SCENARIOS
+
+    for path, command in _commands(get_command(app)):
+        output = runner.invoke(app, [*path, "--help"], env={"COLUMNS": str(width)}).output
+        words = set(output.replace(",", " ").replace(";", " ").replace("(", " ").replace(")", " ").split())
+        for bad in ("<str>", "<bool>", "<list[str]>", "{", "\\[", "…", "╭"):
+            assert bad not in output, (path, bad, output)
+        for param in command.params:
+            names = (*param.opts, *param.secondary_opts) if param.param_type_name == "option" else (param.metavar,)
+            for name in names:
+                assert name in words or name in output.split(), (path, name, output)
+        if path == ("audit-determinism",):
+            assert set(SCENARIOS) | set(SERVER_SCENARIOS) <= words, output
+        assert max(map(len, output.splitlines())) <= max(width, 80), output
+    usage = {
+        path: runner.invoke(app, [*path, "--help"]).output.splitlines()[0] for path, _ in _commands(get_command(app))
+    }
+    assert usage[("synth",)] == "Usage: moss synth [OPTIONS] REQUESTS"
+    assert usage[("diff",)] == "Usage: moss diff [OPTIONS] A B"
+    assert usage[("audit-determinism",)] == "Usage: moss audit-determinism [OPTIONS] [REQUESTS]"
 
 
 def _description_column(lines: list[str], names: list[str], first: str) -> int:

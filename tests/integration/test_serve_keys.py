@@ -88,6 +88,14 @@ def test_the_websocket_stream_needs_the_key_before_the_upgrade(keyed):
     assert len(reply.pcm) > 0 and reply.seed == 4
 
 
+def test_serve_help_names_every_route_the_app_serves(keyed):
+    _, serving = keyed
+    said = " ".join(CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "80"}).output.split())
+    served = {route.path for route in serving.app.routes if route.path not in FASTAPI_DOCS}
+    assert served >= {SPEECH_PATH, "/v1/audio/speech/batch", "/v1/audio/speech/stream", ENVIRONMENT_PATH}
+    assert all(path in said for path in served), (served, said)
+
+
 def test_with_the_key_the_server_answers_and_never_shows_the_key(keyed):
     url, _ = keyed
     auth = {"Authorization": f"Bearer {KEY}"}
