@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..validation import is_int64, is_integer, is_number
-from .deploy_config import DeployConfig
+from .deploy_config import CODEC_STREAM_KEYS, DeployConfig
 from .deploy_keys import (
     DIFFUSION_SAMPLING_KEYS,
     PLATFORM_KEYS,
@@ -121,6 +121,19 @@ def unknown_keys(tree: dict, sources: dict[tuple, Source], file, foreign: bool) 
 
     check(tree, TOP_KEYS, ())
     check_stages(tree.get("stages"), ("stages",))
+    connectors = tree.get("connectors")
+    for name, connector in (connectors if isinstance(connectors, dict) else {}).items():
+        extra = connector.get("extra") if isinstance(connector, dict) else None
+        for key in extra if isinstance(extra, dict) else {}:
+            close = difflib.get_close_matches(str(key), CODEC_STREAM_KEYS, n=1, cutoff=0.85)
+            if key not in CODEC_STREAM_KEYS and close:  # a connector's other keys are its own: only near-misses
+                path = ("connectors", name, "extra", key)
+                _warn(
+                    f"unknown key {key!r} in connectors.{name}.extra (did you mean {close[0]!r}?): vllm-omni's MOSS "
+                    f"codec streaming reads {close[0]!r} and ignores this one, so its default applies "
+                    "(model_executor/stage_input_processors/moss_tts.py:268-273), here as there",
+                    sources.get(path) or _source_under(sources, path),
+                )
     platforms = tree.get("platforms")
     for name, section in (platforms if isinstance(platforms, dict) else {}).items():
         check(section, PLATFORM_KEYS, ("platforms", name))

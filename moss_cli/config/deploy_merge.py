@@ -5,6 +5,7 @@ the platform section for the device). See moss_cli/config/deploy.py for the rule
 from __future__ import annotations
 
 import copy
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,10 +90,13 @@ def _wrap_stages(stages: Any, file: str | None, note: str, line: int | None) -> 
             raise ConfigError(f"stages[{index}] must be a mapping", file=file, line=line, field=f"stages[{index}]")
         stage_id = stage.get("stage_id")
         if not is_integer(stage_id):
+            spelt = [] if "stage_id" in stage else difflib.get_close_matches("stage_id", map(str, stage), n=1)
+            hint = f"; it has {spelt[0]!r}: did you mean 'stage_id'?" if spelt else ""
+            got = "none" if stage_id is None else repr(stage_id)
             raise ConfigError(
-                f"stages[{index}] needs an integer stage_id, got {stage_id!r}",
+                f"stages[{index}] needs an integer stage_id, got {got}{hint}",
                 file=file,
-                line=line_of(stage, "stage_id") or line,
+                line=line_of(stage, spelt[0] if spelt else "stage_id") or line,
                 field=f"stages[{index}].stage_id",
             )
         if stage_id in out:

@@ -69,6 +69,7 @@ DEPLOY_CASES = [
     ("invalid-yaml.yaml", ["invalid-yaml.yaml:", "invalid YAML"]),
     ("no-stage-0.yaml", ["no-stage-0.yaml", "stage_id 0"]),
     ("missing-base.yaml", ["missing-base.yaml:1: base_config 'does-not-exist.yaml'"]),
+    ("stage-id-typo.yaml", ["stage-id-typo.yaml:3 [stages[0].stage_id]", "it has 'stageid': did you mean 'stage_id'?"]),
     ("loop-a.yaml", ["loop-b.yaml: base_config forms a cycle", "loop-a.yaml"]),
     ("top-p-range.yaml", ["top-p-range.yaml:5", "top_p"]),
     ("removed-schema.yaml", ["removed-schema.yaml:1 [stage_args]", "removed"]),

@@ -317,6 +317,20 @@ def test_unknown_platform_section_in_a_file_is_a_warning_naming_its_line(tmp_pat
     assert caught[0].lineno == 4 and caught[0].filename.endswith("d.yaml")
 
 
+def test_a_near_miss_of_a_codec_streaming_key_is_a_warning_naming_the_key_moss_reads(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text(
+        "stages: [{stage_id: 0}]\nconnectors:\n  shm:\n    extra:\n      codec_chunk_frame: 5\n"
+        "      connector_get_max_wait: 300\n"
+    )
+    with pytest.warns(
+        DeployWarning, match="'codec_chunk_frame' in connectors.shm.extra \\(did you mean 'codec_chunk_frames'"
+    ) as caught:
+        config = load_deploy(path, "cpu")
+    assert len(caught) == 1 and caught[0].lineno == 5  # the connector's own keys are not questioned
+    assert "codec_chunk_frames" not in config.codec_stream  # the default applies, as in vllm-omni
+
+
 def test_model_runner_must_be_v1_or_v2(tmp_path):
     path = tmp_path / "d.yaml"
     path.write_text("stages: [{stage_id: 0}]\nplatforms:\n  npu:\n    model_runner: v3\n")
