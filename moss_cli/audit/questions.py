@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from ..vllm_omni import BATCH_INVARIANT_ADVICE
+from .scenarios import DEPLOY_SEED_PROBE
 from .verdicts import (
     BATCH_DEPENDENT,
     DIFFERENT_SPEECH,
@@ -56,7 +57,7 @@ def _names(keys) -> str:
 
 
 def _how(alone: list[Case]) -> str:
-    ways = {"repeat": "alone-vs-alone", "the-deploy-seed-sent-explicitly": "against the deploy seed sent explicitly"}
+    ways = {"repeat": "alone-vs-alone", DEPLOY_SEED_PROBE: "against the deploy seed sent explicitly"}
     said = dict.fromkeys(ways.get(c.run, "against another seed" if c.scenario == "seeds" else f"{c.scenario} alone")
                          for c in alone)  # fmt: skip
     return ", ".join(said) + ", bitwise"

@@ -51,6 +51,7 @@ SERVER_SCENARIOS = (
 BATCH_MAX_ITEMS = 32  # vllm-omni 0.30.0's tts_batch_max_items default (serving_speech.py:434)
 SHUFFLE_SEED = 1234
 PROBE_SEED = 1_000_003  # sent to unseeded requests; unlikely to be anyone's deploy seed
+DEPLOY_SEED_PROBE = "the-deploy-seed-sent-explicitly"  # the seeds scenario's run that checks the deploy seed
 INT64_MAX = 2**63 - 1
 NEIGHBOUR_TEXTS = [
     "A neighbour with its own explicit seed.",
@@ -329,7 +330,7 @@ def seed_probes(audited: list[Request], deploy_seeds: dict[str, int | None], gre
             given.append(Member(request, seed=PROBE_SEED, expect="different"))
     runs = [
         Run("another-explicit-seed", other, alone=True, scenario="seeds"),
-        Run("the-deploy-seed-sent-explicitly", deploy, alone=True, scenario="seeds"),
+        Run(DEPLOY_SEED_PROBE, deploy, alone=True, scenario="seeds"),
         Run(f"unseeded-sent-with-seed-{PROBE_SEED}", given, alone=True, scenario="seeds"),
     ]
     return [run for run in runs if run.members]

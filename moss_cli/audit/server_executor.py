@@ -39,7 +39,16 @@ from ..speech_api import (
     session_lacks,
 )
 from .attribution import Attribution
-from .scenarios import BATCH_MAX_ITEMS, Member, Run, Skipped, Target, neighbour_requests, voice_neighbour_requests
+from .scenarios import (
+    BATCH_MAX_ITEMS,
+    DEPLOY_SEED_PROBE,
+    Member,
+    Run,
+    Skipped,
+    Target,
+    neighbour_requests,
+    voice_neighbour_requests,
+)
 from .verdicts import DEPLOY_HINT, GLOBAL_STREAM, RNG_COUPLING, Attribute, Rules
 
 if TYPE_CHECKING:
@@ -85,6 +94,7 @@ class ServerExecutor:
         self._replies: dict[tuple[int, str], Reply] = {}
         self._checked: dict[str, str | None] = {}  # "ref_audio" or a path -> why the server refuses it (None: takes it)
         self.reference_replies: list[Reply] = []
+        self.reported_seeds: dict[str, int] = {}  # no --deploy: the deploy seed the server reports per request
 
     @property
     def deploy_seed(self) -> int | None:
@@ -207,7 +217,9 @@ class ServerExecutor:
         """From --deploy, else as the server reports it for each request."""
         if self.deploy_seed is not None:
             return {key: self.deploy_seed for key in reference}
-        return {key: out.seed if out.seed_source == SeedSource.DEPLOY else None for key, out in reference.items()}
+        seeds = {key: out.seed if out.seed_source == SeedSource.DEPLOY else None for key, out in reference.items()}
+        self.reported_seeds = {key: seed for key, seed in seeds.items() if seed is not None}
+        return seeds
 
     def evidence(self, run: Run, key: str) -> str:
         reply = self._replies.get((id(run), key))
@@ -291,6 +303,16 @@ class ServerExecutor:
 
     def _deploy_note(self) -> dict:
         """What the audit knows of the seed unseeded requests must get, for the reports."""
+        probe = next((run for run in self.probes if run.endswith(DEPLOY_SEED_PROBE)), None)
+        if self.known.deploy is None and self.reported_seeds and probe is not None:
+            seeds = sorted(set(self.reported_seeds.values()))
+            note = (
+                f"checked against the seed the server reports ({', '.join(map(str, seeds))}), not a deploy file: "
+                f"each of the {len(self.probes[probe])} unseeded requests it reports that seed for was sent with it "
+                f"explicitly and compared with itself sent without ({probe}); pass --deploy FILE (the deploy file the "
+                "server runs) to check the seed the file itself gives"
+            )
+            return {"file": None, "seed": seeds[0] if len(seeds) == 1 else None, "checked": "reported", "note": note}
         if self.known.deploy is None:
             return {"file": None, "seed": None, "checked": False, "note": f"not checked: {DEPLOY_HINT}"}
         seed = self.deploy_seed

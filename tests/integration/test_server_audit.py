@@ -77,6 +77,12 @@ def test_a_reproducible_server_passes_with_reports_shaped_like_the_local_audits(
     probe = [c for c in report["cases"] if c["run"] == "the-deploy-seed-sent-explicitly"]
     assert [(c["request"], c["verdict"]) for c in probe] == [("unseeded", "pass")]
     assert report["server"]["codes"] == "x-moss-codes-sha256 header"
+    # Without --deploy the reports say what that probe checked, and against what: not "not checked".
+    deploy = report["server"]["deploy_seed"]
+    assert deploy["checked"] == "reported" and deploy["seed"] == 42 and deploy["file"] is None
+    said = flat(output)
+    assert "Deploy seed: checked against the seed the server reports (42), not a deploy file: each of the 1 " in said
+    assert "(seeds/the-deploy-seed-sent-explicitly)" in said and "Deploy seed: not checked" not in said
 
 
 def test_a_server_whose_seeded_requests_vary_with_the_batch_fails_numerics_not_seeds_with_both_audio_files(
