@@ -129,7 +129,7 @@ STAGE0_DRIVES: dict[str, tuple[str, str]] = {
 DRIVES_NOTE = (
     f"{STAGE0_NOTE}; moss samples the same. An explicit request seed becomes the audio sampler's tts_local_seed "
     "(entrypoints/openai/serving_speech.py:2036-2044). A request's audio_* fields override the audio sampler in "
-    "local runs only."
+    "moss (local runs, Ray workers and moss serve); vllm-omni drops them."
 )
 
 

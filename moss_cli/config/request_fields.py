@@ -266,7 +266,7 @@ def sampler_refusal(key: str) -> str:
     """Why an OpenAI-style sampling field (`OPENAI_SAMPLING`) is refused, in a request file or a body."""
     return (
         f"{key!r} is not a request field: vllm-omni drops it silently and samples MOSS-TTS-Local audio at "
-        f"fixed values ({AUDIO_SAMPLER_TEXT}); for a local run, "
+        f"fixed values ({AUDIO_SAMPLER_TEXT}); in moss (a local run, Ray workers, moss serve) "
         f"{OPENAI_SAMPLING[key]!r} overrides the audio sampler"
     )
 

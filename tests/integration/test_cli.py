@@ -103,6 +103,12 @@ def test_piped_output_is_drawn_wide_not_at_80_columns():
     assert max(map(len, narrow.splitlines())) <= 60  # COLUMNS still wins
 
 
+def test_config_show_says_where_audio_fields_count():
+    said = " ".join(runner.invoke(app, ["config", "show"], env={"COLUMNS": "200"}).output.split())
+    assert "override the audio sampler in moss (local runs, Ray workers and moss serve); vllm-omni drops them" in said
+    assert "local runs only" not in said
+
+
 def test_config_show_at_80_columns_keeps_every_key_value_and_source_whole():
     import json
     import os

@@ -107,6 +107,13 @@ def test_a_bad_value_or_a_field_moss_does_not_honour_is_a_400_naming_it(server, 
     _error(post_speech(server[0], {**GOOD, **change}), 400, param)
 
 
+def test_an_openai_sampling_field_is_refused_naming_the_field_moss_serve_honours(server):
+    said = _error(post_speech(server[0], {**GOOD, "temperature": 0.5}), 400, "temperature")
+    assert "in moss (a local run, Ray workers, moss serve) 'audio_temperature' overrides the audio sampler" in said
+    assert "for a local run" not in said
+    assert post_speech(server[0], {**GOOD, "audio_temperature": 0}).status_code == 200
+
+
 @pytest.mark.parametrize(
     "body, param",
     [
