@@ -205,10 +205,14 @@ def _jsonl_records(file: Path, problems: list[Problem], max_line_bytes: int):
     for number, line in _lines(file, problems, max_line_bytes):
         if line is None or not line.strip():
             continue
+        text = line.rstrip("\r\n")  # with its line end, an error at the end would be "column 1" of the next
         try:
-            record = json.loads(line)
+            record = json.loads(text)
         except json.JSONDecodeError as e:
-            problems.append(Problem(number, None, f"invalid JSON: {e.msg} (column {e.colno})"))
+            problems.append(Problem(number, None, f"invalid JSON: {e.msg} (column {e.pos + 1})"))
+            continue
+        except RecursionError:
+            problems.append(Problem(number, None, "invalid JSON: nested too deeply"))
             continue
         if not isinstance(record, dict):
             problems.append(Problem(number, None, f"expected a JSON object, got {type(record).__name__}"))

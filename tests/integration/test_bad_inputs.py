@@ -19,6 +19,8 @@ GOOD = EXAMPLES / "lines.txt"
 # (request file, expected fragments of the message; "!fragment": must not be in it)
 REQUEST_CASES = [
     ("malformed.jsonl", ["malformed.jsonl:2", "invalid JSON"]),
+    # The error is at the line's end: its column there, not "column 1" of the next line.
+    ("cut-short.jsonl", ["cut-short.jsonl:2: invalid JSON: Expecting ',' delimiter (column 71)"]),
     ("not-an-object.jsonl", ["not-an-object.jsonl:1", "expected a JSON object"]),
     ("missing-text.jsonl", ["missing-text.jsonl:2 [text]", "missing 'text'"]),
     ("empty-text.jsonl", ["empty-text.jsonl:1 [text]", "empty"]),
