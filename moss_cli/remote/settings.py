@@ -55,6 +55,7 @@ class ServerOptions:
             problems.append(("--sample-rate", f"must be > 0, got {self.sample_rate}"))
         if problems:
             raise MossError("; ".join(f"{o}: {m}" for o, m in problems), field=problems[0][0])
+        object.__setattr__(self, "url", without_api_version(self.url))
 
     @property
     def base_url(self) -> str:
@@ -147,3 +148,13 @@ def parse_headers(values: list[str]) -> tuple[tuple[str, str], ...]:
     if problems:
         raise MossError("; ".join(problems), field="--header")
     return tuple(headers)
+
+
+def without_api_version(url: str) -> str:
+    """--server as the base the API's paths go under: an OpenAI client's base URL ends in /v1, which moss's
+    paths (`/v1/audio/speech`, ...) already carry, so a trailing /v1 is dropped rather than doubled."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/v1"):
+        return url
+    return urlunsplit((parts.scheme, parts.netloc, path.removesuffix("/v1"), parts.query, parts.fragment))

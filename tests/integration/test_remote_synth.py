@@ -50,6 +50,15 @@ def test_files_and_manifest_hold_what_the_server_sent_and_its_headers(tmp_path):
     assert isinstance(row["codes_sha256"], str) and row["batch_size_seen"] >= 1
 
 
+@pytest.mark.parametrize("suffix", ["/v1", "/v1/"])
+def test_a_base_url_ending_in_v1_as_openai_clients_give_it_is_the_same_server(tmp_path, suffix):
+    behaviour = Behaviour()
+    with serving(behaviour) as url:
+        result = _synth(_requests(tmp_path, 1), tmp_path / "out", url + suffix)
+    assert result.exit_code == 0, result.output
+    assert len(behaviour.seen) == 1 and (tmp_path / "out" / "r00.wav").is_file()
+
+
 def test_without_moss_headers_the_server_only_cells_are_empty_and_unseeded_is_unknown(tmp_path):
     with serving(Behaviour()) as url:
         assert _synth(_requests(tmp_path, 2), tmp_path / "out", url).exit_code == 0
@@ -77,6 +86,9 @@ def test_a_server_failure_mid_job_keeps_finished_files_and_a_partial_manifest(tm
     with serving(Behaviour(fail_from=3)) as url:
         result = _synth(requests, tmp_path / "out", url, "--concurrency", "1")
         assert result.exit_code == 2 and "request 'r03' (synth)" in result.output and "HTTP 500" in result.output
+        # As an interrupt does, the error says that the finished files are kept and how to resume.
+        assert "the 3 finished output(s) are kept in" in " ".join(result.output.split())
+        assert "run the same command again to resume" in " ".join(result.output.split())
         manifest = pd.read_csv(tmp_path / "out" / "manifest.csv", dtype={"id": str})
         assert list(manifest["id"]) == ["r00", "r01", "r02"]
         assert sorted(p.name for p in (tmp_path / "out").glob("*.wav")) == ["r00.wav", "r01.wav", "r02.wav"]
