@@ -258,6 +258,8 @@ def _on_server(ctx: typer.Context) -> None:
             report = bench.run(on_phase=bar.phase, on_sent=lambda label: bar.advance())
         write_reports(report, given["json_path"], given["report_dir"], command_line(ctx))
     render(stdout, report)
+    if given["report_dir"] is not None:
+        stdout.print(f"report: {given['report_dir'] / 'index.html'}", highlight=False, soft_wrap=True)
     raise typer.Exit(report.exit_code)
 
 

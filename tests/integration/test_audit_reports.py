@@ -192,6 +192,7 @@ def test_missing_parent_folders_of_outputs_are_created(tmp_path):
     junit = tmp_path / "ci" / "reports" / "junit.xml"
     result = moss_audit(requests, "--scenarios", "repeat", "--save-golden", golden, "--junit", junit)
     assert result.exit_code == 0, result.output
+    assert f"golden baseline saved: {golden}" in " ".join(result.output.split())
     assert json.loads(golden.read_text())["requests"]["r"]["seed"] == 3
     suites = {suite.get("name"): suite.get("tests") for suite in ET.parse(junit).getroot()}
     assert suites == {"audit.repeat": "1", "audit.seed": "1", "audit.numerics": "0"}

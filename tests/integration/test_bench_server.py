@@ -82,6 +82,7 @@ def test_the_released_double_fails_naming_the_unseeded_requests_that_varied_unde
     with serving_vllm_omni(FakeMossLocalEngine(fixed=False)) as url:
         code, report, output = _bench(url, tmp_path, *args)
     assert code == 1, output
+    assert f"report: {folder / 'index.html'}" in output  # where the page is, as the audit says it
     assert report["setup"]["deploy_seed"] == 42 and report["setup"]["reference_voice"].startswith("required")
     varied = [r for r in report["responses"] if r["check"] != "identical"]
     # Every unseeded response draws from the one process-wide RNG; every seeded one holds.
