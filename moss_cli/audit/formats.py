@@ -13,7 +13,7 @@ from .questions import composed_cases, seed_cases
 from .runner import AuditResult
 from .server_report import server_markdown
 from .summary import QUESTIONS, outcome, question_lines, summary, worst_cases
-from .verdicts import SAME_SPEECH, Case, describe_speech
+from .verdicts import SAME_SPEECH, Case
 
 # Version 3: the seed and numerics questions answered apart (`questions`, and each server path's);
 # each comparison says whether it was alone and, at --level speech, its speech measures. Version 2:
@@ -80,7 +80,7 @@ def _failure_text(case: Case) -> str:
     if cmp is not None:
         lines.append(f"PCM equal: {cmp.pcm_equal}; {format_audio(cmp)}")
     if case.speech is not None:
-        lines.append(f"speech: {describe_speech(case.speech)}")
+        lines.append(f"speech: {case.speech.describe()}")
     return "\n".join(lines)
 
 

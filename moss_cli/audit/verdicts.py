@@ -336,26 +336,14 @@ def _by_speech(case: Case, reference: Outcome, out: Outcome, rules: Rules, reque
         cause = NUMERIC_BATCH_VARIANCE if case.attribution.cause == BATCH_DEPENDENT else case.attribution.cause
         case.verdict = SAME_SPEECH
         case.attribution = Attribution(
-            cause, f"{case.attribution.detail}; the same speech as alone ({describe_speech(judged)})"
+            cause, f"{case.attribution.detail}; the same speech as alone ({judged.describe()})"
         )
         return
     _fail(
         case,
         DIFFERENT_SPEECH,
-        f"not the same speech as alone in {where}: {judged.failed} failed ({describe_speech(judged)})",
+        f"not the same speech as alone in {where}: {judged.failed} failed ({judged.describe()})",
     )
-
-
-def describe_speech(judged: SpeechJudgement) -> str:
-    """Each speech measure next to its threshold, and both durations, in one line."""
-    said = []
-    for m in judged.measures:
-        value = m.value if isinstance(m.value, str) or m.value is None else f"{m.value:.3g}"
-        threshold = m.threshold if isinstance(m.threshold, str) else f"{m.threshold:g}"
-        said.append(f"{m.name} {value} ({'ok' if m.passed else 'FAILED'}, threshold {threshold})")
-    alone_s, here_s = judged.durations
-    said.append(f"{alone_s:.2f} s alone, {here_s:.2f} s here")
-    return "; ".join(said + judged.notes)
 
 
 def numeric_variance(cases: list[Case]) -> None:

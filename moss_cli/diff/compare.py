@@ -12,11 +12,11 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from ..audit.verdicts import DIFFERENT_SPEECH, UNSEEDED_NOT_REPRODUCIBLE, describe_speech
+from ..audit.verdicts import DIFFERENT_SPEECH, UNSEEDED_NOT_REPRODUCIBLE
 from ..config.effective import SeedSource
 from ..io.audio import pcm_sha256
 from ..measures import passes
-from ..measures.speech import SpeechJudgement, SpeechThresholds, judge_speech
+from ..measures.speech import DIFF_SIDES, SpeechJudgement, SpeechThresholds, judge_speech
 from ..measures.waveform import first_differing_sample, measure, spread, unmeasured
 from .causes import likely_cause
 
@@ -120,7 +120,7 @@ def _measure(case: DiffCase, pair: _Pair, level: str, speech: SpeechThresholds) 
     if level != "speech":
         return None
     row = pair.rows[0]
-    judged = judge_speech(a, b, rate, row.get("text") or None, row.get("language") or None, speech)
+    judged = judge_speech(a, b, rate, row.get("text") or None, row.get("language") or None, speech, DIFF_SIDES)
     case.speech = judged.as_dict()
     return judged
 
@@ -150,7 +150,7 @@ def _judge(
     case.status = "within-tolerance" if within and not pair.notes else "differs"
     case.cause, case.detail = likely_cause(pair.rows, pair.codes_equal, pair.fingerprints, changes)
     if speech is not None:
-        said = f"{'the same' if speech.same else 'not the same'} speech ({describe_speech(speech)})"
+        said = f"{'the same' if speech.same else 'not the same'} speech ({speech.describe()})"
         case.detail = f"{case.detail}; {said}" if case.detail else said
         if not speech.same:
             case.cause = DIFFERENT_SPEECH

@@ -69,6 +69,10 @@ class Measure(NamedTuple):
     passed: bool
 
 
+AUDIT_SIDES = ("alone", "here")  # the audit's and the bench's two clips: a response alone, one in a composition
+DIFF_SIDES = ("in A", "in B")  # moss diff's: the same request's audio on its two sides
+
+
 @dataclass
 class SpeechJudgement:
     same: bool
@@ -76,21 +80,52 @@ class SpeechJudgement:
     measures: list[Measure]
     durations: tuple[float, float]  # seconds: the reference, the other
     notes: list[str] = field(default_factory=list)
+    sides: tuple[str, str] = AUDIT_SIDES  # what the two clips are, in a report's words
 
     def as_dict(self) -> dict:
         out = asdict(self)
         out["measures"] = [m._asdict() for m in self.measures]
         out["durations"] = list(self.durations)
+        out["sides"] = list(self.sides)
         return out
+
+    def describe(self) -> str:
+        """Each measure next to its threshold, and both durations named by their sides, in one line."""
+        said = []
+        for m in self.measures:
+            value = m.value if isinstance(m.value, str) or m.value is None else f"{m.value:.3g}"
+            threshold = m.threshold if isinstance(m.threshold, str) else f"{m.threshold:g}"
+            said.append(f"{m.name} {value} ({'ok' if m.passed else 'FAILED'}, threshold {threshold})")
+        (first_s, second_s), (first, second) = self.durations, self.sides
+        said.append(f"{first_s:.2f} s {first}, {second_s:.2f} s {second}")
+        return "; ".join(said + self.notes)
 
 
 def require_speech() -> None:
-    """A MossError naming the install line unless librosa and pocketsphinx import."""
+    """A MossError naming the install line unless librosa and pocketsphinx import. librosa compiles its
+    numba kernels as it is first imported (about 12 s on a 2-core machine) into its own __pycache__; where
+    that folder is read-only (a shared install), into a cache of the user's, so that the cost is paid once,
+    not by every process."""
+    _numba_cache()
     try:
         import librosa  # noqa: F401
         import pocketsphinx  # noqa: F401
     except ImportError as e:
         raise MossError(f"the speech level needs {e.name}: {INSTALL}", field="--level") from None
+
+
+def _numba_cache() -> None:
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("librosa")
+    if spec is None or spec.origin is None or "NUMBA_CACHE_DIR" in os.environ:
+        return
+    if not os.access(Path(spec.origin).parent, os.W_OK):
+        os.environ["NUMBA_CACHE_DIR"] = str(
+            Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "moss-numba"
+        )
 
 
 def judge_speech(
@@ -100,12 +135,14 @@ def judge_speech(
     text: str | None = None,
     language: str | None = None,
     thresholds: SpeechThresholds = SpeechThresholds(),
+    sides: tuple[str, str] = AUDIT_SIDES,
 ) -> SpeechJudgement:
-    """Whether `other` is the same speech as `reference` (see the module's docstring)."""
+    """Whether `other` is the same speech as `reference` (see the module's docstring); `sides` name the two
+    clips in its words (AUDIT_SIDES, DIFF_SIDES)."""
     ref, oth = _mono(reference), _mono(other)
     durations = (ref.shape[0] / sample_rate, oth.shape[0] / sample_rate)
     if np.array_equal(ref, oth):
-        return SpeechJudgement(True, None, [], durations, ["identical audio"])
+        return SpeechJudgement(True, None, [], durations, ["identical audio"], sides)
     require_speech()
     ref, oth = _resampled(ref, sample_rate), _resampled(oth, sample_rate)
     t = thresholds
@@ -120,7 +157,7 @@ def judge_speech(
     if t.align:
         words, why_not = _alignable_words(text, language)
         if why_not is None and not _reference_aligns(ref, words):
-            why_not = "the reference clip (the response alone) does not align to it"
+            why_not = f"the clip {sides[0]} does not align to it"
         if why_not is None:
             ok = aligns(oth, words)
             measures["alignment"] = [Measure("alignment", "aligned" if ok else "not aligned", "aligned", ok)]
@@ -128,7 +165,7 @@ def judge_speech(
             notes.append(f"alignment not checked: {why_not}")
     failed = next((check for check in CHECKS if not all(m.passed for m in measures[check])), None)
     flat = [m for check in CHECKS for m in measures[check]]
-    return SpeechJudgement(failed is None, failed, flat, durations, notes)
+    return SpeechJudgement(failed is None, failed, flat, durations, notes, sides)
 
 
 def _mono(clip) -> np.ndarray:

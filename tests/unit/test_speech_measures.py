@@ -15,7 +15,7 @@ import soundfile as sf
 import torch
 
 from moss_cli.errors import MossError
-from moss_cli.measures.speech import INSTALL, SpeechThresholds, judge_speech, require_speech
+from moss_cli.measures.speech import DIFF_SIDES, INSTALL, SpeechThresholds, judge_speech, require_speech
 
 TEXT = "These days a chicken leg is a rare dish."
 OTHER = "Rice is often served in round bowls."
@@ -89,6 +89,21 @@ def test_another_sentence_fails_the_mfcc_alignment_and_the_forced_alignment(refe
 
 
 @needs_speech
+def test_a_judgement_names_its_two_clips_in_the_words_of_its_report(reference):
+    """The audit's and the bench's: a response alone and one here; moss diff's: the request in A and in B."""
+    clip, rate = reference
+    other = espeak(TEXT, "-s", "200")[0]
+    audit = judge_speech(clip, other, rate, TEXT, "en")
+    diff = judge_speech(clip, other, rate, TEXT, "en", sides=DIFF_SIDES)
+    assert f"{audit.durations[0]:.2f} s alone, {audit.durations[1]:.2f} s here" in audit.describe()
+    said = diff.describe()
+    assert f"{diff.durations[0]:.2f} s in A, {diff.durations[1]:.2f} s in B" in said
+    assert "alone" not in said and " here" not in said and diff.as_dict()["sides"] == ["in A", "in B"]
+    silent = judge_speech(np.zeros_like(clip), other, rate, TEXT, "en", sides=DIFF_SIDES)
+    assert "the clip in A does not align to it" in silent.describe()
+
+
+@needs_speech
 def test_alignment_is_only_checked_for_english_words(reference):
     clip, rate = reference
     other = espeak(TEXT, "-s", "200")[0]
@@ -143,3 +158,19 @@ def test_without_the_speech_extra_the_install_line_is_named(monkeypatch):
     with pytest.raises(MossError, match="pip install librosa pocketsphinx") as error:
         require_speech()
     assert error.value.field == "--level"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("librosa") is None, reason="needs the speech extra (librosa)")
+def test_a_read_only_librosa_compiles_into_the_users_cache_once(monkeypatch, tmp_path):
+    import os
+
+    from moss_cli.measures import speech
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    speech._numba_cache()
+    assert os.environ["NUMBA_CACHE_DIR"] == str(tmp_path / "moss-numba")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "/elsewhere")  # the user's own choice stands
+    speech._numba_cache()
+    assert os.environ["NUMBA_CACHE_DIR"] == "/elsewhere"
