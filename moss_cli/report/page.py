@@ -201,19 +201,22 @@ padding-top:8px;margin-top:18px}.players,.plots{display:flex;gap:16px;flex-wrap:
 img{max-width:100%;border:1px solid #ddd}code{overflow-wrap:anywhere}.notes li{color:#8a5300}
 .m{background:#ffe9a8}.m.pass{background:#cdeccb}.m.fail{background:#f6c4bf}.m.absent{background:#f1f1f1;color:#777}
 span.m{padding:1px 7px;border:1px solid #bbb;border-radius:3px}.wide{overflow-x:auto}
+.side>div{min-width:0;max-width:100%;overflow-x:auto}
 table.matrix{font-size:12px}table.matrix th,table.matrix td{padding:2px 5px}table.matrix td{text-align:center}
 table.matrix td a{color:inherit}
 """
 
 # First in <head>: counts errors (scripts, and resources such as images, in the capture phase) and,
 # once loaded, marks each image as loaded or broken and each element with data-measure with where it
-# lies on the page ("top bottom", in CSS pixels); a browser test reads these marks from the DOM.
+# lies on the page ("top bottom", in CSS pixels), and the page with its width and the window's
+# ("scroll client": a page wider than its window scrolls sideways); a browser test reads these marks.
 WATCH = """(function(){var n=0,d=document.documentElement;window.addEventListener('error',function(){n+=1;
 d.setAttribute('data-errors',String(n));},true);window.addEventListener('load',function(){var ok=0,all=0;
 document.querySelectorAll('img').forEach(function(i){all+=1;var good=i.complete&&i.naturalWidth>0;
 i.setAttribute('data-loaded',good?'yes':'no');if(good){ok+=1;}});d.setAttribute('data-images',ok+'/'+all);
 document.querySelectorAll('[data-measure]').forEach(function(e){var r=e.getBoundingClientRect();
-e.setAttribute('data-measure',Math.round(r.top+window.scrollY)+' '+Math.round(r.bottom+window.scrollY));});});})();"""
+e.setAttribute('data-measure',Math.round(r.top+window.scrollY)+' '+Math.round(r.bottom+window.scrollY));});
+d.setAttribute('data-width',d.scrollWidth+' '+d.clientWidth);});})();"""
 
 # Click a column heading of the comparisons table to sort by it (numbers as numbers, "inf" last).
 SORT = """document.querySelectorAll('table.sortable th').forEach(function(th,col){th.addEventListener('click',

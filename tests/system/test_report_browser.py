@@ -85,3 +85,32 @@ def test_headless_chromium_renders_the_report_of_a_failing_audit(tmp_path):
     taken = _chromium(tmp_path / "profile", window, f"--screenshot={shot}", url)
     assert taken.returncode == 0, taken.stderr[-2000:]
     assert is_png(shot) and shot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+@pytest.mark.slow
+def test_the_bench_page_of_a_wide_sweep_never_scrolls_sideways_at_1400_px(tmp_path):
+    """Every arm at four concurrency levels: the cost table is wider than the page, and scrolls in its own
+    box; the page itself is no wider than the window (the page marks both widths once loaded)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from speech_servers import Behaviour, serving
+
+    rep = tmp_path / "rep"
+    deploy = Path(__file__).resolve().parents[2] / "recipes" / "moss_tts_local_v1.5.yaml"
+    args = ["--concurrency", "1,2,4,8", "--num-requests", "8", "--arms", "unseeded,seeded,deploy-seed"]
+    with serving(Behaviour(moss_headers=True, batch_dependent=True)) as url:
+        bench = CliRunner().invoke(
+            app,
+            ["bench", "--server", url, *args, "--deploy", str(deploy), "--level", "waveform", "--report-dir", str(rep)],
+        )
+    assert bench.exit_code == 1, bench.output  # the double's seeded responses vary under load
+    url = (rep / "index.html").resolve().as_uri()
+    shown = _chromium(tmp_path / "profile", "--window-size=1400,1000", "--virtual-time-budget=10000", "--dump-dom", url)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    dumped = tmp_path / "dom.html"
+    dumped.write_text(
+        shown.stdout if shown.stdout.startswith("<!DOCTYPE html>") else "<!DOCTYPE html>\n" + shown.stdout
+    )
+    scroll, client = map(int, parse_page(dumped).all("html")[0]["data-width"].split())
+    assert client == 1400 and scroll <= client, (scroll, client)
