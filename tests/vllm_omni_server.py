@@ -361,10 +361,16 @@ class GenerationJob:
 
     def stop_probability(self, frame: int) -> float:
         """The gate's chance to stop at this frame: rises with the frame index past a length set
-        by the text (speaking: none before its words end, then at once)."""
+        by the text (speaking: none before its words end, then at once). Never at the first frame: a
+        request that says nothing (MOSS-TTS's `empty`, which this double does not model) would answer
+        empty audio whatever its random stream, and two empty answers of an unseeded request are
+        identical, which a request drawing from the shared stream must not be (a short text's gate
+        stopped there 3% of the time, and the bench's unseeded responses then held by chance)."""
         if self.speech is not None:
             words = -(-self.speech.shape[0] // FRAME_SAMPLES)
             return 0.0 if frame < words else 1.0
+        if frame == 0:
+            return 0.0
         return 1.0 / (1.0 + math.exp((self._expected_frames - frame) / 2.0))
 
     def say_half(self) -> None:

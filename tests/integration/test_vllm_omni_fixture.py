@@ -514,3 +514,16 @@ def test_request_models_match_the_vllm_omni_wheel(model):
         expected = {k: v for k, v in spec.items() if k != "annotation"}
         assert _runtime_spec(model, name) == expected, name
     assert _module_alias(theirs_tree, "SpeechSampleRate") == _module_alias(ours_tree, "SpeechSampleRate")
+
+
+def test_the_doubles_unseeded_requests_never_answer_empty_so_never_hold_by_chance():
+    """The released double draws unseeded requests from one shared stream: two answers of one must differ.
+    An answer of no frames would not (empty is empty, whatever the stream): the gate never stops at the
+    first frame, for the built-in set's shortest text too (`Yes.` stopped there 3% of the time)."""
+    from vllm_omni_server import Conditioning, GenerationJob
+
+    from moss_cli.config.builtin import builtin_requests
+
+    for request in builtin_requests():
+        job = GenerationJob(Conditioning(request.text, "generation", None, "none"), None, "shared", 10)
+        assert job.stop_probability(0) == 0.0 and 0.0 < job.stop_probability(1) < 1.0, request.text
