@@ -82,7 +82,6 @@ class EngineExecutor:
         self.target = Target(
             server=False,
             max_batch=self.max_batch,
-            frame_cap=self.synth.deploy.max_tokens,
             frame_budgets=tuple(p.max_new_frames for p in self.prepared.values()),
             chunk_schedule=tuple(self.synth.chunk_schedule),
         )

@@ -139,7 +139,6 @@ class Target:
     server: bool  # a server (True) or the local engine / its Ray workers
     max_batch: int = 8  # the local engine's batch
     concurrency: int = 8  # a server's requests in flight at once
-    frame_cap: int | None = None  # the deploy's max_tokens: long neighbours stay within it
     frame_budgets: tuple[int, ...] = ()  # the engine: each audited request's frame budget
     voice: Path | None = None  # a server that requires ref_audio: the clip for members without one
     chunk_schedule: tuple[int, ...] = ()  # the local streaming decode's chunk sizes (for the label)
@@ -226,8 +225,11 @@ def _runs(name: str, audited: list[Request], target: Target, workdir: Path) -> l
         neighbours = neighbour_requests(n, "neighbour-seeded", seed_base=1000, frames=[16, 24, 8], greedy=False)
         return [Run("with-seeded-neighbours", interleave(_neighbours(neighbours, target), sent))]
     if name == "length-mix":
+        # A request's budget replaces the deploy's max_tokens (config/effective.py frame_budget), so a long
+        # neighbour asks for three times the longest audited budget, whatever max_tokens says; only what
+        # max_model_len leaves after its prompt bounds it, where the engine or the server sets it.
         longest = max(target.frame_budgets or [r.max_new_frames or 16 for r in audited], default=16)
-        long = min(3 * longest, target.frame_cap) if target.frame_cap else 3 * longest
+        long = 3 * longest
         # Greedy on the engine; seeded on a server, which may not honour greedy decoding (vllm-omni does not).
         neighbours = neighbour_requests(
             n, "neighbour-length", seed_base=2000, frames=[long, 2], greedy=not target.server

@@ -200,3 +200,21 @@ def test_the_audit_passes_bitwise_with_fixed_blocks_forced(tmp_path):
     synth = Synthesizer(SynthOptions(device="cpu", max_batch=5))
     rows = 5 if probes.fixed_blocks_are_invariant(synth.talker, 5) else 8
     assert report["environment"]["engine_steps"] == f"blocks of {rows}"
+
+
+def test_length_mix_long_neighbours_ask_three_times_the_longest_budget_past_the_deploys_max_tokens(tmp_path):
+    """A request's max_new_frames replaces the deploy's max_tokens (200 in the tiny recipe), larger or smaller:
+    the long neighbours are not held to it, and the engine gives them what they ask (within max_model_len)."""
+    from moss_cli.audit.engine_executor import EngineExecutor
+    from moss_cli.audit.scenarios import build_runs
+
+    requests = tmp_path / "r.jsonl"
+    requests.write_text(json.dumps({"id": "long", "text": "A long one.", "seed": 1, "max_new_frames": 100}) + "\n")
+    executor = EngineExecutor(AuditOptions(requests=requests, synth=SynthOptions(device="cpu")))
+    assert executor.synth.deploy.max_tokens == 200
+    [run] = build_runs("length-mix", executor.audited, executor.target, tmp_path)
+    budgets = sorted({m.request.max_new_frames for m in run.members if not m.audited})
+    assert budgets == [300]
+    neighbour = next(m.request for m in run.members if m.request.max_new_frames == 300)
+    [prepared] = executor.synth.prepare([neighbour])
+    assert prepared.max_new_frames == 300
