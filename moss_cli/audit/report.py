@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from ..measures.waveform import format_db
 from ..report.files import write_report_files
-from ..report.terminal import print_table
+from ..report.terminal import print_table, print_warning
 from .compare import format_audio
 from .formats import junit_xml, markdown, to_json
 from .golden import GoldenCheck
@@ -72,7 +72,7 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
         said = ", ".join(f"{count} {verdict}" for verdict, count in sorted(by_verdict.items()))
         console.print(f"requests: {escape(said)}", highlight=False)
     for m in result.mixups:
-        console.print(f"[yellow]warning:[/] {escape(m.message)}", highlight=False)  # wraps at spaces
+        print_warning(console, m.message)
     if golden is not None:
         console.print(
             f"golden {escape(str(golden.path))}: "

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from ..errors import MossError
 from ..measures import AUDIO_LEVELS
+from ..report.terminal import print_warning
 from . import numbers
 from . import options as opt
 from . import server_options as srv
@@ -253,7 +253,7 @@ def _on_server(ctx: typer.Context) -> None:
         options = server_bench_options(given)
         bench = ServerBench(options, on_retry=show_retry)
         for warning in bench.known.dropped:
-            stderr.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+            print_warning(stderr, warning)
         with progress_bar("bench", bench.total) as bar:
             report = bench.run(on_phase=bar.phase, on_sent=lambda label: bar.advance())
         write_reports(report, given["json_path"], given["report_dir"], command_line(ctx))

@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from ..config.deploy import DeployWarning
 from ..errors import MossError
+from ..report.terminal import print_warning
 from .help import HelpGroup
 
 PIPED_WIDTH = 200  # piped or in CI, Rich would draw at 80 columns and break keys and cells mid-word
@@ -117,7 +118,7 @@ def ray_event(message: str) -> None:
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """Warnings about the user's files read like our errors: `warning: file:line: message`."""
     where = f"{filename}:{lineno}: " if lineno else ""
-    stderr.print(f"[bold yellow]warning:[/] {escape(where + str(message))}", highlight=False, soft_wrap=True)
+    print_warning(stderr, where + str(message))
 
 
 @contextmanager

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
+from ..report.terminal import print_warning
 from . import options as opt
 from . import server_options as srv
 from .common import progress_bar, ray_event, show_retry, stderr, stdout, user_errors
@@ -87,12 +87,15 @@ def _locally(requests: Path, out: Path, run: dict, stream: bool, cluster, option
 def _through_server(requests: Path, out: Path, server, run: dict) -> SynthSummary:
     from ..jobs.server import synthesize_remote
 
-    def on_warning(message: str) -> None:
-        stderr.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
-
     with progress_bar("synth") as bar:
         return synthesize_remote(
-            requests, out, server, on_retry=show_retry, on_warning=on_warning, **_progress(bar), **run
+            requests,
+            out,
+            server,
+            on_retry=show_retry,
+            on_warning=partial(print_warning, stderr),
+            **_progress(bar),
+            **run,
         )
 
 

@@ -3,7 +3,7 @@ or broken inside a word or a number, at any width. Where the console has room fo
 longest word, a table whose cells wrap at spaces only (the columns with the most room to wrap give
 up their width first); narrower (an 80-column CI log, a small terminal), each row becomes a block of
 `header: value` lines. Lines break at spaces only: a word longer than the line (a long path) stays
-whole, for the terminal to wrap."""
+whole, for the terminal to wrap. `print_warning`: every command's warning line, in one style."""
 
 from __future__ import annotations
 
@@ -12,10 +12,16 @@ from collections.abc import Collection, Iterable, Sequence
 
 from rich.cells import cell_len
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 FRAME = 3  # what the default box and padding add per column (a rule and a space each side), plus one rule
+
+
+def print_warning(console: Console, text: str) -> None:
+    """`warning: text`, as every command shows a warning (its text left whole, as an error's is)."""
+    console.print(f"[bold yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
 def print_table(

@@ -44,3 +44,14 @@ def test_a_table_where_every_longest_word_fits_and_records_below_that():
 
 def test_markup_in_cells_is_drawn_not_printed():
     assert "[green]" not in _drawn(200) and "[green]" not in _drawn(80)
+
+
+def test_every_warning_line_is_drawn_by_one_function():
+    """One style of warning for every command: `report.terminal.print_warning` draws them all."""
+    from pathlib import Path
+
+    import moss_cli
+
+    root = Path(moss_cli.__file__).parent
+    drawn = [p.relative_to(root) for p in root.rglob("*.py") if "warning:[/]" in p.read_text()]
+    assert drawn == [Path("report/terminal.py")], drawn
