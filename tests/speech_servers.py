@@ -19,7 +19,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import soundfile as sf
@@ -208,14 +208,21 @@ def serving(behaviour: Behaviour, start_timeout: float = 10.0) -> Iterator[str]:
 
 
 @contextmanager
-def resetting(start_timeout: float = 5.0) -> Iterator[str]:
-    """A server that accepts each connection, reads the request and closes without answering (a
-    reset connection, as a crashing worker or a proxy gives), except a GET (the client's probe),
-    answered 404: no such endpoint."""
+def socket_server(answer: Callable[[socket.socket, threading.Event], None]) -> Iterator[str]:
+    """A server on a raw socket of 127.0.0.1: `answer(conn, stop)` handles each connection, in a thread of
+    its own, until `stop` is set; yields the base URL; on exit stops accepting and sets `stop` (an answer
+    that writes on, to a client that has gone, ends with the OSError of its write)."""
     sock = free_socket()
-    sock.listen()
+    sock.listen(16)
     sock.settimeout(0.1)
     stop = threading.Event()
+
+    def serve_one(conn: socket.socket) -> None:
+        with conn:
+            try:
+                answer(conn, stop)
+            except OSError:  # the client went away
+                pass
 
     def serve() -> None:
         while not stop.is_set():
@@ -223,13 +230,7 @@ def resetting(start_timeout: float = 5.0) -> Iterator[str]:
                 conn, _ = sock.accept()
             except OSError:
                 continue
-            with conn:
-                conn.settimeout(start_timeout)
-                try:
-                    if conn.recv(65536).startswith(b"GET "):
-                        conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                except OSError:
-                    pass
+            threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -239,6 +240,21 @@ def resetting(start_timeout: float = 5.0) -> Iterator[str]:
         stop.set()
         thread.join(timeout=5)
         sock.close()
+
+
+@contextmanager
+def resetting(start_timeout: float = 5.0) -> Iterator[str]:
+    """A server that accepts each connection, reads the request and closes without answering (a
+    reset connection, as a crashing worker or a proxy gives), except a GET (the client's probe),
+    answered 404: no such endpoint."""
+
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
+        conn.settimeout(start_timeout)
+        if conn.recv(65536).startswith(b"GET "):
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    with socket_server(answer) as url:
+        yield url
 
 
 @contextmanager
@@ -254,18 +270,32 @@ def silent() -> Iterator[str]:
 def plain_web_server() -> Iterator[str]:
     """Python's own HTTP server, which answers POST with 501 and an HTML page (a URL that points at
     some other web server)."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     class Quiet(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    with http_server(Quiet) as url:
+        yield url
+
+
+@contextmanager
+def http_server(handler, on_stop: Callable[[], None] = lambda: None) -> Iterator[str]:
+    """Python's own threading HTTP server on 127.0.0.1 with `handler`; yields its base URL; on exit
+    `on_stop()` (to release handlers that wait), then shuts it down within a bounded wait. A client that
+    hung up mid-answer is no error of the server's: no traceback."""
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    server.handle_error = lambda *args: None
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        on_stop()
         server.shutdown()
         thread.join(timeout=5)
         server.server_close()
@@ -298,7 +328,7 @@ def http10_speech_server(
     `die_after`: from that POST on the connection is closed unanswered (a server that died); `hang_after`:
     from that POST on nothing is answered until the server stops (a hung server). `served` gets the body
     of every POST answered."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     posts = iter(range(10**9))
     stopping = threading.Event()
@@ -339,18 +369,8 @@ def http10_speech_server(
             if served is not None:
                 served.append(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server.handle_error = lambda *args: None  # a client that hung up on a dead server's answer: no traceback
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        stopping.set()
-        server.shutdown()
-        thread.join(timeout=5)
-        server.server_close()
+    with http_server(Handler, on_stop=stopping.set) as url:
+        yield url
 
 
 # A hostile or broken server's answer to every POST (GETs, the client's probe, get a 404): each is one way a
@@ -375,12 +395,8 @@ def hostile(kind: str) -> Iterator[str]:
     """A server on a raw socket that answers every POST as `kind` (HOSTILE) says; each connection in a
     thread of its own, all of them stopped on exit (a write to a client that has gone ends its thread)."""
     assert kind in HOSTILE, kind
-    sock = free_socket()
-    sock.listen(16)
-    sock.settimeout(0.1)
-    stop = threading.Event()
 
-    def answer(conn: socket.socket) -> None:
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
         head = b""
         while b"\r\n\r\n" not in head:
             got = conn.recv(65536)
@@ -421,26 +437,5 @@ def hostile(kind: str) -> Iterator[str]:
                 f"HTTP/1.1 200 OK\r\nContent-Type: audio/wav\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
             )
 
-    def serve_one(conn: socket.socket) -> None:
-        with conn:
-            try:
-                answer(conn)
-            except OSError:  # the client went away: what a bounded client does
-                pass
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        sock.close()
+    with socket_server(answer) as url:
+        yield url
