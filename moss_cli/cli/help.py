@@ -61,9 +61,11 @@ def _shown_type(param) -> str:
 
 
 def lines(text: str, width: int) -> list[str]:
-    """`text` wrapped to `width` at spaces only, paragraph by paragraph (a blank line between them)."""
+    """`text` wrapped to `width` at spaces only, paragraph by paragraph (a blank line between them). Some
+    Typer releases escape `[` for Rich markup in the help they hand over (`\\[required]`): this layout is
+    no Rich markup, so the escape goes."""
     out: list[str] = []
-    for paragraph in textwrap.dedent(text).strip().split("\n\n"):
+    for paragraph in textwrap.dedent(text.replace("\\[", "[")).strip().split("\n\n"):
         words = " ".join(paragraph.split())
         wrapped = textwrap.wrap(words, width, break_on_hyphens=False, break_long_words=False)
         out += ([""] if out else []) + (wrapped or [""])
