@@ -235,9 +235,7 @@ def audit_view(doc: dict) -> PageView:
     pairs = [_pair(n, c) for n, c in enumerate(diverging, start=1)]
     notes = [w["message"] for w in doc.get("warnings") or []]
     if s.get("incomplete"):
-        stopped = s["incomplete"]
-        said = f"INCOMPLETE: the audit stopped in {stopped['scenario']}: {stopped['error']}"
-        headline = f"{said}; not run: {', '.join(stopped['not_run'])}. What it compared before: {headline}"
+        headline = f"{s['incomplete']['said']}. What it compared before: {headline}"
     body = {"headline": headline, "sections": sections, "comparisons": table, "pairs": pairs, "notes": notes}
     body["matrix"] = _matrix(doc, cases, anchors, level)
     body["pairs_note"] = LOGITS_NOTE if any(p.logits for p in pairs) else ""

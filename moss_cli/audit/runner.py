@@ -84,11 +84,16 @@ class Stopped:
     signum: int | None = None  # stopped by a signal (SIGINT, SIGTERM): the command exits 128 + signum
 
     def as_dict(self) -> dict:
-        return {"error": self.error, "scenario": self.scenario, "not_run": list(self.not_run)}
+        return {"error": self.error, "scenario": self.scenario, "not_run": list(self.not_run), "said": self.sentence}
+
+    @property
+    def why(self) -> str:
+        return f"the audit stopped in {self.scenario}: {self.error}"
 
     @property
     def sentence(self) -> str:
-        return f"INCOMPLETE: the audit stopped in {self.scenario}: {self.error}; not run: {', '.join(self.not_run)}"
+        """What every report says of it, the same words in each format."""
+        return f"INCOMPLETE: {self.why}; not run: {', '.join(self.not_run)}"
 
 
 class Executor(Protocol):
@@ -188,7 +193,7 @@ class Auditor:
         if server is not None:
             server["skipped"] = skipped
             paths = {name: path.scenario for name, path in PATHS.items()}
-            unrun = {s: f"not run: {stopped.sentence.split(': ', 1)[1]}" for s in stopped.not_run} if stopped else {}
+            unrun = {s: f"not run: {stopped.why}" for s in stopped.not_run} if stopped else {}
             server["paths"] = path_verdicts(cases, paths, ran, skipped, questions, unrun)
         return AuditResult(
             AuditOptions(**{**opts.__dict__, "scenarios": tuple(s for s in ran if s not in skipped)}),
