@@ -55,9 +55,16 @@ def placeholders(params: Sequence) -> None:
 
 
 def _shown_type(param) -> str:
-    """The type Typer would show (`<str>`, `<list[str]>`, `<int>`)."""
-    shown = getattr(param, "display_type_rich", None)
-    return str(shown(click.Context(click.Command("moss"))) or "") if shown else ""
+    """The type Typer would show (`<str>`, `<list[str]>`, `<int>`), as its release says it."""
+    ctx = click.Context(click.Command("moss"))
+    for way in ("display_type_rich", "make_metavar"):  # Typer 0.29; Typer 0.27
+        shown = getattr(param, way, None)
+        if shown is not None:
+            try:
+                return str(shown(ctx) or "")
+            except (TypeError, AttributeError):
+                continue
+    return ""
 
 
 def lines(text: str, width: int) -> list[str]:
