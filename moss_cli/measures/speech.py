@@ -172,7 +172,8 @@ def _mono(clip) -> np.ndarray:
     """float32 [samples], full scale 1.0, from int16 or float, numpy or torch, in either layout."""
     x = clip.detach().cpu().numpy() if hasattr(clip, "detach") else np.asarray(clip)
     scale = 1 / 32767.0 if x.dtype == np.int16 else 1.0
-    x = x.astype(np.float32) * np.float32(scale)
+    # NaN or infinite samples (a broken float decoder) are no sound: silence and full scale, as a file stores them.
+    x = np.nan_to_num(x.astype(np.float32) * np.float32(scale), nan=0.0, posinf=1.0, neginf=-1.0)
     if x.size == 0:  # an empty response (a server answers one when the first frame stops)
         return np.zeros(0, dtype=np.float32)
     if x.ndim == 2:
@@ -223,10 +224,15 @@ def dtw_cost(a: np.ndarray, b: np.ndarray) -> float | None:
     coefficient's mean removed; c0, the loudness, left out). None: a clip too short to measure."""
     import librosa
 
+    from scipy.spatial.distance import cdist
+
     if min(a.size, b.size) < _N_FFT:
         return None
     fa, fb = (_mfcc(x) for x in (a, b))
-    cost, path = librosa.sequence.dtw(X=fa, Y=fb, metric="cosine")
+    # A frame of exact digital silence has no direction (every coefficient equals its mean): its cosine
+    # distance is undefined (NaN, which the DTW refuses); it is taken as unlike anything, 1.
+    distances = np.nan_to_num(cdist(fa.T, fb.T, metric="cosine"), nan=1.0, posinf=1.0, neginf=1.0)
+    cost, path = librosa.sequence.dtw(C=distances)
     return float(cost[-1, -1] / len(path))
 
 

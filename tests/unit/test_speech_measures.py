@@ -174,3 +174,19 @@ def test_a_read_only_librosa_compiles_into_the_users_cache_once(monkeypatch, tmp
     monkeypatch.setenv("NUMBA_CACHE_DIR", "/elsewhere")  # the user's own choice stands
     speech._numba_cache()
     assert os.environ["NUMBA_CACHE_DIR"] == "/elsewhere"
+
+
+@needs_speech
+def test_exact_silence_and_broken_samples_are_verdicts_never_errors(reference):
+    """A clip of exact digital silence as long as the reference made the MFCC-DTW's cosine cost NaN, which
+    librosa's DTW refused with a ParameterError; NaN or infinite float samples are no sound either."""
+    clip, rate = reference
+    for other in (np.zeros_like(clip), np.zeros((clip.shape[0] // 2, 1), dtype=clip.dtype)):
+        judged = judge_speech(clip, other, rate, TEXT, "en")
+        assert not judged.same and judged.failed == "sanity"
+        assert next(m for m in judged.measures if m.name == "mfcc-dtw").value is not None
+    both = judge_speech(np.zeros_like(clip), np.zeros((clip.shape[0] + 5, 1), dtype=clip.dtype), rate)
+    assert not both.same and both.failed == "sanity"
+    broken = clip.astype(np.float32) / 32767
+    broken[100:200], broken[300] = np.nan, np.inf
+    assert judge_speech(clip, broken, rate, TEXT, "en").same
