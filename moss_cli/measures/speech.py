@@ -223,7 +223,6 @@ def dtw_cost(a: np.ndarray, b: np.ndarray) -> float | None:
     """The mean cosine distance along the DTW path between two 16 kHz clips' MFCCs (each
     coefficient's mean removed; c0, the loudness, left out). None: a clip too short to measure."""
     import librosa
-
     from scipy.spatial.distance import cdist
 
     if min(a.size, b.size) < _N_FFT:
