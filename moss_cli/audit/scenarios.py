@@ -112,9 +112,6 @@ class Run:
             return [[m] for m in self.members]
         return self.shards if self.shards is not None else [self.members]
 
-    def piece_of(self, key: str) -> list[Member]:
-        return next(piece for piece in self.pieces() if key in {m.key for m in piece})
-
     def path(self, key: str) -> ServingPath:
         """How a server was asked for a member's audio in this run."""
         return next(m for m in self.members if m.key == key).path
