@@ -11,7 +11,7 @@ from ..errors import MossError
 from ..measures import LEVELS, check_level
 from ..measures.speech import SpeechThresholds, require_speech
 from ..pipeline.options import SynthOptions
-from .scenarios import SCENARIOS, SERVER_SCENARIOS
+from .scenarios import SCENARIOS, server_scenarios
 
 if TYPE_CHECKING:
     from ..engine.requests import LogitsHook
@@ -55,7 +55,7 @@ class AuditOptions:
     def chosen(self) -> tuple[str, ...]:
         """The scenarios to run, checked (with the other options); the repeat first, since every
         verdict rests on it."""
-        known = SERVER_SCENARIOS if self.server is not None else SCENARIOS
+        known = server_scenarios() if self.server is not None else SCENARIOS
         if check_level(self.level, LEVELS) == "speech":
             require_speech()
         if self.allow_unseeded and self.strict_unseeded:

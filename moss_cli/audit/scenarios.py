@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.requests import Request
-from ..remote.paths import BATCH, RAW_STREAM, SINGLE, SSE, WEBSOCKET, ServingPath
+from ..remote.paths import BATCH_CALL, HTTP, PATHS, SINGLE, WEBSOCKET_SESSION, ServingPath, scenario_path
 from ..remote.voice import voice_clip, with_voice
 from ..speech_api import batch_item_lacks, session_lacks
 
@@ -34,20 +34,15 @@ SCENARIOS = (
     "streaming",
     "sharded",
 )
-SERVER_SCENARIOS = (
-    "repeat",
-    "concurrent",
-    "shuffled",
-    "seeded-neighbours",
-    "length-mix",
-    "staggered",
-    "voices",
-    "streaming",
-    "raw-stream",
-    "batch",
-    "websocket",
-    "seeds",
-)
+COMPOSITIONS = ("repeat", "concurrent", "shuffled", "seeded-neighbours", "length-mix", "staggered", "voices")
+
+
+def server_scenarios() -> tuple[str, ...]:
+    """A server audit's scenarios: the compositions a black box can be given, each serving path's scenario
+    (`remote.paths.PATHS`, in its order), then the seed probes."""
+    return (*COMPOSITIONS, *(path.scenario for path in PATHS.values() if path.scenario), "seeds")
+
+
 BATCH_MAX_ITEMS = 32  # vllm-omni 0.30.0's tts_batch_max_items default (serving_speech.py:434)
 SHUFFLE_SEED = 1234
 PROBE_SEED = 1_000_003  # sent to unseeded requests; unlikely to be anyone's deploy seed
@@ -79,7 +74,7 @@ class Member:
     @property
     def batched(self) -> bool:
         """Sent as an item of a batch call, which carries no seed."""
-        return self.path is BATCH
+        return self.path.transport == BATCH_CALL
 
     @property
     def sent_seed(self) -> int | None:
@@ -206,6 +201,9 @@ def build_runs(name: str, audited: list[Request], target: Target, workdir: Path)
 def _runs(name: str, audited: list[Request], target: Target, workdir: Path) -> list[Run]:
     n, batch = len(audited), target.max_batch
     sent = members(audited)
+    path = scenario_path(name) if target.server else None
+    if path is not None:
+        return path_runs(path, audited, target)
     if name == "repeat":
         return [Run("repeat", sent, alone=True)]
     if name == "batched":
@@ -238,17 +236,9 @@ def _runs(name: str, audited: list[Request], target: Target, workdir: Path) -> l
     if name == "voices":
         voices = _neighbours(voice_neighbour_requests(n, workdir), target)
         return [Run("with-voice-cloning-neighbours", interleave(voices, sent), needs_voice=True)]
-    if name == "streaming":
-        if target.server:
-            return [Run(f"streamed-{target.concurrency}-at-once", members(audited, path=SSE))]
+    if name == "streaming":  # the engine's: each request decoded in the deploy's chunks as it is generated
         schedule = "-".join(str(c) for c in target.chunk_schedule)
         return [Run(f"streamed-chunks-{schedule}-then-repeat", sent, stream=True)]
-    if name == "raw-stream":
-        return [Run(f"raw-audio-streamed-{target.concurrency}-at-once", members(audited, path=RAW_STREAM))]
-    if name == "batch":
-        return batch_runs(audited, target)
-    if name == "websocket":
-        return websocket_runs(audited, target)
     if name == "sharded":  # as if split across workers: each shard is an engine run of its own
         size = -(-n // 3)
         backwards = sent[::-1]
@@ -259,7 +249,19 @@ def _runs(name: str, audited: list[Request], target: Target, workdir: Path) -> l
     raise ValueError(f"unknown scenario {name!r}")
 
 
-def batch_runs(audited: list[Request], target: Target) -> list[Run]:
+def path_runs(path: ServingPath, audited: list[Request], target: Target) -> list[Run]:
+    """A serving path's scenario, by how the path carries requests: an HTTP path's every request sent that way
+    at once; the batch route's and the WebSocket stream's runs (batch_runs, websocket_runs)."""
+    if path.transport == HTTP:
+        return [Run(path.run.format(concurrency=target.concurrency), members(audited, path=path))]
+    if path.transport == BATCH_CALL:
+        return batch_runs(path, audited, target)
+    if path.transport == WEBSOCKET_SESSION:
+        return websocket_runs(path, audited, target)
+    raise ValueError(f"{path.name}: no runs for a path whose requests go {path.transport}")
+
+
+def batch_runs(path: ServingPath, audited: list[Request], target: Target) -> list[Run]:
     """The batch route's runs: every request an item can carry (no seed, no field a vllm-omni batch
     item lacks: speech_api.batch_item_lacks) first alone, each the one item of its own call (the seed
     question), then in one batch call, at most BATCH_MAX_ITEMS to a call, while the other requests
@@ -272,7 +274,7 @@ def batch_runs(audited: list[Request], target: Target) -> list[Run]:
     neighbours = _neighbours(
         neighbour_requests(2, "neighbour-single", seed_base=5000, frames=[16, 6], greedy=False), target
     )
-    batched = [dataclasses.replace(m, path=BATCH) for m in items]
+    batched = [dataclasses.replace(m, path=path) for m in items]
     calls = "one-call" if len(items) <= BATCH_MAX_ITEMS else f"{-(-len(items) // BATCH_MAX_ITEMS)}-calls"
     label = f"{len(items)}-items-in-{calls}-with-{len(singles) + len(neighbours)}-single-requests"
     return [
@@ -282,7 +284,7 @@ def batch_runs(audited: list[Request], target: Target) -> list[Run]:
     ]
 
 
-def websocket_runs(audited: list[Request], target: Target) -> list[Run]:
+def websocket_runs(path: ServingPath, audited: list[Request], target: Target) -> list[Run]:
     """The WebSocket stream's runs, for every request an utterance carries unchanged (speech_api.session_lacks):
     its text in chunks then input.done, with split_granularity "none", which makes it the single route's
     request (remote.paths). Each utterance first on a connection of its own, one after another (the seed
@@ -290,7 +292,7 @@ def websocket_runs(audited: list[Request], target: Target) -> list[Run]:
     its connection (a later utterance must equal it on a fresh one); then every utterance in a session of
     its own at once, while the other requests and two seeded neighbours go to the single route, so
     sessions and HTTP requests share the server's batch. None where no request can be an utterance."""
-    utterances = [m for m in members(audited, path=WEBSOCKET) if not session_lacks(m.request)]
+    utterances = [m for m in members(audited, path=path) if not session_lacks(m.request)]
     if not utterances:
         return []
     singles = [m for m in members(audited) if session_lacks(m.request)]

@@ -32,7 +32,6 @@ from ..remote.voice import with_voice
 from ..speech_api import (
     BATCH_PATH,
     STREAM_PATH,
-    batch_body,
     batch_item_lacks,
     body_from_request,
     session_config,
@@ -124,10 +123,6 @@ class ServerExecutor:
             member.request, model=self.server.model, response_format=self.server.response_format, seed=member.seed
         )
 
-    def _batch_body(self, items: list[Member]) -> dict:
-        server = self.server
-        return batch_body([self._body(m) for m in items], model=server.model, response_format=server.response_format)
-
     def execute(self, runs: list[Run]) -> Iterator[dict[str, Outcome] | Skipped]:
         for run in runs:
             needs = (["ref_audio"] if run.needs_voice else []) + [path.name for path in run.paths]
@@ -159,7 +154,8 @@ class ServerExecutor:
             return [(member, await member.path.speak(self.client, member.key, self._body(member), context, started))]
 
         async def batch(items: list[Member]) -> list[tuple[Member, Reply]]:
-            replies = await self.client.speak_batch([m.key for m in items], self._batch_body(items), context, started)
+            bodies = [self._body(m) for m in items]
+            replies = await items[0].path.speak_items(self.client, [m.key for m in items], bodies, context, started)
             return list(zip(items, replies))
 
         if run.one_connection:  # every utterance in turn on one WebSocket session
@@ -276,7 +272,7 @@ class ServerExecutor:
             "reference_voice": self.known.voice_note,
             "dropped_fields": self.known.dropped,
             "batch_items": self._batch_note(),
-            "websocket": self._websocket_note(),
+            paths.WEBSOCKET.name: self._websocket_note(),
             "probes": self.probes,
             "requests": verdicts,
             "runs": self.runs,
@@ -298,7 +294,9 @@ class ServerExecutor:
         return {
             "path": route,
             carried_as: [key for key, fields in missing.items() if not fields],
-            "single": {key: f"{one} cannot carry {', '.join(fields)}" for key, fields in missing.items() if fields},
+            paths.SINGLE.name: {
+                key: f"{one} cannot carry {', '.join(fields)}" for key, fields in missing.items() if fields
+            },
         }
 
     def _deploy_note(self) -> dict:

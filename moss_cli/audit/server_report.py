@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from ..remote.paths import PATHS
+from ..remote.paths import BATCH, PATHS, SINGLE
 from ..report import page
 from ..report.terminal import print_table
 from .runner import AuditResult
@@ -68,8 +68,8 @@ def notes(server: dict) -> list[str]:
     out = [f"Deploy seed: {server['deploy_seed']['note']}."]
     out.append(f"Reference voice: {server['reference_voice']}.")
     out += [f"Sent although vllm-omni drops it: {field}." for field in server["dropped_fields"]]
-    single = server["batch_items"]["single"]
-    if single and server["paths"]["batch"]["comparisons"]:
+    single = server["batch_items"][SINGLE.name]
+    if single and server["paths"][BATCH.name]["comparisons"]:
         said = "; ".join(f"{key}: {why}" for key, why in single.items())
         out.append(f"Sent as single requests next to the batch call, not as its items: {said}.")
     return out

@@ -14,11 +14,11 @@ from rich.markup import escape
 from .. import __version__
 from ..io.audio import write_audio
 from ..measures.waveform import audio_metrics
+from ..remote.paths import PATHS
 from ..report.files import check_output_paths, json_safe, write_report_files
 from ..report.page import Figure, PageView, PairView, Table, level_text
 from ..report.terminal import print_table
 from .server import (
-    ANSWERS,
     DIFFERENT_SPEECH,
     FAILED,
     SAME_SPEECH,
@@ -126,7 +126,7 @@ def render(console: Console, report: ServerBenchReport) -> None:
     headers, rows = table(report)
     title = (
         f"moss bench --server {escape(s['server'])}: {s['arrivals']}, {s['rounds']} round(s), {s['response_format']} "
-        f"{ANSWERS[s['path']][0]}, level {s['level']}"
+        f"{PATHS[s['path']].answers[0]}, level {s['level']}"
     )
     print_table(console, headers, [[escape(c) for c in row] for row in rows], title=title, right=set(headers) - {"arm"})
     console.print(LEGEND, style="dim", highlight=False, markup=False)

@@ -35,7 +35,7 @@ from ..measures import AUDIO_LEVELS, check_level
 from ..measures.speech import SpeechThresholds, judge_speech, require_speech
 from ..remote import paths
 from ..remote.client import Retry, ServerError, SpeechClient
-from ..remote.paths import RAW_STREAM, SINGLE, WEBSOCKET, ServingPath
+from ..remote.paths import RAW_STREAM, SINGLE, ServingPath
 from ..remote.reply import Reply
 from ..remote.session import ServerSession
 from ..remote.settings import ServerOptions
@@ -46,14 +46,6 @@ from .arms import arm_seed, check_deploy_seed, must_hold
 from .figures import figures, ratios
 from .load import Load, Sent, drive, name_neighbours, timing
 
-# The paths a bench times: one body, raw chunks (time to first audio), the WebSocket stream (time to first audio
-# after input.done). Server-sent events add base64 and event framing to what the bench would time as audio.
-BENCH_PATHS = {path.name: path for path in (SINGLE, RAW_STREAM, WEBSOCKET)}
-ANSWERS = {  # per path, what the answers are: (the table title's word, the setup's words)
-    SINGLE.name: ("bodies", "whole bodies"),
-    RAW_STREAM.name: ("streamed", "raw audio chunks (stream_format audio)"),
-    WEBSOCKET.name: ("WebSocket utterances", "WebSocket utterances (text in chunks, a session each)"),
-}
 # A response's check: identical, within-snr (--level waveform) and same-speech (--level speech) pass;
 # `varied` and `different-speech` fail the run; `varied-unseeded` is reported.
 IDENTICAL, WITHIN_SNR, VARIED, VARIED_UNSEEDED, FAILED = (
@@ -82,7 +74,7 @@ class ServerBenchOptions:
     level: str = "bitwise"  # bitwise | waveform | speech
     speech: SpeechThresholds = field(default_factory=SpeechThresholds)  # --level speech: what the same speech is
     min_snr_db: float = 60.0
-    path: str = RAW_STREAM.name  # the serving path every request goes along (BENCH_PATHS)
+    path: str = RAW_STREAM.name  # the serving path every request goes along (one of remote.paths.benched())
     frames: int | None = None  # every request's max_new_tokens (None: the requests' own)
     requests: Path | None = None  # a request file (None: the audit's built-in set)
     allow_dropped_fields: bool = False
@@ -91,8 +83,8 @@ class ServerBenchOptions:
     )
 
     def __post_init__(self) -> None:
-        if self.path not in BENCH_PATHS:
-            raise MossError(f"expected one of {', '.join(BENCH_PATHS)}, got {self.path!r}", field="--path")
+        if self.path not in paths.benched():
+            raise MossError(f"expected one of {', '.join(paths.benched())}, got {self.path!r}", field="--path")
         if self.serving_path is RAW_STREAM and self.server.response_format not in paths.STREAMED_FORMATS:
             raise MossError(
                 f"a streamed answer is {' or '.join(paths.STREAMED_FORMATS)} (vllm-omni streams no other format), "
@@ -110,7 +102,7 @@ class ServerBenchOptions:
 
     @property
     def serving_path(self) -> ServingPath:
-        return BENCH_PATHS[self.path]
+        return paths.PATHS[self.path]
 
     def count(self, concurrency: int, requests: int) -> int | None:
         if self.duration_s is not None:
@@ -270,7 +262,7 @@ class ServerBench:
                             reply = await o.serving_path.speak(client, request.id, body, f"{arm}/alone")
                             references[(arm, request.id)] = reply
                 except StreamUnavailable as e:  # the path asked for by name: its absence is the error
-                    others = " or ".join(name for name in BENCH_PATHS if name != o.path)
+                    others = " or ".join(name for name in paths.benched() if name != o.path)
                     raise MossError(
                         f"{o.path}: the server does not serve {o.serving_path.refused} "
                         f"({speech_api.STREAM_PATH}): {e.reason}; bench another path (--path {others})",
@@ -312,7 +304,7 @@ class ServerBench:
             "model_sent": server.model,
             "served": self.known.info.environment,
             "response_format": server.response_format,
-            "stream": ANSWERS[o.path][1],
+            "stream": o.serving_path.answers[1],
             "path": o.path,
             "route": o.serving_path.route,
             "arms": list(o.arms),

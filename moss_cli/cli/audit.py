@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from ..audit.scenarios import SCENARIOS, SERVER_SCENARIOS
+from ..audit.scenarios import SCENARIOS, server_scenarios
 from ..errors import MossError
 from ..interrupts import interrupts_as_exceptions
 from ..measures import LEVELS
@@ -27,7 +27,7 @@ def audit_determinism(
         Optional[str],
         typer.Option(
             help=f"Comma-separated names (e.g. repeat,shuffled), from: {', '.join(SCENARIOS)} (default: all); with "
-            f"--server, from: {', '.join(SERVER_SCENARIOS)} (default: all; a path the server does not serve is then "
+            f"--server, from: {', '.join(server_scenarios())} (default: all; a path the server does not serve is then "
             "skipped, and named here it is an error)."
         ),
     ] = None,

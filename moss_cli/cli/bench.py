@@ -10,6 +10,7 @@ import typer
 
 from ..errors import MossError
 from ..measures import AUDIO_LEVELS
+from ..remote import paths
 from ..report.terminal import print_warning
 from . import numbers
 from . import options as opt
@@ -166,9 +167,10 @@ ServingPathName = Annotated[
     Optional[str],
     typer.Option(
         "--path",
-        help="--server: the serving path every request goes along: single (whole bodies), raw-stream (raw audio "
-        "chunks; what --stream asks for) or websocket (an utterance per request on /v1/audio/speech/stream, its "
-        "text in chunks).",
+        metavar="|".join(paths.benched()),
+        help="--server: the serving path every request goes along: "
+        + "; ".join(f"{name} ({path.route})" for name, path in paths.benched().items())
+        + f". --stream asks for {paths.RAW_STREAM.name}, --no-stream for {paths.SINGLE.name}.",
     ),
 ]
 Requests = Annotated[
@@ -318,7 +320,7 @@ def server_bench_options(given: dict):
         level=given["level"],
         min_snr_db=given["min_snr_db"],
         speech=opt.speech_thresholds(given),
-        path=given["path"] or ("raw-stream" if given["streamed"] else "single"),
+        path=given["path"] or (paths.RAW_STREAM if given["streamed"] else paths.SINGLE).name,
         frames=given["frames"],
         requests=given["requests"],
         allow_dropped_fields=given["allow_dropped_fields"],

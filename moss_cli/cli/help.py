@@ -17,6 +17,8 @@ from typing import Sequence
 import click
 from typer.core import TyperCommand, TyperGroup
 
+from ..speech_api import RESPONSE_FORMATS
+
 # A free-form value's placeholder, where a type name (`<str>`) would say nothing; a value from a fixed set
 # that a command defines declares it as its metavar there (`--level codes|waveform|speech|bitwise`).
 PLACEHOLDERS = {
@@ -27,7 +29,7 @@ PLACEHOLDERS = {
     "--ray-address": "ADDRESS",
     "--host": "HOST",
     "--format": "wav|flac",
-    "--response-format": "wav|pcm|flac|mp3|aac|opus",
+    "--response-format": "|".join(RESPONSE_FORMATS),
     "--layout": "auto|blocks|blocks:R",
     "--scenarios": "NAME,NAME,...",
     "--batch": "N,N,...",
@@ -35,7 +37,6 @@ PLACEHOLDERS = {
     "--modes": "MODE,MODE,...",
     "--arms": "ARM,ARM,...",
     "--random-weights": "tiny|35m|v1.5",
-    "--path": "single|raw-stream|websocket",
 }
 
 

@@ -44,6 +44,11 @@ class ServingPath:
     scenario: str | None  # the audit scenario that audits it (None: the single route, which every scenario uses)
     refused: str  # what the server refuses when it refuses this path ("streaming", ...), for a skip's reason
     marks: Mapping[str, Any] = field(default_factory=dict)  # the fields a single body gets to ask for this path
+    # The audit's run of an HTTP path's scenario: every audited request sent this way at once ({concurrency}).
+    run: str = "sent-{concurrency}-at-once"
+    # `moss bench --server --path NAME`: what its answers are, (the table title's word, the setup's words);
+    # None: a path the bench does not time (events add base64 and framing to what it would time as audio).
+    answers: tuple[str, str] | None = None
 
     @property
     def streamed(self) -> bool:
@@ -70,9 +75,7 @@ class ServingPath:
 
         try:
             if self.transport == BATCH_CALL:
-                fmt, model = body["response_format"], body.get("model")
-                batch = speech_api.batch_body([body], model=model, response_format=fmt)
-                await client.speak_batch([request], batch, context)
+                await self.speak_items(client, [request], [body], context)
             else:
                 await self.speak(client, request, body, context)
         except StreamUnavailable as e:
@@ -84,6 +87,20 @@ class ServingPath:
                 return f"the server has no batch route (POST {speech_api.BATCH_PATH}: HTTP {e.status}): {e.message}"
             return f"the server refuses {what or self.refused}: {e.message}"
         return None
+
+    async def speak_items(
+        self,
+        client: SpeechClient,
+        requests: list[str],
+        bodies: list[dict[str, Any]],
+        context: str,
+        started: float | None = None,
+    ) -> list[Reply]:
+        """Requests' single bodies as the items of one call of the batch route, in vllm-omni's shape
+        (`speech_api.batch_body`: the first body's model and format for the call, no seed in an item)."""
+        first = bodies[0]
+        batch = speech_api.batch_body(bodies, model=first.get("model"), response_format=first["response_format"])
+        return await client.speak_batch(requests, batch, context, started)
 
     async def speak(
         self, client: SpeechClient, request: str, body: dict[str, Any], context: str, started: float | None = None
@@ -101,7 +118,14 @@ class ServingPath:
             return await utter(client, stream, request, body, started)
 
 
-SINGLE = ServingPath("single", "POST /v1/audio/speech, one body", HTTP, None, "speech requests")
+SINGLE = ServingPath(
+    "single",
+    "POST /v1/audio/speech, one body",
+    HTTP,
+    None,
+    "speech requests",
+    answers=("bodies", "whole bodies"),
+)
 SSE = ServingPath(
     "sse",
     "POST /v1/audio/speech with stream: true (server-sent events)",
@@ -109,6 +133,7 @@ SSE = ServingPath(
     "streaming",
     "streaming",
     MappingProxyType({"stream": True}),
+    run="streamed-{concurrency}-at-once",
 )
 RAW_STREAM = ServingPath(
     "raw-stream",
@@ -117,6 +142,8 @@ RAW_STREAM = ServingPath(
     "raw-stream",
     "raw audio streams",
     MappingProxyType({"stream_format": "audio"}),
+    run="raw-audio-streamed-{concurrency}-at-once",
+    answers=("streamed", "raw audio chunks (stream_format audio)"),
 )
 BATCH = ServingPath(
     "batch", "POST /v1/audio/speech/batch, items in one call (no seed)", BATCH_CALL, "batch", "the batch route"
@@ -127,8 +154,21 @@ WEBSOCKET = ServingPath(
     WEBSOCKET_SESSION,
     "websocket",
     "the WebSocket stream",
+    answers=("WebSocket utterances", "WebSocket utterances (text in chunks, a session each)"),
 )
+# Every path, each named once: the audit's path scenarios and path table, the bench's --path and every report read
+# this (a path added here, with its scenario, shows in all of them).
 PATHS = {path.name: path for path in (SINGLE, SSE, RAW_STREAM, BATCH, WEBSOCKET)}
+
+
+def benched() -> dict[str, ServingPath]:
+    """The paths `moss bench --server --path` times: those with words for their answers."""
+    return {name: path for name, path in PATHS.items() if path.answers is not None}
+
+
+def scenario_path(scenario: str) -> ServingPath | None:
+    """The path whose audit scenario this is (None: a scenario of compositions, not of a path)."""
+    return next((path for path in PATHS.values() if path.scenario == scenario), None)
 
 
 async def utter(

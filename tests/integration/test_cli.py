@@ -177,7 +177,7 @@ def test_every_option_value_and_route_in_help_is_whole_and_copyable(width):
     escape, nothing cut with "…"."""
     from typer.main import get_command
 
-    from moss_cli.audit.scenarios import SCENARIOS, SERVER_SCENARIOS
+    from moss_cli.audit.scenarios import SCENARIOS, server_scenarios
 
     for path, command in _commands(get_command(app)):
         output = runner.invoke(app, [*path, "--help"], env={"COLUMNS": str(width)}).output
@@ -189,7 +189,7 @@ def test_every_option_value_and_route_in_help_is_whole_and_copyable(width):
             for name in names:
                 assert name in words or name in output.split(), (path, name, output)
         if path == ("audit-determinism",):
-            assert set(SCENARIOS) | set(SERVER_SCENARIOS) <= words, output
+            assert set(SCENARIOS) | set(server_scenarios()) <= words, output
         assert max(map(len, output.splitlines())) <= max(width, 80), output
     usage = {
         path: runner.invoke(app, [*path, "--help"]).output.splitlines()[0] for path, _ in _commands(get_command(app))

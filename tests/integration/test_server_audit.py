@@ -11,7 +11,7 @@ import soundfile as sf
 from cli_runs import AuditRun, assert_tables_whole, flat, moss, moss_audit, tables_at, write_rows
 from speech_servers import Behaviour, serving, synthesize
 
-from moss_cli.audit.scenarios import SERVER_SCENARIOS
+from moss_cli.audit.scenarios import server_scenarios
 from moss_cli.audit.verdicts import (
     BATCH_DEPENDENT,
     RUN_TO_RUN,
@@ -66,7 +66,7 @@ def test_a_reproducible_server_passes_with_reports_shaped_like_the_local_audits(
     assert code == 0, output
     assert set(_verdicts(report).values()) == {"identical"}
     # It has no batch route and no WebSocket stream: those scenarios are skipped, and say why.
-    assert set(report["summary"]["scenarios"]) == set(SERVER_SCENARIOS) - {"batch", "websocket"}
+    assert set(report["summary"]["scenarios"]) == set(server_scenarios()) - {"batch", "websocket"}
     assert "has no /v1/audio/speech/stream" in report["server"]["skipped"]["websocket"]
     assert {"summary", "options", "environment", "reference", "cases", "warnings"} <= set(report)
     runs = report["server"]["runs"]
