@@ -147,3 +147,25 @@ def test_nothing_inside_the_package_imports_the_public_api():
         if relative != Path("__init__.py") and "moss_cli.api" in set(_imported_modules(relative, tree))
     ]
     assert not users
+
+
+def test_no_serving_path_is_named_outside_its_record():
+    """A serving path's name is written once, in remote/paths.py: audit/, bench/ and cli/ read PATHS. The
+    word "batch" is also the local bench's batch size (its --batch option and table column), not the route."""
+    import ast
+    from pathlib import Path
+
+    import moss_cli
+    from moss_cli.remote.paths import PATHS
+
+    root = Path(moss_cli.__file__).parent
+    batch_size = {Path("bench/local_report.py"), Path("cli/bench.py")}
+    named = []
+    for folder in ("audit", "bench", "cli"):
+        for file in sorted((root / folder).rglob("*.py")):
+            where = file.relative_to(root)
+            for node in ast.walk(ast.parse(file.read_text())):
+                if isinstance(node, ast.Constant) and node.value in PATHS:
+                    if not (node.value == "batch" and where in batch_size):
+                        named.append(f"{where}:{node.lineno}: {node.value!r}")
+    assert not named, named
