@@ -335,9 +335,16 @@ class GenerationJob:
     chunking (1 frame, then 15 frames each) and raises if the engine failed the request."""
 
     def __init__(
-        self, cond: Conditioning, seed: int | None, rng_source: str, max_frames: int, spoken: str | None = None
+        self,
+        cond: Conditioning,
+        seed: int | None,
+        rng_source: str,
+        max_frames: int,
+        spoken: str | None = None,
+        min_frames: int = 1,
     ) -> None:
         self.conditioning = cond
+        self.min_frames = min_frames  # the gate never stops before this frame (FakeMossLocalEngine.min_frames)
         self.spoken = spoken  # speak=True: the words it says (None: sinusoids)
         self.cut = False  # it said only the first half of its words (shared_steps="cut")
         self.speech = None if spoken is None else espeak(spoken, *voice_of(cond.key()))
@@ -361,15 +368,11 @@ class GenerationJob:
 
     def stop_probability(self, frame: int) -> float:
         """The gate's chance to stop at this frame: rises with the frame index past a length set
-        by the text (speaking: none before its words end, then at once). Never at the first frame: a
-        request that says nothing (MOSS-TTS's `empty`, which this double does not model) would answer
-        empty audio whatever its random stream, and two empty answers of an unseeded request are
-        identical, which a request drawing from the shared stream must not be (a short text's gate
-        stopped there 3% of the time, and the bench's unseeded responses then held by chance)."""
+        by the text (speaking: none before its words end, then at once); never before `min_frames`."""
         if self.speech is not None:
             words = -(-self.speech.shape[0] // FRAME_SAMPLES)
             return 0.0 if frame < words else 1.0
-        if frame == 0:
+        if frame < self.min_frames:
             return 0.0
         return 1.0 / (1.0 + math.exp((self._expected_frames - frame) / 2.0))
 
@@ -512,8 +515,14 @@ class FakeMossLocalEngine:
         fail_at_frame: int | None = None,
         speak: bool = False,
         shared_steps: str | None = None,
+        min_frames: int = 1,
     ) -> None:
         self.fixed = fixed
+        # The gate never stops before this frame. 1 (the default): every answer has audio. At 0 it may stop
+        # at the first frame, an empty answer, as vllm-omni's can; but two empty answers of an unseeded request
+        # are identical whatever its random stream, which a request drawing from the shared stream must not be
+        # where a test counts on its variation (a short text's gate stopped there 3% of the time).
+        self.min_frames = min_frames
         self.speak = speak
         self.shared_steps = shared_steps
         self.deploy_seed = deploy_seed
@@ -542,7 +551,8 @@ class FakeMossLocalEngine:
             seed, source = self.deploy_seed, "deploy"
         else:
             seed, source = None, "shared"
-        job = GenerationJob(cond, seed, source, max_frames or self.max_tokens, spoken if self.speak else None)
+        spoken = spoken if self.speak else None
+        job = GenerationJob(cond, seed, source, max_frames or self.max_tokens, spoken, self.min_frames)
         self.jobs.append(job)
         self._ensure_running()
         self._waiting.append(job)
