@@ -26,9 +26,6 @@ SIGTERM must then stop the server with exit 0. Exit code 1 if anything was wrong
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
-import io
 import itertools
 import json
 import math
@@ -47,11 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import numpy as np
-import soundfile as sf
+
+from moss_cli.io.audio import pcm_sha256
+from moss_cli.remote.reply import NotAudio, decode_audio
+from moss_cli.speech_api import HEADER_CHANNELS, HEADER_SAMPLE_RATE, HEALTH_PATH, SPEECH_PATH
 
 HERE = Path(__file__).resolve().parent.parent
-SPEECH, HEALTH = "/v1/audio/speech", "/health"
+SPEECH, HEALTH = SPEECH_PATH, HEALTH_PATH
 START_S, STOP_S = 120.0, 60.0  # bounded waits for the server to come up and to go down
 SETTLE_S = 30.0  # bounded wait for the server's in-flight count to reach 0 after a segment
 WORDS = "the quick brown fox jumps over a lazy dog while rain falls softly on the quiet town".split()
@@ -254,14 +253,22 @@ def send(client: httpx.Client, request: Item, on_audio=None) -> Outcome:
     outcome.retry_after = r.headers.get("retry-after")
     if r.status_code != 200:
         outcome.error_shaped = error_shaped(bytes(data))
-    elif request.kind == "good":
-        audio = bytes(data)
-        if sse:
-            audio, outcome.error = sse_audio(audio)
-            if outcome.error:
-                outcome.status = 0
-                return outcome
-        outcome.pcm_sha256 = pcm_sha256(audio, request.body, header, int(r.headers["x-moss-channels"]))
+    elif request.kind == "good":  # decoded as the moss client decodes any answer (remote/reply.py)
+        body, rate = request.body, int(r.headers.get(HEADER_SAMPLE_RATE) or 0)
+        raw = body.get("stream_format") == "audio"
+        try:
+            pcm, _ = decode_audio(
+                bytes(data),
+                body.get("response_format", "wav"),
+                r.headers.get("content-type", ""),
+                sample_rate=rate,
+                channels=int(r.headers[HEADER_CHANNELS]),
+                raw_stream=raw,
+            )
+        except NotAudio as e:  # an event stream that ended in an error, or without speech.audio.done
+            outcome.status, outcome.error = 0, str(e)
+            return outcome
+        outcome.pcm_sha256 = pcm_sha256(pcm)
         outcome.batch_seen = int(r.headers.get("x-moss-max-in-flight", 0))
     return outcome
 
@@ -269,33 +276,6 @@ def send(client: httpx.Client, request: Item, on_audio=None) -> Outcome:
 def audio_arrived(data: bytearray, header: int, sse: bool) -> bool:
     """Some audio is here: past a streaming WAV's header (in SSE, the header is the first delta)."""
     return data.count(DELTA) > (header > 0) if sse else len(data) > header
-
-
-def sse_audio(data: bytes) -> tuple[bytes, str | None]:
-    """The bytes of an SSE stream's `speech.audio.delta` events, and what is wrong if it did not end
-    with `speech.audio.done`."""
-    audio, done = bytearray(), False
-    for event in data.decode().split("\n\n"):
-        payload = next((line[len("data: ") :] for line in event.splitlines() if line.startswith("data: ")), None)
-        if payload is None:
-            continue
-        fields = json.loads(payload)
-        if fields["type"] == "speech.audio.delta":
-            audio += base64.b64decode(fields["audio"])
-        elif fields["type"] == "speech.audio.done":
-            done = True
-        else:
-            return bytes(audio), f"SSE event {fields['type']}: {fields.get('error')}"
-    return bytes(audio), None if done else "the SSE stream ended without speech.audio.done"
-
-
-def pcm_sha256(data: bytes, body: dict, header: int, channels: int) -> str:
-    if body["response_format"] == "pcm" or header:  # raw samples (after a streaming WAV's header)
-        pcm = np.frombuffer(data[header:], dtype="<i2")
-    else:
-        pcm = sf.read(io.BytesIO(data), dtype="int16", always_2d=True)[0].reshape(-1)
-    assert pcm.size % channels == 0
-    return hashlib.sha256(pcm.astype("<i2").tobytes()).hexdigest()
 
 
 def error_shaped(data: bytes) -> bool:
