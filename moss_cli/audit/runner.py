@@ -238,7 +238,7 @@ class Auditor:
                 path=run.path(key).name if executor.target.server else None,
             )
             case.wall_s = got[key].wall_s + time.perf_counter() - judged
-            cases += _on_paths(run, [case], executor)
+            cases.append(case)  # its path set by judge (a server's way of answering it)
         return cases
 
 

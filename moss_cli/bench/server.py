@@ -210,6 +210,20 @@ def describe(c: Checked) -> str:
     return f"{c.label} differs from the same request alone at {c.where}{failing}; in flight with it: {others}"
 
 
+@dataclass
+class Sweep:
+    """What every arm's run at every concurrency shares: the client, each arm's bodies (one per request), the
+    answers alone they are checked against, whether the deploy seed is known (unseeded responses must hold),
+    the answers kept for the page's pairs, and what to call as each request ends."""
+
+    client: SpeechClient
+    bodies: dict[str, list[dict]]  # arm -> a body per request
+    references: dict[tuple[str, str], Reply]  # (arm, request id) -> its answer alone
+    deploy_known: bool
+    kept: dict[int, Reply] = field(default_factory=dict)  # id(Checked) -> its answer
+    on_sent: Callable[[str], None] = lambda label: None
+
+
 class ServerBench:
     def __init__(self, options: ServerBenchOptions, on_retry: Callable[[Retry], None] | None = None) -> None:
         self.options = options
@@ -251,7 +265,6 @@ class ServerBench:
         server = dataclasses.replace(o.server, concurrency=max(o.concurrency))  # the levels set the in-flight count
         with tempfile.TemporaryDirectory(prefix="moss-bench-") as workdir:
             async with SpeechClient(server, self.on_retry) as client:
-                self.client = client
                 await self.known.learn_voice(client, Path(workdir), "the built-in requests")
                 bodies = {arm: [self._body(arm, r, i) for i, r in enumerate(self.requests)] for arm in o.arms}
                 on_phase(f"references: {len(self.requests)} request(s) x {len(o.arms)} arm(s), each alone")
@@ -285,18 +298,17 @@ class ServerBench:
                         ),
                         ServerError,
                     )
-                responses, kept, per_round = [], {}, {}
-                for level in o.concurrency:
-                    load = Load(level, o.count(level, len(self.requests)), o.duration_s, o.request_rate)
+                sweep = Sweep(client, bodies, references, deploy_known, on_sent=on_sent)
+                responses, per_round = [], {}
+                for concurrency in o.concurrency:
+                    load = Load(concurrency, o.count(concurrency, len(self.requests)), o.duration_s, o.request_rate)
                     for round_ in range(o.repeats):
                         order = o.arms[round_ % len(o.arms) :] + o.arms[: round_ % len(o.arms)]
                         for arm in order:
-                            on_phase(f"concurrency {level}, round {round_ + 1}/{o.repeats}: {arm}")
-                            checked, wall = await self._level(
-                                client, load, arm, round_, bodies[arm], references, deploy_known, kept, on_sent
-                            )
+                            on_phase(f"concurrency {concurrency}, round {round_ + 1}/{o.repeats}: {arm}")
+                            checked, wall = await self._arm_under(load, sweep, arm, round_)
                             responses += checked
-                            per_round.setdefault((arm, level), []).append((checked, wall))
+                            per_round.setdefault((arm, concurrency), []).append((checked, wall))
         results, over = self._figures(per_round)
         setup = {
             "server": server.public_url,
@@ -334,7 +346,7 @@ class ServerBench:
             "client_python_version": platform.python_version(),
         }
         retries = [r.as_dict() for r in client.retries]
-        return ServerBenchReport(setup, results, over, responses, references, kept, retries)
+        return ServerBenchReport(setup, results, over, responses, references, sweep.kept, retries)
 
     def _body(self, arm: str, request: Request, index: int) -> dict:
         seed = arm_seed(arm, request.seed, index, self.deploy_seed)
@@ -354,30 +366,30 @@ class ServerBench:
         causes = unseeded_causes(retried, deploy_known)
         return causes if deploy_known else f"{causes}; --allow-unseeded reports them instead of failing"
 
-    async def _level(self, client, load, arm, round_, bodies, references, deploy_known, kept, on_sent):
-        """One arm's run at one concurrency; every response checked against its request alone."""
+    async def _arm_under(self, load: Load, sweep: Sweep, arm: str, round_: int) -> tuple[list[Checked], float]:
+        """One arm's run under `load` (its concurrency); every response checked against its request alone."""
         n = len(self.requests)
         context = f"{arm}/concurrency-{load.concurrency}/round-{round_ + 1}"
 
         async def send(index: int) -> Reply:
             label = f"{self.requests[index % n].id}#{index}"
             try:
-                return await self.options.serving_path.speak(client, label, bodies[index % n], context)
+                return await self.options.serving_path.speak(sweep.client, label, sweep.bodies[arm][index % n], context)
             finally:
-                on_sent(label)
+                sweep.on_sent(label)
 
         sent, wall = await drive(load, send, ServerError)
         name_neighbours(sent, lambda s: f"{self.requests[s.index % n].id}#{s.index}")
-        return [self._check(s, arm, load.concurrency, round_, references, deploy_known, kept) for s in sent], wall
+        return [self._check(s, sweep, arm, load.concurrency, round_) for s in sent], wall
 
-    def _check(self, s: Sent, arm, concurrency, round_, references, deploy_known, kept) -> Checked:
+    def _check(self, s: Sent, sweep: Sweep, arm: str, concurrency: int, round_: int) -> Checked:
         request = self.requests[s.index % len(self.requests)]
         c = Checked(arm, concurrency, round_, s.index, request.id, round(s.start_s, 4), round(s.end_s, 4), FAILED)
         c.neighbours = s.neighbours
         if s.reply is None:
             c.error = s.error
             return c
-        reply, reference = s.reply, references[(arm, request.id)]
+        reply, reference, kept = s.reply, sweep.references[(arm, request.id)], sweep.kept
         t = timing(reply, self.options.serving_path.streamed)
         c.latency_s, c.audio_duration_s, c.audio_frames, c.audio_rtf = t.latency_s, t.audio_s, t.samples, t.rtf
         c.audio_ttfp_s, c.audio_underrun_s, c.audio_continuity_ok = t.ttfp_s, t.underrun_s, t.continuity_ok
@@ -400,7 +412,7 @@ class ServerBench:
         elif cmp.passes(self.options.level, self.options.min_snr_db):
             c.check = WITHIN_SNR
         else:
-            c.check = VARIED if must_hold(arm, deploy_known, self.options.allow_unseeded) else VARIED_UNSEEDED
+            c.check = VARIED if must_hold(arm, sweep.deploy_known, self.options.allow_unseeded) else VARIED_UNSEEDED
             if len(kept) < MAX_PLOTTED_PAIRS:
                 kept[id(c)] = reply
         return c
