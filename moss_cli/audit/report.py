@@ -19,9 +19,9 @@ from .formats import junit_xml, markdown, to_json
 from .golden import GoldenCheck
 from .runner import AuditResult
 from .summary import outcome, question_lines, summary, worst_cases
-from .verdicts import SAME_SPEECH
+from .verdicts import SAME_SPEECH, UNSEEDED_NOT_REPRODUCIBLE
 
-__all__ = ["render", "write_reports", "summary", "outcome", "to_json", "junit_xml", "markdown"]
+__all__ = ["render", "conclude", "write_reports", "summary", "outcome", "to_json", "junit_xml", "markdown"]
 
 
 def render(console: Console, result: AuditResult, golden: GoldenCheck | None) -> None:
@@ -93,6 +93,56 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
         f"{status}: {s['failures']} violation(s), {s['unseeded']} unseeded difference(s){same}, "
         f"{s['cases']} comparisons in {s['elapsed_s']:.1f} s{compiled}{warned}"
     )
+
+
+def conclude(
+    out: Console,
+    err: Console,
+    result: AuditResult,
+    golden: GoldenCheck | None,
+    written: list[Path],
+    report_dir: Path | None,
+    saved_golden: Path | None,
+    golden_asked: bool,
+) -> int:
+    """The audit's terminal report, where its files went, and its verdict in a line or two on stderr;
+    returns the exit code (0 passed, 1 violations or drift, 2 incomplete, 128 + a signal's number)."""
+    render(out, result, golden)
+    if result.server:
+        from .server_report import render_server
+
+        render_server(out, result)
+    if report_dir is not None:
+        out.print(f"report: {report_dir / 'index.html'}", highlight=False, soft_wrap=True)
+    if saved_golden is not None:
+        out.print(f"golden baseline saved: {saved_golden}", highlight=False, soft_wrap=True)
+    s = summary(result, golden)
+    if result.stopped is not None:
+        shown = [str(path) for path in written if not path.name.startswith(".")]  # not the report folder's mark
+        kept = f"; the reports hold the {s['cases']} comparisons made before ({', '.join(shown)})" if shown else ""
+        baseline = "; no golden baseline saved or checked" if saved_golden or golden_asked else ""
+        err.print(
+            f"[bold red]error:[/] {escape(result.stopped.error + kept)}{baseline}", highlight=False, soft_wrap=True
+        )
+        return 2 if result.stopped.signum is None else 128 + result.stopped.signum
+    if s["failures"]:
+        err.print(f"audit found violations ({s['failures']})", style="red")
+    if UNSEEDED_NOT_REPRODUCIBLE in s["causes"]:
+        err.print(
+            f"{s['causes'][UNSEEDED_NOT_REPRODUCIBLE]} comparison(s) of unseeded requests are not reproducible alone "
+            "(see each detail for the causes); --allow-unseeded accepts them as a warning",
+            style="red",
+            soft_wrap=True,
+        )
+    if golden is not None and not golden.passed:
+        err.print(f"golden drift: {golden.describe()}", style="red", soft_wrap=True, markup=False)
+    if s["warnings"]:
+        err.print(
+            f"{s['warnings']} warning(s): requests with different content produced identical codes or audio "
+            "(a likely mix-up; see the report)",
+            style="yellow",
+        )
+    return s["exit_code"]
 
 
 def _at(seconds: float | None) -> str:

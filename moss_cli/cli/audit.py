@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from ..audit.scenarios import SCENARIOS, server_scenarios
 from ..errors import MossError
@@ -82,9 +81,8 @@ def audit_determinism(
     with user_errors(), interrupts_as_exceptions():
         # torch loads here, not for --help
         from ..audit.golden import check_golden, save_golden
-        from ..audit.report import REPORT_DIR_FILES, render, summary, write_reports
+        from ..audit.report import REPORT_DIR_FILES, conclude, write_reports
         from ..audit.runner import AuditOptions, run_audit
-        from ..audit.verdicts import UNSEEDED_NOT_REPRODUCIBLE
         from ..pipeline import SynthOptions
         from ..report.files import check_output_paths
 
@@ -137,41 +135,5 @@ def audit_determinism(
         )
         if save_golden_path is not None and complete:
             save_golden(save_golden_path, result)
-    render(stdout, result, check)
-    if result.server:
-        from ..audit.server_report import render_server
-
-        render_server(stdout, result)
-    if report_dir is not None:
-        stdout.print(f"report: {report_dir / 'index.html'}", highlight=False, soft_wrap=True)
-    if save_golden_path is not None and result.stopped is None:
-        stdout.print(f"golden baseline saved: {save_golden_path}", highlight=False, soft_wrap=True)
-    s = summary(result, check)
-    if result.stopped is not None:
-        shown = [str(path) for path in written if not path.name.startswith(".")]  # not the report folder's mark
-        kept = f"; the reports hold the {s['cases']} comparisons made before ({', '.join(shown)})"
-        baseline = "; no golden baseline saved or checked" if save_golden_path or golden else ""
-        stderr.print(
-            f"[bold red]error:[/] {escape(result.stopped.error)}{escape(kept if written else '')}{baseline}",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(2 if result.stopped.signum is None else 128 + result.stopped.signum)
-    if s["failures"]:
-        stderr.print(f"audit found violations ({s['failures']})", style="red")
-    if UNSEEDED_NOT_REPRODUCIBLE in s["causes"]:
-        stderr.print(
-            f"{s['causes'][UNSEEDED_NOT_REPRODUCIBLE]} comparison(s) of unseeded requests are not reproducible alone "
-            "(see each detail for the causes); --allow-unseeded accepts them as a warning",
-            style="red",
-            soft_wrap=True,
-        )
-    if check is not None and not check.passed:
-        stderr.print(f"golden drift: {check.describe()}", style="red", soft_wrap=True, markup=False)
-    if s["warnings"]:
-        stderr.print(
-            f"{s['warnings']} warning(s): requests with different content produced identical codes or audio "
-            "(a likely mix-up; see the report)",
-            style="yellow",
-        )
-    raise typer.Exit(s["exit_code"])
+    saved = save_golden_path if save_golden_path is not None and complete else None
+    raise typer.Exit(conclude(stdout, stderr, result, check, written, report_dir, saved, golden is not None))
