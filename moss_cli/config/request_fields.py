@@ -85,7 +85,7 @@ class Request:
     seed: int | None = None
     max_new_frames: int | None = None
     prompt_fields: dict[str, Any] = field(default_factory=dict)
-    sampling: dict[str, Any] = field(default_factory=dict)  # audio_* overrides of the audio sampler (local runs)
+    sampling: dict[str, Any] = field(default_factory=dict)  # audio_* sampler overrides (moss; vllm-omni drops them)
     ref_audio: Path | None = None  # reference voice, resolved against the request file's folder
     ref_text: str | None = None  # its transcript: continuation mode
 

