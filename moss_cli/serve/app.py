@@ -5,7 +5,6 @@ wrong. What a route does with a request is in requests.py (the body) and exchang
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from fastapi import FastAPI, Request
@@ -15,8 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from .. import __version__
-from ..io.audio import to_pcm16
-from ..pipeline.live import LiveEngine, Unavailable
+from ..pipeline.live import LiveEngine
 from ..speech_api import (
     ENVIRONMENT_PATH,
     HEADER_CHANNELS,
@@ -34,13 +32,12 @@ from .exchange import (
     GONE,
     TIMED_OUT,
     as_headers,
-    engine_outputs,
-    hand_over,
     json_body,
     request_facts,
     result_facts,
     sse_events,
     stream_pieces,
+    submit,
     timed_out,
     until_disconnected,
     usage,
@@ -103,39 +100,22 @@ def create_app(
     async def speech(connection: Request) -> Response:
         body = await json_body(connection)
         ask = await run_in_threadpool(intake.prepare, body)
-        loop = asyncio.get_running_loop()
-        arrived: asyncio.Queue = asyncio.Queue()  # chunks (bytes), then the result or the error
-
-        def done(future) -> None:  # in the engine thread
-            intake.release(ask)  # the engine is done with its reference copy
-            hand_over(loop, arrived.put_nowait, future.exception() or future.result())
-
-        def chunk(audio) -> None:  # in the engine thread: each decoded chunk as int16 PCM
-            hand_over(loop, arrived.put_nowait, to_pcm16(audio).tobytes())
-
-        try:
-            future = engine.submit(ask.prepared, chunk if ask.stream else None)
-        except Unavailable as e:
-            intake.release(ask)
-            raise ApiError(503, str(e), retry_after_s=e.retry_after_s) from None
-        future.add_done_callback(done)
+        submitted = submit(engine, intake, ask, stream=bool(ask.stream))
         headers = {**as_headers(request_facts(ask)), HEADER_SAMPLE_RATE: str(rate), HEADER_CHANNELS: str(channels)}
-        key = ask.prepared.request.id
         if ask.stream:
-            outputs = engine_outputs(ask, arrived, lambda: engine.cancel(key), request_timeout_s)
-            pieces = stream_pieces(outputs, ask.response_format, rate, channels)
+            pieces = stream_pieces(submitted.outputs(request_timeout_s), ask.response_format, rate, channels)
             if ask.stream == "sse":
                 events = sse_events(pieces, ask.response_format, lambda result: usage(ask, result))
                 return StreamingResponse(events, media_type="text/event-stream", headers=headers)
             chunks = (piece async for piece in pieces if isinstance(piece, bytes))
             return StreamingResponse(chunks, media_type=MEDIA_TYPES[ask.response_format], headers=headers)
         # No chunks come for a request that does not stream: the first item is its outcome.
-        outcome = await until_disconnected(connection, arrived.get(), request_timeout_s)
+        outcome = await until_disconnected(connection, submitted.outcome(), request_timeout_s)
         if outcome is GONE:
-            engine.cancel(key)
+            submitted.cancel()
             return Response(status_code=CLIENT_CLOSED)
         if outcome is TIMED_OUT:
-            engine.cancel(key)
+            submitted.cancel()
             raise ApiError(504, timed_out(request_timeout_s))
         if isinstance(outcome, BaseException):
             raise ApiError(500, f"synthesis failed: {type(outcome).__name__}: {outcome}")

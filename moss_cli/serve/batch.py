@@ -20,7 +20,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from ..pipeline import SynthResult
-from ..pipeline.live import LiveEngine, Unavailable
+from ..pipeline.live import LiveEngine
 from ..speech_api import BATCH_PATH, MEDIA_TYPES
 from ..validation import INT64_MAX
 from .audio import encode
@@ -28,10 +28,11 @@ from .errors import ApiError, schema_error
 from .exchange import (
     CLIENT_CLOSED,
     GONE,
-    hand_over,
+    Submission,
     json_body,
     request_facts,
     result_facts,
+    submit,
     timed_out,
     until_disconnected,
     usage,
@@ -78,8 +79,8 @@ def add_batch_route(app: FastAPI, engine: LiveEngine, intake: Intake, request_ti
         shared = batch_fields(body)
         prepared = await asyncio.gather(*(run_in_threadpool(prepare_item, intake, shared, i) for i in body.items))
         asks = {i: p for i, p in enumerate(prepared) if isinstance(p, Ask)}
-        arrivals = submit_all(engine, intake, asks, asyncio.get_running_loop())
-        outcomes = await outcomes_of(connection, engine, asks, arrivals, request_timeout_s)
+        submitted = submit_all(engine, intake, asks)
+        outcomes = await outcomes_of(connection, submitted, request_timeout_s)
         if outcomes is GONE:
             return Response(status_code=CLIENT_CLOSED)
         results = await run_in_threadpool(item_results, prepared, outcomes, rate, channels)
@@ -142,52 +143,32 @@ def prepare_item(intake: Intake, shared: dict[str, Any], item: dict[str, Any]) -
         return f"internal error: {type(e).__name__}"
 
 
-def submit_all(
-    engine: LiveEngine, intake: Intake, asks: dict[int, Ask], loop: asyncio.AbstractEventLoop
-) -> dict[int, asyncio.Future]:
-    """Every prepared item into the running batch, or none: if the engine refuses one (its queue is
-    full, or it is stopping), the ones already in are withdrawn and the batch gets the 503."""
-    arrivals: dict[int, asyncio.Future] = {}
+def submit_all(engine: LiveEngine, intake: Intake, asks: dict[int, Ask]) -> dict[int, Submission]:
+    """Every prepared item into the running batch (`exchange.submit`, as any request), or none: if the
+    engine refuses one (its queue is full, or it is stopping), the ones already in are withdrawn, the rest
+    released, and the batch gets the 503."""
+    submitted: dict[int, Submission] = {}
     for i, ask in asks.items():
         try:
-            future = engine.submit(ask.prepared)
-        except Unavailable as e:
-            for j in arrivals:
-                engine.cancel(asks[j].prepared.request.id)
-            for j in list(asks)[len(arrivals) :]:
+            submitted[i] = submit(engine, intake, ask, stream=False)
+        except ApiError:
+            for done in submitted.values():
+                done.cancel()
+            for j in list(asks)[len(submitted) + 1 :]:
                 intake.release(asks[j])
-            raise ApiError(503, str(e), retry_after_s=e.retry_after_s) from None
-        arrivals[i] = outcome_of(future, loop, lambda _, ask=ask: intake.release(ask))
-    return arrivals
+            raise
+    return submitted
 
 
-def outcome_of(future, loop: asyncio.AbstractEventLoop, done) -> asyncio.Future:
-    """The engine's future as one the event loop awaits: its result, or its error as a value. Not
-    tied to the engine's: cancelling it (a timeout) leaves the engine's request to `cancel`."""
-    arrived = loop.create_future()
-
-    def settle(outcome) -> None:
-        if not arrived.done():
-            arrived.set_result(outcome)
-
-    future.add_done_callback(done)
-    future.add_done_callback(lambda f: hand_over(loop, settle, f.exception() or f.result()))
-    return arrived
-
-
-async def outcomes_of(
-    connection: Request,
-    engine: LiveEngine,
-    asks: dict[int, Ask],
-    arrivals: dict[int, asyncio.Future],
-    timeout_s: float | None,
-):
+async def outcomes_of(connection: Request, submitted: dict[int, Submission], timeout_s: float | None):
     """Each submitted item's outcome (a result, an error, or the timeout's message), or GONE if the
     client disconnects first. Items still running then are cancelled, freeing their places."""
+    arrivals = {i: asyncio.ensure_future(s.outcome()) for i, s in submitted.items()}
     answer = await until_disconnected(connection, asyncio.gather(*arrivals.values()), timeout_s)
     unfinished = {i for i, arrived in arrivals.items() if not arrived.done() or arrived.cancelled()}
     for i in unfinished:
-        engine.cancel(asks[i].prepared.request.id)
+        arrivals[i].cancel()
+        submitted[i].cancel()
     if answer is GONE:
         return GONE
     return {i: timed_out(timeout_s) if i in unfinished else arrived.result() for i, arrived in arrivals.items()}

@@ -9,12 +9,14 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
 from fastapi import Request
 
-from ..io.audio import codes_sha256
+from ..io.audio import codes_sha256, to_pcm16
 from ..pipeline import SynthResult
+from ..pipeline.live import LiveEngine, Unavailable
 from ..speech_api import (
     HEADER_CODES_SHA256,
     HEADER_FRAMES,
@@ -26,7 +28,7 @@ from ..speech_api import (
 )
 from .audio import audio_delta, sse_event, wav_stream_header
 from .errors import ApiError
-from .requests import Ask
+from .requests import Ask, Intake
 
 log = logging.getLogger("moss.serve")
 
@@ -80,6 +82,47 @@ class Unfinished(RuntimeError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+@dataclass
+class Submission:
+    """A request handed to the engine: what its engine thread hands back arrives in `arrived` (each decoded
+    chunk as int16 PCM bytes where it streams, then its result or its error); `cancel` frees its place."""
+
+    ask: Ask
+    arrived: asyncio.Queue
+    cancel: Callable[[], None]
+
+    def outputs(self, timeout_s: float | None = None) -> AsyncIterator[bytes | SynthResult]:
+        """Its chunks as they come, then its result (engine_outputs)."""
+        return engine_outputs(self.ask, self.arrived, self.cancel, timeout_s)
+
+    async def outcome(self) -> SynthResult | BaseException:
+        """Its result or its error, for a request that does not stream (no chunk comes before it)."""
+        return await self.arrived.get()
+
+
+def submit(engine: LiveEngine, intake: Intake, ask: Ask, stream: bool) -> Submission:
+    """`ask` into the engine's running batch, from the event loop: the one bridge every route uses (single,
+    stream, batch item, WebSocket utterance). The engine's full queue (or its stopping) is the 503 with the
+    Retry-After it gives; the reference copy the ask holds is released when the engine is done with it."""
+    loop, arrived = asyncio.get_running_loop(), asyncio.Queue()
+
+    def done(future) -> None:  # in the engine thread
+        intake.release(ask)
+        hand_over(loop, arrived.put_nowait, future.exception() or future.result())
+
+    def chunk(audio) -> None:  # in the engine thread: each decoded chunk as int16 PCM
+        hand_over(loop, arrived.put_nowait, to_pcm16(audio).tobytes())
+
+    try:
+        future = engine.submit(ask.prepared, chunk if stream else None)
+    except Unavailable as e:
+        intake.release(ask)
+        raise ApiError(503, str(e), retry_after_s=e.retry_after_s) from None
+    future.add_done_callback(done)
+    key = ask.prepared.request.id
+    return Submission(ask, arrived, lambda: engine.cancel(key))
 
 
 async def engine_outputs(

@@ -23,13 +23,12 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketState
 
-from ..io.audio import to_pcm16
-from ..pipeline.live import LiveEngine, Unavailable
+from ..pipeline.live import LiveEngine
 from ..speech_api import STREAM_PATH
 from ..validation import INT64_MAX, INT64_MIN
 from .audio import encode
 from .errors import ApiError
-from .exchange import Unfinished, engine_outputs, hand_over, request_facts, result_facts
+from .exchange import Unfinished, request_facts, result_facts, submit
 from .requests import Intake
 
 CONFIG_TIMEOUT_S = 10.0  # serving_speech_stream.py:75-76
@@ -138,23 +137,8 @@ def add_stream_route(app: FastAPI, engine: LiveEngine, intake: Intake, request_t
         try:
             ask = await run_in_threadpool(intake.prepare, config.body(text))
             done.update({f"moss_{name}": value for name, value in request_facts(ask).items()})
-            loop, arrived = asyncio.get_running_loop(), asyncio.Queue()
-
-            def finished(future) -> None:  # in the engine thread
-                intake.release(ask)
-                hand_over(loop, arrived.put_nowait, future.exception() or future.result())
-
-            def chunk(audio) -> None:  # in the engine thread
-                hand_over(loop, arrived.put_nowait, to_pcm16(audio).tobytes())
-
-            try:
-                future = engine.submit(ask.prepared, chunk if config.stream_audio else None)
-            except Unavailable as e:
-                intake.release(ask)
-                raise ApiError(503, str(e)) from None
-            future.add_done_callback(finished)
-            key = ask.prepared.request.id
-            async for item in engine_outputs(ask, arrived, lambda: engine.cancel(key), request_timeout_s):
+            submitted = submit(engine, intake, ask, stream=config.stream_audio)
+            async for item in submitted.outputs(request_timeout_s):
                 if isinstance(item, bytes):
                     sent += len(item)
                     await websocket.send_bytes(item)
