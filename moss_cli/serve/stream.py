@@ -124,29 +124,110 @@ async def send_error(websocket: WebSocket, message: str) -> None:
         pass
 
 
-def add_stream_route(app: FastAPI, engine: LiveEngine, intake: Intake, request_timeout_s: float | None) -> None:
-    rate, channels = engine.synth.codec_config.sampling_rate, engine.synth.codec_config.channels
+class StreamSession:
+    """One connection of the stream, as vllm-omni's handle_session runs it (serving_speech_stream.py:108-226):
+    `run` reads its messages in turn, each type to its own method (`session_config`, `input_text`,
+    `input_done`, `session_close`), with its order, errors and timeouts; an utterance is a request of the
+    engine (`exchange.submit`), answered audio.start, its audio, audio.done. A method returns True where the
+    session ends."""
 
-    async def utterance(websocket: WebSocket, config: SessionConfig, text: str, index: int) -> None:
+    def __init__(self, websocket: WebSocket, engine: LiveEngine, intake: Intake, timeout_s: float | None) -> None:
+        self.websocket, self.engine, self.intake, self.timeout_s = websocket, engine, intake, timeout_s
+        self.rate, self.channels = engine.synth.codec_config.sampling_rate, engine.synth.codec_config.channels
+        self.config: SessionConfig | None = None
+        self.buffer, self.index = "", 0
+
+    async def run(self) -> None:
+        await self.websocket.accept()
+        try:
+            while not await self.next_message():
+                pass
+        except WebSocketDisconnect:
+            pass
+        except Exception as e:  # e.g. a binary frame, which receive_text() cannot read
+            await send_error(self.websocket, f"Internal error: {type(e).__name__}: {e}")
+        finally:
+            await self.close()
+
+    async def next_message(self) -> bool:
+        """Read one message and handle it; True where the session ends."""
+        try:
+            wait_s = CONFIG_TIMEOUT_S if self.config is None else IDLE_TIMEOUT_S
+            raw = await asyncio.wait_for(self.websocket.receive_text(), wait_s)
+        except asyncio.TimeoutError:
+            idle = "Idle timeout: no message received"
+            return await self.error("Timeout waiting for session.config" if self.config is None else idle, end=True)
+        message = read_message(raw)
+        if isinstance(message, str):
+            return await self.error(message, end=self.config is None)
+        kind = message.get("type")
+        if kind == "session.config":
+            return await self.session_config(message)
+        if self.config is None:
+            return await self.error(f"Expected session.config, got: {kind}", end=True)
+        handler = {"input.text": self.input_text, "input.done": self.input_done, "session.close": self.session_close}
+        if kind not in handler:
+            return await self.error(f"Unknown message type: {kind}")
+        return await handler[kind](message)
+
+    async def error(self, message: str, end: bool = False) -> bool:
+        await send_error(self.websocket, message)
+        return end
+
+    async def session_config(self, message: dict[str, Any]) -> bool:
+        """The session's fields, replaced whole (serving_speech_stream.py:148-161), between utterances only."""
+        if self.buffer:
+            return await self.error(
+                "session.config cannot be applied while an utterance is in progress; send input.done first"
+            )
+        new = session_config(message, self.intake)
+        if isinstance(new, str):
+            return await self.error(new, end=self.config is None)
+        self.config = new
+        return False
+
+    async def input_text(self, message: dict[str, Any]) -> bool:
+        text = message.get("text", "")
+        if not isinstance(text, str):
+            return await self.error("input.text requires a string value")
+        self.buffer += text
+        return False
+
+    async def input_done(self, message: dict[str, Any]) -> bool:
+        """The utterance so far, spoken (a blank one is no request: speech_text_splitter.py:195-202)."""
+        said = self.buffer.strip()
+        if said:
+            await self.utterance(said)
+        done = {"type": "session.done", "utterance_index": self.index, "total_sentences": int(bool(said))}
+        await self.websocket.send_json(done)
+        self.buffer, self.index = "", self.index + 1
+        return False
+
+    async def session_close(self, message: dict[str, Any]) -> bool:
+        await self.websocket.close()
+        return True
+
+    async def utterance(self, text: str) -> None:
         """audio.start, the audio, audio.done (serving_speech_stream.py:274-421); a failure is an error
         between them, in vllm-omni's words ("Generation failed for utterance U, sentence 0: ...")."""
+        config, index, websocket = self.config, self.index, self.websocket
         start = {"type": "audio.start", "utterance_index": index, "sentence_index": 0, "sentence_text": text}
         await websocket.send_json({**start, "format": config.response_format})
         done: dict[str, Any] = {"type": "audio.done", "utterance_index": index, "sentence_index": 0}
         sent, problem = 0, None
         try:
-            ask = await run_in_threadpool(intake.prepare, config.body(text))
+            ask = await run_in_threadpool(self.intake.prepare, config.body(text))
             done.update({f"moss_{name}": value for name, value in request_facts(ask).items()})
-            submitted = submit(engine, intake, ask, stream=config.stream_audio)
-            async for item in submitted.outputs(request_timeout_s):
+            submitted = submit(self.engine, self.intake, ask, stream=config.stream_audio)
+            async for item in submitted.outputs(self.timeout_s):
                 if isinstance(item, bytes):
                     sent += len(item)
                     await websocket.send_bytes(item)
                     continue
                 done.update({f"moss_{name}": value for name, value in result_facts(item).items()})
-                done.update(moss_sample_rate=rate, moss_channels=channels)
+                done.update(moss_sample_rate=self.rate, moss_channels=self.channels)
                 if not config.stream_audio:
-                    audio = await run_in_threadpool(encode, item.pcm, rate, ask.response_format)
+                    audio = await run_in_threadpool(encode, item.pcm, self.rate, ask.response_format)
                     sent = len(audio)
                     await websocket.send_bytes(audio)
         except ApiError as e:
@@ -160,76 +241,17 @@ def add_stream_route(app: FastAPI, engine: LiveEngine, intake: Intake, request_t
             await websocket.send_json(error)
         await websocket.send_json({**done, "total_bytes": sent, "error": problem is not None})
 
-    async def close(websocket: WebSocket) -> None:
+    async def close(self) -> None:
         """End a session the handler left open: newer FastAPI/uvicorn releases close the socket of an
         endpoint that returns, older ones (as old as the serve extra allows) leave the client waiting."""
-        if websocket.application_state == WebSocketState.CONNECTED:
+        if self.websocket.application_state == WebSocketState.CONNECTED:
             try:
-                await websocket.close()
+                await self.websocket.close()
             except Exception:  # the client is gone
                 pass
 
+
+def add_stream_route(app: FastAPI, engine: LiveEngine, intake: Intake, request_timeout_s: float | None) -> None:
     @app.websocket(STREAM_PATH)
     async def speech_stream(websocket: WebSocket) -> None:
-        """handle_session (serving_speech_stream.py:108-226): its messages, order, errors and timeouts."""
-        await websocket.accept()
-        config: SessionConfig | None = None
-        buffer, index = "", 0
-        try:
-            while True:
-                try:
-                    wait_s = CONFIG_TIMEOUT_S if config is None else IDLE_TIMEOUT_S
-                    raw = await asyncio.wait_for(websocket.receive_text(), wait_s)
-                except asyncio.TimeoutError:
-                    idle = "Idle timeout: no message received"
-                    await send_error(websocket, "Timeout waiting for session.config" if config is None else idle)
-                    return
-                message = read_message(raw)
-                if isinstance(message, str):
-                    await send_error(websocket, message)
-                    if config is None:
-                        return
-                    continue
-                kind = message.get("type")
-                if kind == "session.config":
-                    if buffer:
-                        await send_error(
-                            websocket,
-                            "session.config cannot be applied while an utterance is in progress; send input.done first",
-                        )
-                        continue
-                    new = session_config(message, intake)
-                    if isinstance(new, str):
-                        await send_error(websocket, new)
-                        if config is None:
-                            return
-                        continue
-                    config = new
-                elif config is None:
-                    await send_error(websocket, f"Expected session.config, got: {kind}")
-                    return
-                elif kind == "input.text":
-                    text = message.get("text", "")
-                    if not isinstance(text, str):
-                        await send_error(websocket, "input.text requires a string value")
-                        continue
-                    buffer += text
-                elif kind == "input.done":
-                    said = buffer.strip()  # speech_text_splitter.py:195-202: a blank utterance is no request
-                    if said:
-                        await utterance(websocket, config, said, index)
-                    await websocket.send_json(
-                        {"type": "session.done", "utterance_index": index, "total_sentences": int(bool(said))}
-                    )
-                    buffer, index = "", index + 1
-                elif kind == "session.close":
-                    await websocket.close()
-                    return
-                else:
-                    await send_error(websocket, f"Unknown message type: {kind}")
-        except WebSocketDisconnect:
-            pass
-        except Exception as e:  # e.g. a binary frame, which receive_text() cannot read
-            await send_error(websocket, f"Internal error: {type(e).__name__}: {e}")
-        finally:
-            await close(websocket)
+        await StreamSession(websocket, engine, intake, request_timeout_s).run()
