@@ -268,19 +268,7 @@ class ServerBench:
                 await self.known.learn_voice(client, Path(workdir), "the built-in requests")
                 bodies = {arm: [self._body(arm, r, i) for i, r in enumerate(self.requests)] for arm in o.arms}
                 on_phase(f"references: {len(self.requests)} request(s) x {len(o.arms)} arm(s), each alone")
-                references = {}
-                try:
-                    for arm in o.arms:
-                        for request, body in zip(self.requests, bodies[arm]):
-                            reply = await o.serving_path.speak(client, request.id, body, f"{arm}/alone")
-                            references[(arm, request.id)] = reply
-                except StreamUnavailable as e:  # the path asked for by name: its absence is the error
-                    others = " or ".join(name for name in paths.benched() if name != o.path)
-                    raise MossError(
-                        f"{o.path}: the server does not serve {o.serving_path.refused} "
-                        f"({speech_api.STREAM_PATH}): {e.reason}; bench another path (--path {others})",
-                        field="--path",
-                    ) from None
+                references = await self._references(client, bodies)
                 reported = (
                     [references[("unseeded", r.id)].seed_source for r in self.requests] if "unseeded" in o.arms else []
                 )
@@ -289,15 +277,10 @@ class ServerBench:
                 )
                 if o.warmup:
                     on_phase(f"warm-up: {o.warmup} request(s)")
-                    arm = o.arms[0]
+                    arm, n = o.arms[0], len(self.requests)
                     warm = Load(max(o.concurrency), o.warmup)
-                    await drive(
-                        warm,
-                        lambda i: o.serving_path.speak(
-                            client, "warm-up", bodies[arm][i % len(self.requests)], "warm-up"
-                        ),
-                        ServerError,
-                    )
+                    send = o.serving_path.speak
+                    await drive(warm, lambda i: send(client, "warm-up", bodies[arm][i % n], "warm-up"), ServerError)
                 sweep = Sweep(client, bodies, references, deploy_known, on_sent=on_sent)
                 responses, per_round = [], {}
                 for concurrency in o.concurrency:
@@ -347,6 +330,22 @@ class ServerBench:
         }
         retries = [r.as_dict() for r in client.retries]
         return ServerBenchReport(setup, results, over, responses, references, sweep.kept, retries)
+
+    async def _references(self, client: SpeechClient, bodies: dict[str, list[dict]]) -> dict[tuple[str, str], Reply]:
+        """Every request of every arm sent alone, one at a time: what each response under load must match."""
+        o, references = self.options, {}
+        try:
+            for arm in o.arms:
+                for request, body in zip(self.requests, bodies[arm]):
+                    references[(arm, request.id)] = await o.serving_path.speak(client, request.id, body, f"{arm}/alone")
+        except StreamUnavailable as e:  # the path asked for by name: its absence is the error
+            others = " or ".join(name for name in paths.benched() if name != o.path)
+            raise MossError(
+                f"{o.path}: the server does not serve {o.serving_path.refused} "
+                f"({speech_api.STREAM_PATH}): {e.reason}; bench another path (--path {others})",
+                field="--path",
+            ) from None
+        return references
 
     def _body(self, arm: str, request: Request, index: int) -> dict:
         seed = arm_seed(arm, request.seed, index, self.deploy_seed)
