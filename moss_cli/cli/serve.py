@@ -113,22 +113,7 @@ def serve(
         )
         sock = listen(host, port)
         serving.start()
-        bound = sock.getsockname()[1]
-        mode = (
-            f"batch-invariant, {serving.synth.layout.steps}" if batch_invariant else "fast (batch-dependent rounding)"
-        )
-        if legacy_global_rng:
-            mode += ", legacy global RNG"
-        if api_key:
-            mode += ", API key required"
-
-        def ready() -> None:
-            stdout.print(
-                f"moss serve: {serving.intake.model_name} on {serving.synth.device} ({mode}), max batch "
-                f"{serving.engine.max_batch}, listening on http://{host}:{bound}",
-                highlight=False,
-                soft_wrap=True,
-            )
-
+        bound = sock.getsockname()[1]  # the engine's layout is known once it runs: the line is made then
+        ready = lambda: stdout.print(serving.ready(host, bound), highlight=False, soft_wrap=True)  # noqa: E731
         run(serving, sock, access_log=access_log, on_ready=ready)
     stdout.print("moss serve: stopped", highlight=False)

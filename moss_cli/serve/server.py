@@ -41,6 +41,21 @@ class Serving:
         self.engine.start()
         return self
 
+    def ready(self, host: str, port: int) -> str:
+        """The line that says the server is up: what it serves, on what, how, and where."""
+        options = self.synth.options
+        mode = (
+            f"batch-invariant, {self.synth.layout.steps}"
+            if options.batch_invariant
+            else "fast (batch-dependent rounding)"
+        )
+        mode += ", legacy global RNG" if options.legacy_global_rng else ""
+        mode += ", API key required" if self.api_key else ""
+        return (
+            f"moss serve: {self.intake.model_name} on {self.synth.device} ({mode}), max batch {self.engine.max_batch}, "
+            f"listening on http://{host}:{port}"
+        )
+
     def close(self, timeout: float | None = ENGINE_STOP_S) -> bool:
         stopped = self.engine.close(timeout)
         self.intake.close()

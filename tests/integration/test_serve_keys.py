@@ -88,6 +88,14 @@ def test_the_websocket_stream_needs_the_key_before_the_upgrade(keyed):
     assert len(reply.pcm) > 0 and reply.seed == 4
 
 
+def test_the_ready_line_says_what_serves_how_and_where(keyed):
+    _, serving = keyed
+    said = serving.ready("127.0.0.1", 8091)
+    assert said.startswith("moss serve: ") and said.endswith("listening on http://127.0.0.1:8091")
+    assert "(batch-invariant, " in said and "API key required" in said and "legacy" not in said
+    assert KEY not in said
+
+
 def test_serve_help_names_every_route_the_app_serves(keyed):
     _, serving = keyed
     said = " ".join(CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "80"}).output.split())
