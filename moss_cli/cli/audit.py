@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -82,8 +81,6 @@ def audit_determinism(
         # torch loads here, not for --help
         from ..audit.golden import check_golden, save_golden
         from ..audit.report import REPORT_DIR_FILES, conclude, write_reports
-        from ..audit.runner import AuditOptions, run_audit
-        from ..pipeline import SynthOptions
         from ..report.files import check_output_paths
 
         # Before any model loads: a bad output path must not cost a whole audit.
@@ -101,33 +98,7 @@ def audit_determinism(
         audit = dict(requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db)
         audit.update(speech=opt.speech_thresholds(ctx.params))
         audit.update(strict_unseeded=strict_unseeded, allow_unseeded=allow_unseeded, command=command_line(ctx))
-        given = ctx.params
-        if given["server"]:
-            srv.refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
-            result = run_audit(
-                AuditOptions(
-                    **audit,
-                    # The deploy file the server runs: its stage-0 seed is checked.
-                    synth=SynthOptions(deploy=given["deploy"], allow_foreign_deploy=given["allow_foreign_deploy"]),
-                    server=srv.server_settings(given),
-                    stagger_s=None if stagger_ms is None else stagger_ms / 1000.0,
-                    allow_dropped_fields=given["allow_dropped_fields"],
-                    on_retry=show_retry,
-                )
-            )
-        else:
-            srv.refuse_server_options(ctx)
-            options = AuditOptions(
-                **audit,
-                max_batch=given["max_batch"],
-                synth=opt.synth_options(given),  # its layout is fixed at the audited --max-batch
-            )
-            cluster = opt.ray_cluster(given)
-            if cluster is not None:  # the same audit, its runs on Ray workers
-                from ..audit.ray_executor import audit_on_ray
-
-                run_audit = partial(audit_on_ray, cluster, on_event=ray_event)
-            result = run_audit(options)
+        result = _audit(ctx, audit, stagger_ms)
         complete = result.stopped is None  # a partial audit is no baseline and has no drift to show
         check = check_golden(golden, result) if golden is not None and complete else None
         written = write_reports(
@@ -137,3 +108,34 @@ def audit_determinism(
             save_golden(save_golden_path, result)
     saved = save_golden_path if save_golden_path is not None and complete else None
     raise typer.Exit(conclude(stdout, stderr, result, check, written, report_dir, saved, golden is not None))
+
+
+def _audit(ctx: typer.Context, audit: dict, stagger_ms: float | None):
+    """The audit the command asks for, with `audit`'s fields: against --server, else on this machine's engine,
+    or on Ray workers with --ray."""
+    from ..audit.runner import AuditOptions, run_audit
+    from ..pipeline import SynthOptions
+
+    given = ctx.params
+    if given["server"]:
+        srv.refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
+        return run_audit(
+            AuditOptions(
+                **audit,
+                # The deploy file the server runs: its stage-0 seed is checked.
+                synth=SynthOptions(deploy=given["deploy"], allow_foreign_deploy=given["allow_foreign_deploy"]),
+                server=srv.server_settings(given),
+                stagger_s=None if stagger_ms is None else stagger_ms / 1000.0,
+                allow_dropped_fields=given["allow_dropped_fields"],
+                on_retry=show_retry,
+            )
+        )
+    srv.refuse_server_options(ctx)
+    # Its layout is fixed at the audited --max-batch.
+    options = AuditOptions(**audit, max_batch=given["max_batch"], synth=opt.synth_options(given))
+    cluster = opt.ray_cluster(given)
+    if cluster is not None:  # the same audit, its runs on Ray workers
+        from ..audit.ray_executor import audit_on_ray
+
+        return audit_on_ray(cluster, options, on_event=ray_event)
+    return run_audit(options)
