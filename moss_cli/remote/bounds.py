@@ -12,7 +12,10 @@ and framing of an event stream: generous for audio, tiny beside what a runaway a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .settings import ServerOptions
 
 FRAME_RATE = 12.5  # codec frames per second of audio
 DEFAULT_FRAMES = 4096  # a request without max_new_tokens: vllm-omni's stage-0 max_tokens
@@ -31,19 +34,28 @@ class AnswerBounds:
     frames: int
     max_bytes: int
     deadline_s: float
+    deadline_given: bool = False  # --deadline set it (else --timeout and the frames did)
 
     @classmethod
-    def of(
-        cls, bodies: list[dict[str, Any]], timeout_s: float, deadline_s: float | None, *, encoded: bool = False
-    ) -> AnswerBounds:
+    def of(cls, bodies: list[dict[str, Any]], options: ServerOptions, *, encoded: bool = False) -> AnswerBounds:
         """For one call carrying `bodies` (one, or a batch call's items): their frames together, each
         body's `max_new_tokens` or the server's default; `encoded`: the audio comes as base64 in JSON
-        (events, batch items). `deadline_s` (--deadline) wins over the derived deadline, --timeout plus
-        SECONDS_PER_FRAME for each frame."""
+        (events, batch items). --deadline wins over the derived deadline, --timeout plus SECONDS_PER_FRAME
+        for each frame."""
         frames = sum(_frames(body) for body in bodies)
         max_bytes = frames * MAX_BYTES_PER_FRAME * (ENCODED if encoded else 1) + SLACK_BYTES
-        derived = timeout_s + frames * SECONDS_PER_FRAME
-        return cls(frames, max_bytes, deadline_s if deadline_s is not None else derived)
+        if options.deadline_s is not None:
+            return cls(frames, max_bytes, options.deadline_s, deadline_given=True)
+        return cls(frames, max_bytes, options.timeout_s + frames * SECONDS_PER_FRAME)
+
+    def overdue(self) -> str:
+        """The words for an answer that outlasted its deadline."""
+        why = (
+            "--deadline"
+            if self.deadline_given
+            else (f"--timeout and {self.frames} frames at a second each; --deadline sets it")
+        )
+        return f"the whole answer took longer than {self.deadline_s:g} s ({why})"
 
     def too_long(self, samples: int, rate: int) -> str | None:
         """Why audio of `samples` at `rate` is more than the request's frames make (a frame's worth and

@@ -319,14 +319,11 @@ class SpeechClient:
                 backoff = BACKOFF_S[min(attempt - 2, len(BACKOFF_S) - 1)]
                 await asyncio.sleep(min(e.retry_after_s, MAX_RETRY_AFTER_S) if e.retry_after_s is not None else backoff)
 
-    def _bounds(self, bodies: list[dict[str, Any]], encoded: bool) -> AnswerBounds:
-        return AnswerBounds.of(bodies, self.options.timeout_s, self.options.deadline_s, encoded=encoded)
-
     async def _once(self, request: str, body: dict[str, Any], context: str, timed: bool = False) -> Reply:
         what = f"request {request!r} ({context}) to {self._where(speech_api.SPEECH_PATH)}"
         arrivals: list[tuple[float, int]] | None = [] if timed else None
         raw_stream = body.get("stream_format") == "audio"  # is_raw_audio_stream (protocol/audio.py:327-328)
-        bounds = self._bounds([body], encoded=bool(body.get("stream")) and not raw_stream)
+        bounds = AnswerBounds.of([body], self.options, encoded=bool(body.get("stream")) and not raw_stream)
         response = await self._answer(what, request, self._post(speech_api.SPEECH_PATH, body, bounds, what, arrivals))
         headers = moss_headers(response.headers)
         fmt = str(body.get("response_format", self.options.response_format))
@@ -394,7 +391,7 @@ class SpeechClient:
     async def _batch_once(self, requests: list[str], body: dict[str, Any], context: str) -> list[Reply]:
         where = self._where(speech_api.BATCH_PATH)
         what = f"batch of {len(requests)} ({', '.join(map(repr, requests))}; {context}) to {where}"
-        bounds = self._bounds(body["items"], encoded=True)
+        bounds = AnswerBounds.of(body["items"], self.options, encoded=True)
         response = await self._answer(what, requests[0], self._post(speech_api.BATCH_PATH, body, bounds, what))
         status = response.status_code
         try:
@@ -426,7 +423,7 @@ class SpeechClient:
             fmt_item = str(body["items"][index].get("response_format") or fmt)
             media_type = str(result.get("media_type") or "")
             pcm, rate = self._audio(audio, fmt_item, media_type, headers, item, request, status)
-            self._within(self._bounds([body["items"][index]], encoded=False), pcm, rate, item, request, status)
+            self._within(AnswerBounds.of([body["items"][index]], self.options), pcm, rate, item, request, status)
             replies.append(Reply(request, context, pcm, rate, headers))
         return replies
 
@@ -461,12 +458,7 @@ class SpeechClient:
                         if size > limit:  # an error's words: the rest is not read
                             break
         except TimeoutError:
-            deadline = f"{bounds.deadline_s:g} s" + (
-                " (--deadline)"
-                if self.options.deadline_s is not None
-                else f" (--timeout and {bounds.frames} frames at a second each; --deadline sets it)"
-            )
-            raise self._fail(f"{what}: the whole answer took longer than {deadline}") from None
+            raise self._fail(f"{what}: {bounds.overdue()}") from None
         # The body, already decoded, as a plain post would have given it.
         kept = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _BODY_ENCODING]
         said = {k: v for k, v in response.extensions.items() if k in ("reason_phrase", "http_version")}

@@ -123,7 +123,7 @@ class SpeechStream:
                 open_timeout=self.options.timeout_s,
                 close_timeout=min(self.options.timeout_s, 10.0),
                 # an utterance's audio comes as one frame when not streamed: a whole file, of any budget
-                max_size=self._bounds({}).max_bytes,
+                max_size=AnswerBounds.of([{}], self.options).max_bytes,
                 proxy=None,  # as the HTTP client: straight to --server
             )
         except InvalidStatus as e:
@@ -182,7 +182,7 @@ class SpeechStream:
         as a Reply. An error the server sends is a ServerError naming `request` (after the rest of the
         utterance's answer is read, so the session can go on); NOT_AVAILABLE is a StreamUnavailable."""
         what = f"utterance {request!r} ({self.context}) to {self.where}"
-        bounds = self._bounds(self.config)
+        bounds = AnswerBounds.of([self.config], self.options)
         begin = time.perf_counter()
         for chunk in chunks:
             await self._send({"type": "input.text", "text": chunk}, request)
@@ -226,9 +226,6 @@ class SpeechStream:
         reply.arrivals = arrivals
         return reply
 
-    def _bounds(self, config: dict[str, Any]) -> AnswerBounds:
-        return AnswerBounds.of([config], self.options.timeout_s, self.options.deadline_s)
-
     async def _receive(
         self, what: str, request: str, deadline: float, errors: list[str], bounds: AnswerBounds
     ) -> dict | bytes | None:
@@ -238,11 +235,7 @@ class SpeechStream:
             raw = await asyncio.wait_for(self._socket.recv(), wait)
         except asyncio.TimeoutError:
             late = time.monotonic() >= deadline
-            said = (
-                f"the whole answer took longer than {bounds.deadline_s:g} s"
-                if late
-                else (f"no message within {self.options.timeout_s:g} s (--timeout)")
-            )
+            said = bounds.overdue() if late else f"no message within {self.options.timeout_s:g} s (--timeout)"
             raise self._fail(f"{what}: {said}", request) from None
         except ConnectionClosed as e:
             if errors:
