@@ -35,7 +35,9 @@ codec config (configuration_moss_audio_tokenizer_v2.py). Nothing here is copied 
 - Servers whose arithmetic depends on the batch (`shared_steps`): "flip": a row's first code flips
   in every step it shares with other rows, as a GPU's kernels round a row differently at another
   batch shape (seeded rows alike; its random stream stays its own); "cut": the same, and a row whose
-  first step is shared says only the first half of its words (`GenerationJob.cut`).
+  first step is shared says only the first half of its words (`GenerationJob.cut`); "swap": the same, and
+  such a row says one word of its text wrong (`SWAPPED` in its place); "rhythm": such a row says the same
+  words in another rhythm and melody (`GenerationJob.altered` says which rows).
 
 Run it with `serving_vllm_omni(engine)`, which yields the base URL of a server on 127.0.0.1.
 """
@@ -347,6 +349,7 @@ class GenerationJob:
         self.min_frames = min_frames  # the gate never stops before this frame (FakeMossLocalEngine.min_frames)
         self.spoken = spoken  # speak=True: the words it says (None: sinusoids)
         self.cut = False  # it said only the first half of its words (shared_steps="cut")
+        self.altered: str | None = None  # how its words changed under load: "cut", "swap" or "rhythm"
         self.speech = None if spoken is None else espeak(spoken, *voice_of(cond.key()))
         self.seed = seed  # the generator's seed (None: the shared generator)
         self.rng_source = rng_source  # "request" | "deploy" | "shared"
@@ -381,7 +384,18 @@ class GenerationJob:
         words = (self.spoken or "").split()
         if len(words) > 1:
             self.speech = espeak(" ".join(words[: len(words) // 2]), *voice_of(self._key))
-            self.cut = True
+            self.cut, self.altered = True, "cut"
+
+    def say_otherwise(self, how: str) -> None:
+        """Before its first frame: "swap": say one word of the middle of its text wrong (SWAPPED in its place);
+        "rhythm": say the same words in another rhythm and melody (espeak-ng's rate and pitch moved)."""
+        words = (self.spoken or "").split()
+        pitch, rate = voice_of(self._key)
+        if how == "swap" and len(words) > 2:
+            words[len(words) // 2] = SWAPPED
+            self.speech, self.altered = espeak(" ".join(words), pitch, rate), "swap"
+        elif how == "rhythm" and words:
+            self.speech, self.altered = espeak(" ".join(words), pitch + 25, rate + 25), "rhythm"
 
     def _flush(self) -> None:
         if self._pending:
@@ -438,6 +452,9 @@ def render_frame(key: bytes, codes: np.ndarray) -> np.ndarray:
         left += a * np.sin(2 * np.pi * f * t + p)
         right += a * balance * np.sin(2 * np.pi * f * 1.003 * t + p)
     return np.stack([left, right]).astype(np.float32)
+
+
+SWAPPED = "purple"  # the word said in place of another under load (shared_steps="swap")
 
 
 def voice_of(key: bytes) -> tuple[int, int]:
@@ -593,6 +610,8 @@ class FakeMossLocalEngine:
                 job.max_batch = max(job.max_batch, len(self._active))
                 if shared and self.shared_steps == "cut" and job.steps == 0:
                     job.say_half()
+                elif shared and self.shared_steps in ("swap", "rhythm") and job.steps == 0:
+                    job.say_otherwise(self.shared_steps)
                 try:
                     self._step(job, shared)
                 except Exception as exc:  # a bug here fails the request instead of hanging it

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import MossError
-from ..measures import LEVELS, check_level
-from ..measures.speech import SpeechThresholds, require_speech
+from ..measures import LEVELS, check_level, check_speech
+from ..measures.speech import SpeechThresholds
+from ..measures.words import WordOptions
 from ..pipeline.options import SynthOptions
 from .scenarios import SCENARIOS, server_scenarios
 
@@ -28,6 +29,7 @@ class AuditOptions:
     level: str = "codes"
     min_snr_db: float = 60.0
     speech: SpeechThresholds = field(default_factory=SpeechThresholds)  # --level speech: what the same speech is
+    words: WordOptions | None = None  # --level speech with --asr-model: the words are heard too
     strict_unseeded: bool = False
     allow_unseeded: bool = False  # an unseeded request that differs alone-vs-alone is a warning, not a failure
     command: str | None = None  # the command line that asked for this audit, as the reports show it
@@ -56,8 +58,7 @@ class AuditOptions:
         """The scenarios to run, checked (with the other options); the repeat first, since every
         verdict rests on it."""
         known = server_scenarios() if self.server is not None else SCENARIOS
-        if check_level(self.level, LEVELS) == "speech":
-            require_speech()
+        check_speech(check_level(self.level, LEVELS), self.words)
         if self.allow_unseeded and self.strict_unseeded:
             raise MossError(
                 "--allow-unseeded accepts unseeded requests that vary and --strict-unseeded fails them: give one",

@@ -18,6 +18,7 @@ from .scenarios import DEPLOY_SEED_PROBE
 from .verdicts import (
     BATCH_DEPENDENT,
     DIFFERENT_SPEECH,
+    DIFFERENT_WORDS,
     NUMERIC_BATCH_VARIANCE,
     NUMERIC_CAUSES,
     SAME_SPEECH,
@@ -32,11 +33,61 @@ PASS, NOT_CHECKED, BATCH_INVARIANT = "pass", "not checked", "batch-invariant"
 LOCAL_ADVICE = "moss's batch-invariant kernels (--batch-invariant, the default) make the bits stable"
 
 
-def answer(cases: list[Case], requests: list[str], level: str, server: bool, seeded: set[str]) -> dict:
-    """`seeded`: the requests that carry a seed of their own (as sent: a server may report another source)."""
+def answer(
+    cases: list[Case], requests: list[str], level: str, server: bool, seeded: set[str], words: float | None = None
+) -> dict:
+    """`seeded`: the requests that carry a seed of their own (as sent: a server may report another source);
+    `words`: with --asr-model, the largest rise of the corpus error rate under load (its tolerance)."""
     mine = [c for c in cases if c.request in set(requests)]
     seeded = seeded & set(requests)
-    return {"seed": seed_question(mine, requests, seeded), "numerics": numerics_question(mine, seeded, level, server)}
+    numerics = numerics_question(mine, seeded, level, server)
+    if words is not None:
+        _with_words(numerics, composed_cases(mine), words)
+    elif level == "speech" and numerics["verdict"] != NOT_CHECKED:
+        from ..measures.judgement import WORDS_UNCHECKED
+
+        numerics["line"] += f" At --level speech {WORDS_UNCHECKED}."
+    return {"seed": seed_question(mine, requests, seeded), "numerics": numerics}
+
+
+def _with_words(numerics: dict, composed: list[Case], tolerance: float) -> None:
+    """The corpus error rate alone and under load (measures.words.corpus), over every composition and per
+    composition: a rise whose 95% interval lies above the tolerance fails the numerics question."""
+    from ..measures.words import Score, corpus
+
+    def pairs(cases: list[Case]) -> list:
+        return [
+            (
+                Score("", c.wer["errors_alone"], c.wer["tokens"]),
+                Score(c.wer["transcript"], c.wer["errors"], c.wer["tokens"]),
+            )
+            for c in cases
+            if c.wer is not None
+        ]
+
+    scored = pairs(composed)
+    if not scored:
+        return
+    scenarios = dict.fromkeys(c.scenario for c in composed if c.wer is not None)
+    words = {
+        **corpus(scored, tolerance),
+        "scenarios": {s: corpus(pairs([c for c in composed if c.scenario == s]), tolerance) for s in scenarios},
+    }
+    numerics["words"] = words
+    failing = [s for s, w in words["scenarios"].items() if w["passed"] is False]
+    if words["passed"] is False or failing:
+        low, high = words["interval"]
+        said = (
+            f"WER {words['error_rate']:.1%} under load against {words['error_rate_alone']:.1%} alone (difference "
+            f"{words['difference']:+.1%}, 95% interval [{low:+.1%}, {high:+.1%}], tolerance {tolerance:+.1%}"
+            + (f"; above it in {', '.join(failing)}" if failing else "")
+            + ")"
+        )
+        if numerics["passed"] is False:  # a failure already: the words are more evidence
+            numerics["line"] += f"; the words under load: {said}"
+        else:
+            numerics["verdict"], numerics["line"] = DIFFERENT_WORDS, f"FAIL {DIFFERENT_WORDS} — {said}"
+        numerics["passed"] = False
 
 
 def seed_cases(cases: list[Case]) -> list[Case]:
@@ -110,7 +161,7 @@ def numerics_question(cases: list[Case], seeded: set[str], level: str, server: b
     compositions = list(dict.fromkeys(c.scenario for c in differing))
     speech = {}
     for c in differing:
-        if c.attribution.cause == DIFFERENT_SPEECH:
+        if c.attribution.cause in (DIFFERENT_SPEECH, DIFFERENT_WORDS):
             speech.setdefault(c.request, []).append(f"{c.scenario}/{c.run}" + (f" ({c.path})" if c.path else ""))
     failed = {c.request: c.attribution.cause for c in differing if c.failed}
     causes = list(dict.fromkeys(c.attribution.cause for c in differing))
@@ -139,7 +190,7 @@ def numerics_question(cases: list[Case], seeded: set[str], level: str, server: b
         )
         return {**out, "verdict": BATCH_INVARIANT, "passed": True, "line": line}
     if speech:
-        verdict = DIFFERENT_SPEECH
+        verdict = DIFFERENT_SPEECH if DIFFERENT_SPEECH in causes else DIFFERENT_WORDS
     elif BATCH_DEPENDENT in causes:
         verdict = BATCH_DEPENDENT
     else:
@@ -148,7 +199,7 @@ def numerics_question(cases: list[Case], seeded: set[str], level: str, server: b
     share = f"{len(differ)} of {len(judged)} requests ({len(out['seeded'])} seeded)"
     where = f"differ from themselves alone in {', '.join(compositions)}"
     status = "FAIL" if failed else "warning"
-    if verdict == DIFFERENT_SPEECH:
+    if verdict in (DIFFERENT_SPEECH, DIFFERENT_WORDS):
         said = "; ".join(f"{key} in {', '.join(places)}" for key, places in speech.items())
         line = f"{status} {verdict} — not the same speech as alone: {said}; {share} {where}"
     elif verdict == BATCH_DEPENDENT:

@@ -57,7 +57,9 @@ class AuditResult:
 
     @property
     def passed(self) -> bool:
-        return self.stopped is None and not any(case.failed for case in self.cases)
+        words = (self.questions or {}).get("numerics", {}).get("words") or {}  # --asr-model: the corpus's error rate
+        failing = words.get("passed") is False or any(w["passed"] is False for w in words.get("scenarios", {}).values())
+        return self.stopped is None and not any(case.failed for case in self.cases) and not failing
 
 
 @dataclass
@@ -188,7 +190,8 @@ class Auditor:
         ran = tuple(s for s in self.scenarios if stopped is None or s not in stopped.not_run)
 
         def questions(judged: list[Case], requests: list[str]) -> dict:
-            return answer(judged, requests, opts.level, executor.target.server, seeded)
+            words = opts.words.max_wer_increase if opts.words is not None and opts.level == "speech" else None
+            return answer(judged, requests, opts.level, executor.target.server, seeded, words)
 
         if server is not None:
             server["skipped"] = skipped

@@ -48,8 +48,11 @@ from typing import Callable
 from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..io.outcome import Outcome
-from ..measures.speech import SpeechJudgement, SpeechThresholds, judge_speech
+from ..measures import judgement
+from ..measures.judgement import DIFFERENT_SPEECH, DIFFERENT_WORDS, SAME_SPEECH, Tolerances
+from ..measures.speech import SpeechJudgement, SpeechThresholds
 from ..measures.waveform import format_db
+from ..measures.words import WordOptions, WordsJudgement
 from ..vllm_omni import BATCH_ITEM_CAUSE, RETRY_CAUSE, UNSEEDED_CAUSES
 from .attribution import Attribution, codec_numeric
 from .compare import Comparison, compare
@@ -60,9 +63,9 @@ DEPLOY_SEED_NOT_APPLIED = "deploy-seed-not-applied"
 UNSEEDED_NOT_REPRODUCIBLE = "unseeded-not-reproducible"
 AUDIO_OF_ANOTHER_REQUEST = "audio-of-another-request"
 NUMERIC_BATCH_VARIANCE = "numeric-batch-variance"
-DIFFERENT_SPEECH = "different-speech"
 RNG_COUPLING = "rng-coupling"
-SAME_SPEECH = "same-speech"  # a case's verdict: it differs, yet is the same speech (a warning)
+# A case's verdict SAME_SPEECH: it differs, yet is the same speech (a warning); DIFFERENT_SPEECH and
+# DIFFERENT_WORDS: the speech level's failures (measures.judgement).
 IDENTICAL = "identical"
 BATCH_CAUSES = (BATCH_DEPENDENT, "numeric", "codec-numeric")  # verdict: batch-dependent
 # What each question's failures are (questions.py): whether a request's randomness is its own, and
@@ -70,6 +73,7 @@ BATCH_CAUSES = (BATCH_DEPENDENT, "numeric", "codec-numeric")  # verdict: batch-d
 SEED_CAUSES = (RUN_TO_RUN, DEPLOY_SEED_NOT_APPLIED, UNSEEDED_NOT_REPRODUCIBLE, SEED_IGNORED, RNG_COUPLING, UNSEEDED)
 NUMERIC_CAUSES = (
     DIFFERENT_SPEECH,
+    DIFFERENT_WORDS,
     BATCH_DEPENDENT,
     NUMERIC_BATCH_VARIANCE,
     "numeric",
@@ -87,6 +91,7 @@ VERDICTS = (
     SEED_IGNORED,
     RNG_COUPLING,
     DIFFERENT_SPEECH,
+    DIFFERENT_WORDS,
     BATCH_DEPENDENT,
     NUMERIC_BATCH_VARIANCE,
     UNSEEDED,
@@ -112,7 +117,11 @@ class Case:
     other: str | None = None  # audio-of-another-request: the request whose audio it was compared with (not alone)
     path: str | None = None  # a server: how it was asked for this audio (a name of remote.paths.PATHS)
     alone: bool = False  # compared alone with alone (the seed question), not in a composition
-    speech: SpeechJudgement | None = None  # --level speech: whether it is the same speech as alone
+    speech: SpeechJudgement | None = None  # --level speech: whether it sounds like the same speech as alone
+    words: WordsJudgement | None = None  # --level speech with --asr-model: whether it lost words it said alone
+    # --level speech with --asr-model, a composition: its transcript's errors against the request's text and
+    # its response alone's (errors_alone), over the text's tokens, for the corpus's error rates
+    wer: dict | None = None
 
     @property
     def failed(self) -> bool:
@@ -132,6 +141,8 @@ class Case:
             "path": self.path,
             "alone": self.alone,
             "speech": self.speech.as_dict() if self.speech else None,
+            "words": self.words.as_dict() if self.words else None,
+            "wer": self.wer,
         }
 
 
@@ -147,6 +158,11 @@ class Rules:
     greedy: frozenset[str] = frozenset()  # requests decoded greedily (a server: where it honours it)
     global_stream: bool = False  # the server reports that every request draws from one global random stream
     speech: SpeechThresholds = SpeechThresholds()  # --level speech: what the same speech is
+    words: WordOptions | None = None  # --level speech with --asr-model: the words are heard too
+
+    @property
+    def tolerances(self) -> Tolerances:
+        return Tolerances(self.min_snr_db, self.speech, self.words)
 
     @classmethod
     def of(cls, options, sample_rate: int, **server) -> Rules:
@@ -159,6 +175,7 @@ class Rules:
             sample_rate,
             allow_unseeded=options.allow_unseeded,
             speech=options.speech,
+            words=options.words,
             **server,
         )
 
@@ -281,6 +298,8 @@ def judge(
     `path`: a server's way of answering it (a name of remote.paths.PATHS)."""
     cmp = compare(reference, out, rules.sample_rate)
     case = Case(scenario, run, key, reference.seed_source, "pass", cmp, wall_s=out.wall_s, alone=sent_alone, path=path)
+    if rules.level == "speech" and rules.words is not None and not sent_alone and expect == "identical":
+        case.wer = _scored(reference, out, rules, request)
     if expect == "different":
         if identical(cmp):
             return _seed_unheard(case, reference, out, rules)
@@ -324,26 +343,42 @@ def judge(
     return case
 
 
+def _scored(reference: Outcome, out: Outcome, rules: Rules, request: Request | None) -> dict | None:
+    """A composition's response and its response alone, each transcribed and scored against the text."""
+    text = request.text if request is not None else reference.text
+    if not text:
+        return None
+    language = request.prompt_fields.get("language") if request is not None else None
+    clips = (reference.waveform, out.waveform, rules.sample_rate)
+    alone, here = judgement.scores(clips, text, language, rules.words)
+    return {"errors": here.errors, "errors_alone": alone.errors, "tokens": here.tokens, "transcript": here.transcript}
+
+
 def _by_speech(case: Case, reference: Outcome, out: Outcome, rules: Rules, request: Request | None) -> None:
     """--level speech: a numeric difference is a warning where the response is the same speech as
-    alone, else a failure (`different-speech`) naming the evidence."""
+    alone (measures.judgement), else a failure (`different-speech`, `different-words`) naming the evidence."""
     text = request.text if request is not None else reference.text
     language = request.prompt_fields.get("language") if request is not None else None
-    judged = judge_speech(reference.waveform, out.waveform, rules.sample_rate, text, language, rules.speech)
-    case.speech = judged
+    cmp = case.comparison
+    judged = judgement.judge(
+        "speech", rules.tolerances, pcm_equal=cmp.pcm_equal, codes_equal=cmp.codes_equal, snr_db=cmp.snr_db,
+        clips=(reference.waveform, out.waveform, rules.sample_rate), text=text, language=language,
+    )  # fmt: skip
+    case.speech, case.words = judged.speech, judged.words
     where = f"{case.scenario}/{case.run}" + (f" ({case.path} path)" if case.path else "")
-    if judged.same:
+    if judged.passed:
         cause = NUMERIC_BATCH_VARIANCE if case.attribution.cause == BATCH_DEPENDENT else case.attribution.cause
         case.verdict = SAME_SPEECH
         case.attribution = Attribution(
             cause, f"{case.attribution.detail}; the same speech as alone ({judged.describe()})"
         )
         return
-    _fail(
-        case,
-        DIFFERENT_SPEECH,
-        f"not the same speech as alone in {where}: {judged.failed} failed ({judged.describe()})",
-    )
+    if judged.status == DIFFERENT_WORDS:
+        lost = ", ".join(repr(a["word"]) for a in judged.words.accused)
+        detail = f"other words than alone in {where}: lost {lost} ({judged.describe()})"
+    else:
+        detail = f"not the same speech as alone in {where}: {judged.speech.failed} failed ({judged.describe()})"
+    _fail(case, judged.status, detail)
 
 
 def numeric_variance(cases: list[Case]) -> None:

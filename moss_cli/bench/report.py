@@ -13,18 +13,17 @@ from rich.markup import escape
 
 from .. import __version__
 from ..io.audio import write_audio
+from ..measures.judgement import DIFFERENT_SPEECH, DIFFERENT_WORDS, IDENTICAL, SAME_SPEECH, WITHIN_SNR
 from ..measures.waveform import audio_metrics
 from ..remote.paths import PATHS
 from ..report.files import check_output_paths, json_safe, write_report_files
 from ..report.page import Figure, PageView, PairView, Table, level_text
 from ..report.terminal import print_table
 from .server import (
-    DIFFERENT_SPEECH,
+    DIFFERING,
     FAILED,
-    SAME_SPEECH,
     VARIED,
     VARIED_UNSEEDED,
-    WITHIN_SNR,
     Checked,
     ServerBenchReport,
     describe,
@@ -32,6 +31,7 @@ from .server import (
 
 REPORT_FILES = {"--json": "bench.json"}
 PLOT = "plots/against-concurrency.png"
+PLOT_TITLE = "latency, throughput, RTF and (with --asr-model) WER against concurrency, per arm"
 SHOWN = 20  # responses that varied, named on the terminal
 # The terminal's columns: (header, the key of a result row); figures are vllm-omni's names.
 COLUMNS = (
@@ -79,21 +79,46 @@ def _ordered(report: ServerBenchReport) -> list[dict]:
     return sorted(report.results, key=lambda r: (r["max_concurrency"], arms.index(r["arm"])))
 
 
+def words_cells(words: dict | None) -> list[str]:
+    """--asr-model: the corpus error rate under load, its difference from alone with the 95% interval, and
+    its difference from the lowest concurrency with its interval."""
+    if not words or words.get("passed") is None:
+        return ["-", "-", "-"]
+    low, high = words["interval"]
+    here = f"{words['error_rate']:.1%}" + (f" ({words['above_half']} >50%)" if words["above_half"] else "")
+    alone = f"{words['difference']:+.1%} [{low:+.1%}, {high:+.1%}]" + ("" if words["passed"] else " FAIL")
+    lowest = words.get("against_lowest") or {}
+    if lowest.get("requests"):
+        a, b = lowest["interval"]
+        versus = f"{lowest['difference']:+.1%} [{a:+.1%}, {b:+.1%}]"
+    else:
+        versus = "-"
+    return [here, alone, versus]
+
+
+WORDS_HEADERS = ["WER", "WER-alone", "WER-c.low"]
+
+
 def table(report: ServerBenchReport) -> tuple[list[str], list[list[str]]]:
-    """The terminal table: headers and rows of text, one row per concurrency and arm."""
-    headers = [h for h, _ in COLUMNS] + ["checked"] + [h for h, _ in COST_COLUMNS]
+    """The terminal table: headers and rows of text, one row per concurrency and arm; with --asr-model, the
+    error-rate columns (WORDS_HEADERS) after the checks."""
+    words = any("words" in r for r in report.results)
+    headers = [h for h, _ in COLUMNS] + ["checked"] + (WORDS_HEADERS if words else []) + [h for h, _ in COST_COLUMNS]
     rows = []
     for r in _ordered(report):
         checks = r["checks"]
         if report.setup["level"] == "speech":  # bitwise equal / the same speech / different speech
-            checked = f"{checks['identical']}/{checks[SAME_SPEECH]}/{checks[DIFFERENT_SPEECH]}"
-            checked += " FAIL" if checks[DIFFERENT_SPEECH] else ""
+            wrong = checks[DIFFERENT_SPEECH] + checks[DIFFERENT_WORDS]
+            checked = f"{checks['identical']}/{checks[SAME_SPEECH]}/{wrong}" + (" FAIL" if wrong else "")
         else:
             varied = checks[VARIED] + checks[VARIED_UNSEEDED]
             checked = f"{checks['identical'] + checks[WITHIN_SNR]}/{varied}" + (" FAIL" if checks[VARIED] else "")
         cost = report.over_unseeded.get(r["arm"], {}).get(str(r["max_concurrency"]), {})
+        said = words_cells(r.get("words")) if words else []
         rows.append(
-            [_cell(r.get(key)) for _, key in COLUMNS] + [checked] + [_ratio(cost.get(key)) for _, key in COST_COLUMNS]
+            [_cell(r.get(key)) for _, key in COLUMNS]
+            + [checked, *said]
+            + [_ratio(cost.get(key)) for _, key in COST_COLUMNS]
         )
     return headers, rows
 
@@ -102,16 +127,19 @@ def verdict(report: ServerBenchReport) -> list[str]:
     """What the checks found, for the terminal: a line per response that failed or varied (the first
     SHOWN; the JSON names every one), then the verdict."""
     lines = [f"{c.label} ({c.where}) failed: {c.error}" for c in report.responses if c.check == FAILED]
-    lines += [describe(c) for c in report.responses if c.check in (VARIED, VARIED_UNSEEDED, DIFFERENT_SPEECH)]
+    lines += [describe(c) for c in report.responses if c.check in DIFFERING]
     if len(lines) > SHOWN:
         lines = lines[:SHOWN] + [f"... and {len(lines) - SHOWN} more (the JSON's summary names every one)"]
     if report.unseeded_causes():
         lines.append(report.unseeded_causes())
+    lines += report.words_lines()
     held = [a for a in report.setup["arms"] if a != "unseeded" or report.setup["unseeded_must_hold"]]
     must = ", ".join(held) if held else "no"
     total = len(report.responses)
     if report.passed:
         lines.append(f"PASS: {total} responses under load; every {must} one gave its request's audio alone")
+    elif not report.failures:
+        lines.append(f"FAIL: the words under load: {total} responses; {report.words_failures()[0]}")
     else:
         lines.append(
             f"FAIL: {len(report.failures)} of {total} responses under load failed or differ from their request alone "
@@ -169,7 +197,7 @@ def _pairs(report: ServerBenchReport) -> list[tuple[PairView, tuple]]:
         pair = PairView(
             anchor=f"pair-{n}",
             title=f"{c.label}: {c.where}",
-            status="fail" if c.check == VARIED else "unseeded",
+            status="unseeded" if c.check == VARIED_UNSEEDED else "fail",
             detail=describe(c),
             audio=[("alone", f"diverging/{n}-alone.wav"), ("under load", f"diverging/{n}-under-load.wav")],
             metrics=audio_metrics(cmp),
@@ -190,22 +218,34 @@ def _plot(folder: Path, report: ServerBenchReport) -> None:
         ("E2EL p50 (ms)", "median_e2el_ms"),
         ("E2EL p99 (ms)", "p99_e2el_ms"),
         ("audio s per s", "audio_throughput"),
+        ("RTF p50", "median_audio_rtf"),
+        ("WER under load (%)", "words.error_rate"),
     ):
-        lines = {
-            arm: ([r["max_concurrency"] for r in rows if key in r], [r[key] for r in rows if key in r])
-            for arm, rows in series.items()
-        }
+        lines = {arm: _series(rows, key) for arm, rows in series.items()}
         if any(xs for xs, _ in lines.values()):
             panels.append((ylabel, lines))
     from ..report.plots import against_concurrency  # matplotlib loads only for a report folder
 
-    against_concurrency(folder, panels, "latency and throughput against concurrency, per arm", PLOT)
+    against_concurrency(folder, panels, PLOT_TITLE, PLOT)
+
+
+def _series(rows: list[dict], key: str) -> tuple[list, list]:
+    """(concurrency, value) of a figure over one arm's rows; `words.error_rate`: the WER, in percent."""
+    if key.startswith("words."):
+        got = [
+            (r["max_concurrency"], 100 * r["words"][key[6:]])
+            for r in rows
+            if r.get("words", {}).get(key[6:]) is not None
+        ]
+    else:
+        got = [(r["max_concurrency"], r[key]) for r in rows if key in r]
+    return [x for x, _ in got], [y for _, y in got]
 
 
 def page_view(report: ServerBenchReport, pairs: list[PairView], command: str | None) -> PageView:
     s = report.setup
     passed = report.passed
-    varied = sum(1 for c in report.responses if c.check in (VARIED, VARIED_UNSEEDED, DIFFERENT_SPEECH))
+    varied = sum(1 for c in report.responses if c.check in DIFFERING)
     facts = [
         ("verdict", "pass" if passed else "fail"),
         ("level", level_text(s["level"], s["min_snr_db"])),
@@ -243,7 +283,7 @@ def page_view(report: ServerBenchReport, pairs: list[PairView], command: str | N
     sections = [
         ("Figures per arm and concurrency", [Table(headers, rows)]),
         ("The cost of determinism: each arm over the unseeded arm", [cost] if cost.rows else ["No unseeded arm."]),
-        ("Against concurrency", [Figure("latency and throughput against concurrency, per arm", PLOT)]),
+        ("Against concurrency", [Figure(PLOT_TITLE, PLOT)]),
     ]
     return PageView(
         title=f"moss bench --server: {'pass' if passed else 'fail'}",
@@ -272,7 +312,7 @@ def _ms(seconds: float | None) -> str:
 
 def _comparison_row(c: Checked) -> list:
     snr = (c.comparison or {}).get("snr_db")
-    identical = c.check not in (VARIED, VARIED_UNSEEDED, WITHIN_SNR, SAME_SPEECH, DIFFERENT_SPEECH)
+    identical = c.check == IDENTICAL
     in_flight = f"{c.in_flight_client}" + (f" (server {c.in_flight_server})" if c.in_flight_server else "")
     return [
         c.label,

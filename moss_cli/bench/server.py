@@ -31,8 +31,10 @@ from ..audit.verdicts import unseeded_causes
 from ..config.effective import SeedSource
 from ..config.requests import Request
 from ..errors import MossError
-from ..measures import AUDIO_LEVELS, check_level
-from ..measures.speech import SpeechThresholds, judge_speech, require_speech
+from ..measures import AUDIO_LEVELS, check_level, check_speech, judgement
+from ..measures.judgement import DIFFERENT_SPEECH, DIFFERENT_WORDS, IDENTICAL, SAME_SPEECH, WITHIN_SNR
+from ..measures.speech import SpeechThresholds
+from ..measures.words import Score, WordOptions, corpus, paired_levels
 from ..remote import paths
 from ..remote.client import Retry, ServerError, SpeechClient
 from ..remote.paths import RAW_STREAM, SINGLE, ServingPath
@@ -46,17 +48,12 @@ from .arms import arm_seed, check_deploy_seed, must_hold
 from .figures import figures, ratios
 from .load import Load, Sent, drive, name_neighbours, timing
 
-# A response's check: identical, within-snr (--level waveform) and same-speech (--level speech) pass;
-# `varied` and `different-speech` fail the run; `varied-unseeded` is reported.
-IDENTICAL, WITHIN_SNR, VARIED, VARIED_UNSEEDED, FAILED = (
-    "identical",
-    "within-snr",
-    "varied",
-    "varied-unseeded",
-    "failed",
-)
-SAME_SPEECH, DIFFERENT_SPEECH = "same-speech", "different-speech"
-CHECKS = (IDENTICAL, WITHIN_SNR, SAME_SPEECH, VARIED, VARIED_UNSEEDED, DIFFERENT_SPEECH, FAILED)
+# A response's check: the judgement's status (measures.judgement: identical, within-snr and same-speech
+# pass; different-speech and different-words fail), where it fails the level without a speech judgement
+# `varied` (a failure) or `varied-unseeded` (reported), and `failed` where no audio came.
+VARIED, VARIED_UNSEEDED, FAILED = "varied", "varied-unseeded", "failed"
+CHECKS = (IDENTICAL, WITHIN_SNR, SAME_SPEECH, VARIED, VARIED_UNSEEDED, DIFFERENT_SPEECH, DIFFERENT_WORDS, FAILED)
+DIFFERING = (VARIED, VARIED_UNSEEDED, DIFFERENT_SPEECH, DIFFERENT_WORDS)  # what a report lists, and plots
 
 
 @dataclass(frozen=True)
@@ -73,6 +70,7 @@ class ServerBenchOptions:
     allow_foreign_deploy: bool = False
     level: str = "bitwise"  # bitwise | waveform | speech
     speech: SpeechThresholds = field(default_factory=SpeechThresholds)  # --level speech: what the same speech is
+    words: WordOptions | None = None  # --level speech with --asr-model: the words are heard too
     min_snr_db: float = 60.0
     path: str = RAW_STREAM.name  # the serving path every request goes along (one of remote.paths.benched())
     frames: int | None = None  # every request's max_new_tokens (None: the requests' own)
@@ -91,14 +89,17 @@ class ServerBenchOptions:
                 f"got {self.server.response_format}; or pass --no-stream",
                 field="--response-format",
             )
-        if check_level(self.level, AUDIO_LEVELS) == "speech":
-            require_speech()
+        check_speech(check_level(self.level, AUDIO_LEVELS), self.words)
         if self.num_requests is not None and self.duration_s is not None:
             raise MossError("give a count (--num-requests) or a duration (--duration), not both", field="--duration")
         if self.duration_s is not None and not self.duration_s > 0:
             raise MossError(f"must be > 0, got {self.duration_s}", field="--duration")
         if not self.request_rate > 0:
             raise MossError(f"must be > 0 (inf: back to back), got {self.request_rate}", field="--request-rate")
+
+    @property
+    def tolerances(self) -> judgement.Tolerances:
+        return judgement.Tolerances(self.min_snr_db, self.speech, self.words)
 
     @property
     def serving_path(self) -> ServingPath:
@@ -136,6 +137,9 @@ class Checked:
     error: str | None = None
     comparison: dict | None = None
     speech: dict | None = None  # --level speech: the speech measures against its request alone
+    words: dict | None = None  # --level speech with --asr-model: the words heard, against its request alone
+    # --asr-model: its transcript's errors against the request's text, and its request alone's (errors_alone)
+    wer: dict | None = None
     neighbours: list[str] = field(default_factory=list)
 
     @property
@@ -162,11 +166,36 @@ class ServerBenchReport:
 
     @property
     def failures(self) -> list[Checked]:
-        return [c for c in self.responses if c.check in (VARIED, DIFFERENT_SPEECH, FAILED)]
+        return [c for c in self.responses if c.check in (VARIED, DIFFERENT_SPEECH, DIFFERENT_WORDS, FAILED)]
+
+    def words_failures(self) -> list[str]:
+        """--asr-model: the arms and concurrencies whose error rate under load rose above the tolerance (the
+        95% interval of its difference from alone lies above it)."""
+        out = []
+        for r in self.results:
+            w = r.get("words") or {}
+            if w.get("passed") is False:
+                low, high = w["interval"]
+                out.append(
+                    f"WER {w['error_rate']:.1%} under load against {w['error_rate_alone']:.1%} alone at concurrency "
+                    f"{r['max_concurrency']}, arm {r['arm']} (difference {w['difference']:+.1%}, 95% interval "
+                    f"[{low:+.1%}, {high:+.1%}], above the tolerance {w['tolerance']:+.1%})"
+                )
+        return out
+
+    def words_lines(self) -> list[str]:
+        """What the words say, for people: each failing corpus, and the normalizer and model used."""
+        words = [r["words"] for r in self.results if r.get("words")]
+        if self.setup["level"] == "speech" and self.setup.get("asr_model") is None:
+            return [f"At --level speech {judgement.WORDS_UNCHECKED}."]
+        if not words:
+            return []
+        model = self.setup.get("asr_model")
+        return self.words_failures() + [f"words heard by {model}, normalized by {words[0]['normalizer']}"]
 
     @property
     def passed(self) -> bool:
-        return not self.failures
+        return not self.failures and not self.words_failures()
 
     @property
     def exit_code(self) -> int:
@@ -181,7 +210,7 @@ class ServerBenchReport:
         return f"{n} unseeded response(s) differ from their request alone: not reproducible; {why}"
 
     def as_dict(self) -> dict:
-        varied = [c for c in self.responses if c.check in (VARIED, VARIED_UNSEEDED, DIFFERENT_SPEECH)]
+        varied = [c for c in self.responses if c.check in DIFFERING]
         return {
             "setup": self.setup,
             "results": self.results,
@@ -205,6 +234,11 @@ def describe(c: Checked) -> str:
     if c.check == DIFFERENT_SPEECH:
         evidence = f"{c.speech['failed']} failed" if c.speech else "not judged"
         alone = f"{c.label} is not the same speech as the same request alone at {c.where} ({evidence})"
+        return f"{alone}; in flight with it: {others}"
+    if c.check == DIFFERENT_WORDS:
+        lost = ", ".join(repr(a["word"]) for a in c.words["accused"])
+        heard = c.words["transcripts"][1]
+        alone = f"{c.label} lost words the same request said alone at {c.where} ({lost}; heard {heard!r})"
         return f"{alone}; in flight with it: {others}"
     failing = "" if c.check == VARIED else " (unseeded, its deploy seed unknown: reported, --allow-unseeded)"
     return f"{c.label} differs from the same request alone at {c.where}{failing}; in flight with it: {others}"
@@ -315,6 +349,7 @@ class ServerBench:
             "dropped_fields": self.known.dropped,
             "level": o.level,
             "min_snr_db": o.min_snr_db if o.level == "waveform" else None,
+            "asr_model": o.words.model if o.words else None,
             "deploy": str(o.deploy) if o.deploy is not None else None,
             "deploy_seed": self.deploy_seed,
             "unseeded_must_hold": must_hold("unseeded", deploy_known, o.allow_unseeded),
@@ -394,26 +429,30 @@ class ServerBench:
         c.audio_ttfp_s, c.audio_underrun_s, c.audio_continuity_ok = t.ttfp_s, t.underrun_s, t.continuity_ok
         c.in_flight_client, c.in_flight_server, c.attempts = reply.in_flight, reply.server_in_flight, reply.attempts
         c.server_request_id = reply.server_id
+        o = self.options
+        language = request.prompt_fields.get("language")
+        if o.words is not None and request.text:  # every response's words, for the corpus's error rates
+            clips = (reference.pcm, reply.pcm, reference.sample_rate)
+            alone, here = judgement.scores(clips, request.text, language, o.words)
+            c.wer = {"errors": here.errors, "errors_alone": alone.errors, "tokens": here.tokens,
+                     "transcript": here.transcript}  # fmt: skip
         if reply.pcm_sha256 == reference.pcm_sha256:
             c.check = IDENTICAL
             return c
         seed = arm_seed(arm, request.seed, s.index % len(self.requests), self.deploy_seed)
         cmp = compare(reference.outcome(request, seed), reply.outcome(request, seed), reference.sample_rate)
         c.comparison = cmp.as_dict()
-        if self.options.level == "speech":  # the same speech passes whatever the seed; other speech never does
-            language = request.prompt_fields.get("language")
-            o = self.options
-            judged = judge_speech(reference.pcm, reply.pcm, reference.sample_rate, request.text, language, o.speech)
-            c.speech = judged.as_dict()
-            c.check = SAME_SPEECH if judged.same else DIFFERENT_SPEECH
-            if not judged.same and len(kept) < MAX_PLOTTED_PAIRS:
-                kept[id(c)] = reply
-        elif cmp.passes(self.options.level, self.options.min_snr_db):
-            c.check = WITHIN_SNR
-        else:
-            c.check = VARIED if must_hold(arm, sweep.deploy_known, self.options.allow_unseeded) else VARIED_UNSEEDED
-            if len(kept) < MAX_PLOTTED_PAIRS:
-                kept[id(c)] = reply
+        judged = judgement.judge(
+            o.level, o.tolerances, pcm_equal=cmp.pcm_equal, codes_equal=None, snr_db=cmp.snr_db,
+            clips=(reference.pcm, reply.pcm, reference.sample_rate), text=request.text, language=language,
+        )  # fmt: skip
+        c.speech = judged.speech.as_dict() if judged.speech else None
+        c.words = judged.words.as_dict() if judged.words else None
+        c.check = judged.status  # the same speech passes whatever the seed; other speech never does
+        if judged.status == judgement.DIFFERS:
+            c.check = VARIED if must_hold(arm, sweep.deploy_known, o.allow_unseeded) else VARIED_UNSEEDED
+        if not judged.passed and len(kept) < MAX_PLOTTED_PAIRS:
+            kept[id(c)] = reply
         return c
 
     def _figures(self, per_round: dict) -> tuple[list[dict], dict]:
@@ -426,6 +465,7 @@ class ServerBench:
             each = [_figures_of(checked, wall) for checked, wall in rounds]
             by_round[(arm, level)] = each
             checks = {k: sum(1 for c in pooled if c.check == k) for k in CHECKS}
+            words = self._words(pooled)
             rate = self.options.request_rate
             results.append(
                 {
@@ -434,14 +474,42 @@ class ServerBench:
                     "request_rate": "inf" if math.isinf(rate) else rate,
                     **whole,
                     "checks": checks,
+                    **({"words": words} if words else {}),
                     "rounds": each,
                 }
             )
+        self._words_against_lowest(results, per_round)
         over: dict = {}
         for (arm, level), each in by_round.items():
             if arm != "unseeded" and ("unseeded", level) in by_round:
                 over.setdefault(arm, {})[str(level)] = ratios(each, by_round[("unseeded", level)])
         return results, over
+
+    def _words(self, checked: list[Checked]) -> dict | None:
+        """--asr-model: the corpus error rate of these responses alone and under load (measures.words.corpus)."""
+        scored = [c.wer for c in checked if c.wer is not None]
+        if not scored or self.options.words is None:
+            return None
+        pairs = [(Score("", w["errors_alone"], w["tokens"]), Score(w["transcript"], w["errors"], w["tokens"]))
+                 for w in scored]  # fmt: skip
+        return {**corpus(pairs, self.options.words.max_wer_increase), "normalizer": self.options.words.normalizer}
+
+    def _words_against_lowest(self, results: list[dict], per_round: dict) -> None:
+        """Each arm's error rate at each concurrency minus at its lowest (concurrency 1 where it was run),
+        paired by request, with its interval: where quality starts to fall."""
+        rates: dict[tuple[str, int], dict[str, list[float]]] = {}
+        for (arm, level), rounds in per_round.items():
+            for checked, _ in rounds:
+                for c in checked:
+                    if c.wer is not None and c.wer["tokens"]:
+                        rates.setdefault((arm, level), {}).setdefault(c.request, []).append(
+                            c.wer["errors"] / c.wer["tokens"]
+                        )
+        for r in results:
+            lowest = min(level for arm, level in rates if arm == r["arm"]) if "words" in r else None
+            if lowest is not None and (r["arm"], r["max_concurrency"]) in rates:
+                here, base = rates[(r["arm"], r["max_concurrency"])], rates[(r["arm"], lowest)]
+                r["words"]["against_lowest"] = {"concurrency": lowest, **paired_levels(here, base)}
 
 
 def _figures_of(checked: list[Checked], wall: float) -> dict:

@@ -96,7 +96,7 @@ def audit_determinism(
             problem = "is a directory, expected a golden file" if golden.is_dir() else "golden file does not exist"
             raise MossError(problem, file=golden, field="--golden")
         audit = dict(requests=requests, scenarios=chosen, level=level, min_snr_db=min_snr_db)
-        audit.update(speech=opt.speech_thresholds(ctx.params))
+        audit.update(speech=opt.speech_thresholds(ctx.params), words=opt.word_options(ctx.params))
         audit.update(strict_unseeded=strict_unseeded, allow_unseeded=allow_unseeded, command=command_line(ctx))
         result = _audit(ctx, audit, stagger_ms)
         complete = result.stopped is None  # a partial audit is no baseline and has no drift to show

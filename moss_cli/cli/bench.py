@@ -320,6 +320,7 @@ def server_bench_options(given: dict):
         level=given["level"],
         min_snr_db=given["min_snr_db"],
         speech=opt.speech_thresholds(given),
+        words=opt.word_options(given),
         path=given["path"] or (paths.RAW_STREAM if given["streamed"] else paths.SINGLE).name,
         frames=given["frames"],
         requests=given["requests"],

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..measures import AUDIO_LEVELS, check_level
+from ..measures import AUDIO_LEVELS, check_level, check_speech
 from . import numbers
 from . import options as opt
 from .common import command_line, stderr, stdout, user_errors
@@ -52,17 +52,17 @@ def diff(
         from ..diff.compare import diff_runs
         from ..diff.report import REPORT_DIR_FILES, render, write_reports
         from ..diff.sides import load_side
+        from ..measures.judgement import Tolerances
         from ..report.files import check_output_paths
 
-        if check_level(level, AUDIO_LEVELS) == "speech":
-            from ..measures.speech import require_speech
-
-            require_speech()
+        words = opt.word_options(ctx.params)
+        check_speech(check_level(level, AUDIO_LEVELS), words)
         files = {"--json": json_path, "--junit": junit, "--markdown": markdown}
         check_output_paths(files, report_dir, REPORT_DIR_FILES)
         sides = [load_side(a, "A"), load_side(b, "B")]
-        speech = opt.speech_thresholds(ctx.params)
-        result = diff_runs(*sides, level=level, min_snr_db=min_snr_db, allow_unseeded=allow_unseeded, speech=speech)
+        tolerances = Tolerances(min_snr_db, opt.speech_thresholds(ctx.params), words)
+        result = diff_runs(*sides, level=level, min_snr_db=min_snr_db, allow_unseeded=allow_unseeded,
+                           tolerances=tolerances)  # fmt: skip
         write_reports(
             result,
             command=command_line(ctx),

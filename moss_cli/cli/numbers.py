@@ -77,6 +77,7 @@ SNR_DB = Range(0, 200)
 DTW_COST = Range(0, 2)  # a mean cosine distance
 FRACTION = Range(0, 1)  # a ratio of durations, a share of samples, a spectral flatness
 DBFS = Range(-200, 0)
+FIT_RATIO = Range(0, 1000)  # a probability under one clip over the same under another
 
 
 def integers(text: str, option: str, allowed: Range) -> tuple[int, ...]:

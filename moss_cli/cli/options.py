@@ -301,14 +301,6 @@ SpeechMinDurationRatio = Annotated[
         help=SPEECH_HELP + "the smallest ratio of the shorter clip's speech to the longer's.",
     ),
 ]
-SpeechAlign = Annotated[
-    bool,
-    typer.Option(
-        "--speech-align/--no-speech-align",
-        help=SPEECH_HELP + "the response must force-align to the request's text where its response alone does "
-        "(English text).",
-    ),
-]
 SpeechMinRmsDbfs = Annotated[
     float,
     typer.Option(
@@ -331,22 +323,71 @@ SpeechMaxFlatness = Annotated[
 ]
 
 
+AsrModel = Annotated[
+    Optional[str],
+    typer.Option(
+        "--asr-model",
+        metavar="NAME|FOLDER",
+        help=SPEECH_HELP + "also hear the words, with this Whisper model: a faster-whisper name (tiny.en, small, "
+        "large-v3, ...; fetched once where the machine reaches the model hub) or a local CTranslate2 folder. "
+        "Without it the speech level judges the sound only.",
+    ),
+]
+AsrNormalizer = Annotated[
+    str,
+    typer.Option(
+        "--asr-normalizer",
+        metavar="seed-tts|whisper-english",
+        help=SPEECH_HELP + "how transcripts and texts are normalized before scoring: seed-tts (punctuation "
+        "removed, lower case: Seed-TTS-eval's) or whisper-english (Whisper's English normalizer: numbers, "
+        "spellings).",
+    ),
+]
+SpeechMinWordProbability = Annotated[
+    float,
+    typer.Option(
+        "--speech-min-word-probability",
+        callback=numbers.FRACTION,
+        help=SPEECH_HELP + "a lost word is only blamed where the model heard what replaced it with at least "
+        "this probability.",
+    ),
+]
+SpeechMaxFitRatio = Annotated[
+    float,
+    typer.Option(
+        "--speech-max-fit-ratio",
+        callback=numbers.FIT_RATIO,
+        help=SPEECH_HELP + "and where the text's word fits the response at most this times as well as the "
+        "response alone.",
+    ),
+]
+
+
 def _speech_defaults() -> dict:
     from ..measures.speech import SpeechThresholds  # numpy only: cheap, but not for every command's --help
 
     return SpeechThresholds().__dict__
 
 
+def _word_defaults() -> dict:
+    from ..measures.words import WordOptions  # numpy only
+
+    return {f.name: f.default for f in WordOptions.__dataclass_fields__.values()}
+
+
 SPEECH_FIELDS = {
     "max_dtw_cost": SpeechMaxDtwCost,
     "min_duration_ratio": SpeechMinDurationRatio,
-    "align": SpeechAlign,
     "min_rms_dbfs": SpeechMinRmsDbfs,
     "max_clipped": SpeechMaxClipped,
     "max_flatness": SpeechMaxFlatness,
 }
-SPEECH_OPTIONS = tuple(
-    option(f"speech_{name}", annotation, _speech_defaults()[name]) for name, annotation in SPEECH_FIELDS.items()
+WORD_FIELDS = {"min_word_probability": SpeechMinWordProbability, "max_fit_ratio": SpeechMaxFitRatio}
+SPEECH_OPTIONS = (
+    option("asr_model", AsrModel, None),
+    option("asr_normalizer", AsrNormalizer, _word_defaults()["normalizer"]),
+    *(option(f"speech_{name}", annotation, _speech_defaults()[name]) for name, annotation in SPEECH_FIELDS.items()),
+    *(option(f"speech_{name}", annotation, _word_defaults()[name]) for name, annotation in WORD_FIELDS.items()),
 )
 
 
@@ -355,3 +396,19 @@ def speech_thresholds(params: dict):
     from ..measures.speech import SpeechThresholds
 
     return SpeechThresholds(**{name: params[f"speech_{name}"] for name in SPEECH_FIELDS})
+
+
+def word_options(params: dict):
+    """The speech level's word check (`SPEECH_OPTIONS`' --asr-* values in `ctx.params`): None without --asr-model.
+    The model runs where --device says, where the command has one (auto: CUDA where there is one)."""
+    if params.get("asr_model") is None:
+        return None
+    from ..measures.words import WordOptions
+
+    device = getattr(params.get("device"), "value", params.get("device")) or "cpu"
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    thresholds = {name: params[f"speech_{name}"] for name in WORD_FIELDS}
+    return WordOptions(params["asr_model"], device, params["asr_normalizer"], **thresholds)

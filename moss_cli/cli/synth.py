@@ -21,7 +21,12 @@ if TYPE_CHECKING:
 @opt.with_options(opt.ENGINE_OPTIONS, srv.SERVER_OPTIONS, opt.RAY_OPTIONS)
 def synth(
     ctx: typer.Context,
-    requests: Annotated[Path, typer.Argument(help="Request file: .jsonl, .csv or .txt (one utterance per line).")],
+    requests: Annotated[
+        Path,
+        typer.Argument(
+            help="Request file: .jsonl, .csv, .txt (one utterance per line) or .lst (Seed-TTS-eval's meta.lst)."
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")] = Path(
         "out"
     ),

@@ -102,16 +102,15 @@ def iter_requests(
     file = Path(path).expanduser()
     try:
         if file.is_dir():
-            raise MossError("is a directory, expected a request file (.jsonl, .csv or .txt)", file=file)
+            raise MossError(f"is a directory, expected a request file ({KINDS})", file=file)
         if not file.is_file():
             raise MossError("request file does not exist", file=file)
     except OSError as e:  # a name too long for the file system
         raise MossError(f"request file cannot be read ({e.strerror})", file=file) from None
-    readers = {".jsonl": _jsonl_records, ".csv": _csv_records, ".txt": _txt_records}
     suffix = file.suffix.lower()
-    if suffix not in readers:
-        raise MossError(f"unsupported request file type {suffix or '(none)'!r}; use .jsonl, .csv or .txt", file=file)
-    return _validated(readers[suffix](file, problems, max_line_bytes), file, problems)
+    if suffix not in READERS:
+        raise MossError(f"unsupported request file type {suffix or '(none)'!r}; use {KINDS}", file=file)
+    return _validated(READERS[suffix](file, problems, max_line_bytes), file, problems)
 
 
 def _validated(records: Iterable[tuple[int, dict]], file: Path, problems: list[Problem]) -> Iterator[Request]:
@@ -220,6 +219,40 @@ def _jsonl_records(file: Path, problems: list[Problem], max_line_bytes: int):
         yield number, record
 
 
+def _meta_lst_records(file: Path, problems: list[Problem], max_line_bytes: int):
+    """Seed-TTS-eval's test lists (its meta.lst), one utterance a line, fields separated by '|', as its
+    get_wav_res_ref_text.py:11-21 reads them: `utt|prompt text|prompt wav|text` (4 fields; 5: a fifth, the
+    reference's own wav, is not needed), `utt|text|prompt wav` (3; the utt may end in .wav) and
+    `utt|text` (2: no voice to clone). A prompt wav is relative to the list's folder."""
+    for number, line in _lines(file, problems, max_line_bytes):
+        if line is None or not line.strip():
+            continue
+        fields = line.rstrip("\r\n").split("|")
+        if len(fields) in (4, 5):
+            utt, prompt_text, prompt_wav, text = fields[:4]
+        elif len(fields) == 3:
+            (utt, text, prompt_wav), prompt_text = fields, None
+            utt = utt.removesuffix(".wav")
+        elif len(fields) == 2:
+            (utt, text), prompt_text, prompt_wav = fields, None, None
+        else:
+            problems.append(
+                Problem(
+                    number,
+                    None,
+                    f"expected 2 to 5 fields separated by '|' (Seed-TTS-eval's meta.lst: "
+                    f"utt|prompt text|prompt wav|text), got {len(fields)}",
+                )  # fmt: skip
+            )
+            continue
+        record = {"id": utt.strip(), "text": text.strip()}
+        if prompt_wav is not None and prompt_wav.strip():
+            record["ref_audio"] = prompt_wav.strip()
+        if prompt_text is not None and prompt_text.strip():
+            record["ref_text"] = prompt_text.strip()
+        yield number, record
+
+
 def _csv_records(file: Path, problems: list[Problem], max_line_bytes: int):
     consumed = 0  # the last line the csv reader has taken
 
@@ -267,6 +300,10 @@ def _csv_records(file: Path, problems: list[Problem], max_line_bytes: int):
             yield start, {key: _csv_value(key, cell) for key, cell in zip(header, row) if cell.strip() != ""}
     finally:
         csv.field_size_limit(previous_limit)
+
+
+READERS = {".jsonl": _jsonl_records, ".csv": _csv_records, ".txt": _txt_records, ".lst": _meta_lst_records}
+KINDS = ".jsonl, .csv, .txt or .lst (Seed-TTS-eval's meta.lst)"
 
 
 def _csv_error(file: Path, max_line_bytes: int, start: int, end: int, error: csv.Error) -> Problem:

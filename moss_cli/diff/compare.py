@@ -5,18 +5,18 @@ distance, max abs) only where the two PCM hashes differ. No audio is kept beyond
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 import torch
 
-from ..audit.verdicts import DIFFERENT_SPEECH, UNSEEDED_NOT_REPRODUCIBLE
+from ..audit.verdicts import UNSEEDED_NOT_REPRODUCIBLE
 from ..config.effective import SeedSource
 from ..io.audio import pcm_sha256
-from ..measures import passes
-from ..measures.speech import DIFF_SIDES, SpeechJudgement, SpeechThresholds, judge_speech
+from ..measures.judgement import DIFFERENT_SPEECH, DIFFERENT_WORDS, DIFFERS, IDENTICAL, Judgement, Tolerances, judge
+from ..measures.speech import DIFF_SIDES
 from ..measures.waveform import first_differing_sample, measure, spread, unmeasured
 from .causes import likely_cause
 
@@ -25,7 +25,7 @@ from .causes import likely_cause
 class DiffCase:
     id: str
     verdict: str  # "pass" | "fail" | "unseeded"
-    status: str  # "identical" | "within-tolerance" | "differs" | "only-a" | "only-b"
+    status: str  # the judgement's (measures.judgement.STATUSES), or "only-a" | "only-b"
     cause: str  # why it differs ("-" when identical)
     detail: str
     a: dict | None  # what each side says of the id (hashes, frames, duration, seed)
@@ -38,6 +38,7 @@ class DiffCase:
     measures: dict[str, float | None] = field(default_factory=unmeasured)
     first_diverging_s: float | None = None
     speech: dict | None = None  # --level speech: the speech measures (measures.speech.SpeechJudgement)
+    words: dict | None = None  # --level speech with --asr-model: the words heard (measures.words.WordsJudgement)
 
     @property
     def failed(self) -> bool:
@@ -56,6 +57,7 @@ class DiffResult:
     cases: list[DiffCase]
     environment_changes: dict[str, tuple] = field(default_factory=dict)  # field -> (a, b), where both record it
     elapsed_s: float = 0.0
+    asr_model: str | None = None  # --level speech: the model that heard the words (None: not heard)
 
     @property
     def passed(self) -> bool:
@@ -109,19 +111,21 @@ class _Pair:
         return got, actual
 
 
-def _measure(case: DiffCase, pair: _Pair, level: str, speech: SpeechThresholds) -> SpeechJudgement | None:
-    """The waveform measures, and at --level speech whether B says what A says."""
+def _measure(case: DiffCase, pair: _Pair, level: str, tolerances: Tolerances) -> Judgement:
+    """The waveform measures, and the judgement at `level` (at --level speech: whether B says what A says)."""
     (pcm_a, rate), (pcm_b, _) = pair.audio
     a, b = _float(pcm_a), _float(pcm_b)
     case.audio_compared = True
     case.measures = measure(a, b)
     sample = first_differing_sample(a, b)
     case.first_diverging_s = None if sample is None else sample / rate
-    if level != "speech":
-        return None
     row = pair.rows[0]
-    judged = judge_speech(a, b, rate, row.get("text") or None, row.get("language") or None, speech, DIFF_SIDES)
-    case.speech = judged.as_dict()
+    judged = judge(
+        level, tolerances, pcm_equal=pair.pcm_equal, codes_equal=pair.codes_equal, snr_db=case.measures["snr_db"],
+        clips=(a, b, rate), text=row.get("text") or None, language=row.get("language") or None, sides=DIFF_SIDES,
+    )  # fmt: skip
+    case.speech = judged.speech.as_dict() if judged.speech else None
+    case.words = judged.words.as_dict() if judged.words else None
     return judged
 
 
@@ -129,31 +133,22 @@ def _judge(
     case: DiffCase,
     pair: _Pair,
     level: str,
-    min_snr_db: float,
     changes: dict[str, tuple],
     allow_unseeded: bool,
-    speech: SpeechJudgement | None = None,
+    judged: Judgement | None = None,
 ) -> None:
+    """`judged`: the two sides' audio judged at `level`; None where there is no audio to judge (a golden
+    file keeps hashes only), so only identical passes."""
     if pair.pcm_equal and pair.codes_equal is not False and not pair.notes:  # unknown codes: the PCM decides
-        case.status, case.cause = "identical", "-"
+        case.status, case.cause = IDENTICAL, "-"
         return
-    # Without audio (a golden file keeps hashes only) nothing is measured, so only identical passes.
-    same_speech = None if speech is None else speech.same
-    within = case.audio_compared and passes(
-        level,
-        min_snr_db,
-        codes_equal=pair.codes_equal,
-        pcm_equal=pair.pcm_equal,
-        snr_db=case.measures["snr_db"],
-        same_speech=same_speech,
-    )
-    case.status = "within-tolerance" if within and not pair.notes else "differs"
+    case.status = DIFFERS if judged is None or pair.notes else judged.status
     case.cause, case.detail = likely_cause(pair.rows, pair.codes_equal, pair.fingerprints, changes)
-    if speech is not None:
-        said = f"{'the same' if speech.same else 'not the same'} speech ({speech.describe()})"
+    if judged is not None and (judged.speech is not None or judged.words is not None):
+        said = f"{'the same' if judged.passed else 'not the same'} speech ({judged.describe()})"
         case.detail = f"{case.detail}; {said}" if case.detail else said
-        if not speech.same:
-            case.cause = DIFFERENT_SPEECH
+        if judged.status in (DIFFERENT_SPEECH, DIFFERENT_WORDS):
+            case.cause = judged.status
     if pair.notes:
         # What the manifests say still stands; only a difference between them has a cause to name.
         listed = [row["pcm_sha256"] for row in pair.rows]
@@ -162,7 +157,7 @@ def _judge(
         case.cause, case.detail = "file-changed", "; ".join([*pair.notes, why])
     elif level == "waveform" and pair.codes_equal and not case.audio_compared:
         case.detail += "; no audio to measure the SNR on (a golden file keeps hashes only)"
-    if case.status == "within-tolerance":
+    if judged is not None and judged.passed and not pair.notes:
         case.verdict = "pass"
     elif {r.get("seed_source") for r in pair.rows} == {SeedSource.NONE} and not pair.notes:
         unseeded = "no seed on either side (none of its own, and the deploy file gives stage 0 none)"
@@ -189,10 +184,11 @@ def diff_runs(
     level: str = "bitwise",
     min_snr_db: float = 60.0,
     allow_unseeded: bool = False,
-    speech: SpeechThresholds = SpeechThresholds(),
+    tolerances: Tolerances | None = None,
 ) -> DiffResult:
     """`allow_unseeded`: an id unseeded on both sides that differs is `unseeded`, not a failure;
-    `speech`: at --level speech, what the same speech is (a differing id that is passes)."""
+    `tolerances`: the speech level's thresholds and word check (min_snr_db is `min_snr_db`'s)."""
+    tolerances = replace(tolerances or Tolerances(), min_snr_db=min_snr_db)
     start = time.perf_counter()
     changes = environment_changes(a, b)
     cases = []
@@ -205,10 +201,11 @@ def diff_runs(
         case.codes_equal, case.pcm_equal = pair.codes_equal, pair.pcm_equal
         judged = None
         if not pair.pcm_equal and all(got is not None for got in pair.audio):
-            judged = _measure(case, pair, level, speech)  # only here is audio decoded to a waveform
-        _judge(case, pair, level, min_snr_db, changes, allow_unseeded, judged)
+            judged = _measure(case, pair, level, tolerances)  # only here is audio decoded to a waveform
+        _judge(case, pair, level, changes, allow_unseeded, judged)
         cases.append(case)
     for key in b.rows:
         if key not in a.rows:
             cases.append(DiffCase(key, "fail", "only-b", "missing", f"only in B ({b.path})", None, _facts(b.rows[key])))
-    return DiffResult(a, b, level, min_snr_db, cases, changes, time.perf_counter() - start)
+    model = tolerances.words.model if tolerances.words is not None else None
+    return DiffResult(a, b, level, min_snr_db, cases, changes, time.perf_counter() - start, model)

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..io.audio import write_audio
+from ..measures.judgement import WORDS_UNCHECKED
 from ..report.files import write_report_files
 from ..report.terminal import print_table
 from .compare import DiffResult
@@ -34,6 +35,8 @@ def render(console: Console, result: DiffResult, limit: int = 20) -> None:
             console.print(f"... and {len(differing) - limit} more (see --json or --report-dir)")
     for key, (a, b) in result.environment_changes.items():
         console.print(f"environment {escape(key)}: {escape(str(a))} -> {escape(str(b))}", highlight=False)
+    if result.level == "speech" and result.asr_model is None:
+        console.print(f"At --level speech {WORDS_UNCHECKED}.", highlight=False, markup=False)
     status = "[bold green]" if s["passed"] else "[bold red]"
     console.print(
         f"{status}{outcome(s)}[/]: {s['ids']} ids, {s['identical']} identical, {s['within_tolerance']} within "

@@ -40,6 +40,21 @@ def check_level(level: str, allowed: tuple[str, ...] = LEVELS) -> str:
     return level
 
 
+def check_speech(level: str, words=None) -> None:
+    """Before anything runs: the speech level's packages import, and the word check's model (a
+    measures.words.WordOptions, or None) loads; --asr-model at another level is a mistake."""
+    if words is not None and level != "speech":
+        raise MossError(f"applies at --level speech only (the level is {level})", field="--asr-model")
+    if level == "speech":
+        from .speech import require_speech
+
+        require_speech()
+    if words is not None:
+        from .words import load_asr
+
+        load_asr(words.model, words.device)
+
+
 def passes(
     level: str,
     min_snr_db: float,

@@ -1,53 +1,45 @@
-"""Whether two clips of one request are "the same speech": judged offline, on CPU, with nothing
-fetched at run time (the `speech` extra: librosa, and pocketsphinx, whose wheel ships its en-us
-acoustic model, dictionary and language model). A response under load whose audio differs from
-its response alone passes the speech level when it is the same speech; the checks, in the order
-the first failing one is named (`SpeechJudgement.failed`):
+"""Whether two clips of one request sound like the same speech: judged offline, on CPU, with nothing fetched
+at run time (the `speech` extra's librosa). A response under load whose audio differs from its response alone
+passes the speech level's sound check when it sounds like the same speech; the words it says are the word
+check's (measures/words.py, with --asr-model). The checks, in the order the first failing one is named
+(`SpeechJudgement.failed`):
 
 - `sanity`: the other clip is speech at all: not silent (`rms-dbfs` >= min_rms_dbfs), not clipped
   (`clipped-fraction` <= max_clipped), not noise (`spectral-flatness`, the median over frames,
   <= max_flatness);
 - `duration-ratio`: the shorter clip's speech (silence trimmed at both ends) over the longer's;
 - `mfcc-dtw`: the two clips' MFCCs aligned by dynamic time warping, the path's mean cosine distance
-  (language-independent: another rate or pitch of the same words costs little, other words much);
-- `alignment` (English text only): the other clip force-aligns to the request's text where the
-  reference does (pocketsphinx's alignment mode; its free decoding is no transcriber).
+  (language-independent: another rate or pitch of the same words costs little, other words much).
 
 API:
-- `judge_speech(reference, other, sample_rate, text=None, language=None, thresholds=SpeechThresholds())
+- `judge_speech(reference, other, sample_rate, thresholds=SpeechThresholds(), sides=AUDIT_SIDES)
   -> SpeechJudgement`. `reference`, `other`: int16 or float, numpy or torch, [channels, samples]
   (Outcome.waveform), [samples, channels] (Outcome.pcm) or [samples]; mixed to mono and resampled to
-  16 kHz. `language`: the request's (None or "auto": English if the text's words are all in the
-  dictionary; "en", "en-US", "English", ...: English; anything else: no alignment).
+  16 kHz. Silence, an empty clip, exact zeros, NaN or infinite samples and a clip shorter than one MFCC
+  window are judged (a failed check with its reason), never raised.
 - `SpeechJudgement`: `.same`, `.failed` (None, or one of CHECKS), `.measures` (Measure(name, value,
-  threshold, passed) tuples, value and threshold floats, or for `alignment` strings), `.durations`
-  ((reference_s, other_s), whole clips), `.notes` (why a check was not made), `.as_dict()` (JSON).
+  threshold, passed) tuples), `.durations` ((reference_s, other_s), whole clips), `.notes`, `.as_dict()`.
 - `SpeechThresholds`: the thresholds, with the defaults calibrated in docs/speech-level.md
   ("Calibration"); a CLI names each as `--speech-<field with dashes>` (e.g. --speech-max-dtw-cost).
 - `require_speech()`: a MossError with the install line where the extra is missing.
 - `CHECKS`: the check names.
 Cost: an identical pair returns at once; otherwise about 0.07 CPU-s a pair of 2-5 s clips
-(benchmarks/calibrate_speech.py prints it), the first in a process about 2 s more (librosa's
-compilation, the pocketsphinx decoder, made once per process); a reference is aligned once per text.
+(benchmarks/calibrate_speech.py prints it), the first in a process about 2 s more (librosa's import).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
-import threading
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import MossError
 
-RATE = 16000  # what pocketsphinx's en-us model and the MFCCs are computed at
-CHECKS = ("sanity", "duration-ratio", "mfcc-dtw", "alignment")
-INSTALL = "pip install librosa pocketsphinx"  # moss's `speech` extra; moss itself comes from a pinned source
+RATE = 16000  # what the MFCCs are computed at
+CHECKS = ("sanity", "duration-ratio", "mfcc-dtw")
+INSTALL = "pip install librosa"  # moss's `speech` extra; moss itself comes from a pinned source
 _N_FFT, _HOP = 512, 160  # 32 ms windows every 10 ms
 _TRIM_DB = 40.0  # below the loudest frame: silence at either end
 
@@ -56,7 +48,6 @@ _TRIM_DB = 40.0  # below the loudest frame: silence at either end
 class SpeechThresholds:
     max_dtw_cost: float = 0.2  # mfcc-dtw: the largest mean cosine distance along the warping path
     min_duration_ratio: float = 0.7  # duration-ratio: the shorter speech over the longer
-    align: bool = True  # alignment: check it where the text is English
     min_rms_dbfs: float = -45.0  # sanity: quieter is silence
     max_clipped: float = 0.01  # sanity: the largest fraction of samples at full scale
     max_flatness: float = 0.3  # sanity: the median spectral flatness above which it is noise
@@ -64,8 +55,8 @@ class SpeechThresholds:
 
 class Measure(NamedTuple):
     name: str
-    value: float | str | None  # None: not measurable (a clip too short)
-    threshold: float | str
+    value: float | None  # None: not measurable (a clip too short)
+    threshold: float
     passed: bool
 
 
@@ -93,23 +84,21 @@ class SpeechJudgement:
         """Each measure next to its threshold, and both durations named by their sides, in one line."""
         said = []
         for m in self.measures:
-            value = m.value if isinstance(m.value, str) or m.value is None else f"{m.value:.3g}"
-            threshold = m.threshold if isinstance(m.threshold, str) else f"{m.threshold:g}"
-            said.append(f"{m.name} {value} ({'ok' if m.passed else 'FAILED'}, threshold {threshold})")
+            value = "not measurable" if m.value is None else f"{m.value:.3g}"
+            said.append(f"{m.name} {value} ({'ok' if m.passed else 'FAILED'}, threshold {m.threshold:g})")
         (first_s, second_s), (first, second) = self.durations, self.sides
         said.append(f"{first_s:.2f} s {first}, {second_s:.2f} s {second}")
         return "; ".join(said + self.notes)
 
 
 def require_speech() -> None:
-    """A MossError naming the install line unless librosa and pocketsphinx import. librosa compiles its
+    """A MossError naming the install line unless librosa imports. librosa compiles its
     numba kernels as it is first imported (about 12 s on a 2-core machine) into its own __pycache__; where
     that folder is read-only (a shared install), into a cache of the user's, so that the cost is paid once,
     not by every process."""
     _numba_cache()
     try:
         import librosa  # noqa: F401
-        import pocketsphinx  # noqa: F401
     except ImportError as e:
         raise MossError(f"the speech level needs {e.name}: {INSTALL}", field="--level") from None
 
@@ -132,8 +121,6 @@ def judge_speech(
     reference,
     other,
     sample_rate: int,
-    text: str | None = None,
-    language: str | None = None,
     thresholds: SpeechThresholds = SpeechThresholds(),
     sides: tuple[str, str] = AUDIT_SIDES,
 ) -> SpeechJudgement:
@@ -147,25 +134,15 @@ def judge_speech(
     ref, oth = _resampled(ref, sample_rate), _resampled(oth, sample_rate)
     t = thresholds
     measures = {check: [] for check in CHECKS}
-    notes: list[str] = []
     measures["sanity"] = _sanity(oth, t)
     ref_speech, oth_speech = _trimmed(ref), _trimmed(oth)
     ratio = min(len(ref_speech), len(oth_speech)) / max(len(ref_speech), len(oth_speech), 1)
     measures["duration-ratio"] = [Measure("duration-ratio", ratio, t.min_duration_ratio, ratio >= t.min_duration_ratio)]
     cost = dtw_cost(ref_speech, oth_speech)
     measures["mfcc-dtw"] = [Measure("mfcc-dtw", cost, t.max_dtw_cost, cost is not None and cost <= t.max_dtw_cost)]
-    if t.align:
-        words, why_not = _alignable_words(text, language)
-        if why_not is None and not _reference_aligns(ref, words):
-            why_not = f"the clip {sides[0]} does not align to it"
-        if why_not is None:
-            ok = aligns(oth, words)
-            measures["alignment"] = [Measure("alignment", "aligned" if ok else "not aligned", "aligned", ok)]
-        else:
-            notes.append(f"alignment not checked: {why_not}")
     failed = next((check for check in CHECKS if not all(m.passed for m in measures[check])), None)
     flat = [m for check in CHECKS for m in measures[check]]
-    return SpeechJudgement(failed is None, failed, flat, durations, notes, sides)
+    return SpeechJudgement(failed is None, failed, flat, durations, [], sides)
 
 
 def _mono(clip) -> np.ndarray:
@@ -240,61 +217,3 @@ def _mfcc(x: np.ndarray) -> np.ndarray:
 
     m = librosa.feature.mfcc(y=x, sr=RATE, n_mfcc=20, n_fft=_N_FFT, hop_length=_HOP, n_mels=40)[1:]
     return m - m.mean(axis=1, keepdims=True)
-
-
-def _alignable_words(text: str | None, language: str | None) -> tuple[list[str], str | None]:
-    """The text's words for pocketsphinx, or (_, why it cannot be aligned)."""
-    if not text:
-        return [], "no text"
-    lang = (language or "auto").strip().lower()
-    english = lang.startswith("en") or lang == "english"
-    if not english and lang != "auto":
-        return [], f"language {language!r} is not English"
-    words = re.findall(r"[a-z]+(?:'[a-z]+)*", text.lower())
-    unknown = sorted({w for w in words if _decoder().lookup_word(w) is None})
-    if unknown or not words or (lang == "auto" and not text.isascii()):
-        shown = ", ".join(unknown[:5]) or "none"
-        return [], f"the text is not all words of pocketsphinx's en-us dictionary (outside it: {shown})"
-    return words, None
-
-
-_lock = threading.Lock()  # one decoder per process; its searches are not re-entrant
-
-
-@lru_cache(maxsize=1)
-def _decoder():
-    from pocketsphinx import Decoder
-
-    # Alignment fails where the best path falls out of the beams: the defaults (1e-48) reject most of
-    # espeak-ng's own sentences, 1e-200 accepts wrong texts; these accept 8 in 10 and no wrong text
-    # (docs/speech-level.md).
-    return Decoder(lm=None, loglevel="FATAL", samprate=RATE, beam=1e-120, wbeam=1e-100, pbeam=1e-120)
-
-
-_aligned: dict[tuple[bytes, str], bool] = {}  # (the clip's sha256, the text): whether it aligns
-
-
-def _reference_aligns(x: np.ndarray, words: list[str]) -> bool:
-    """A request's response alone is compared with each of its responses under load: aligned once."""
-    key = (hashlib.sha256(x.tobytes()).digest(), " ".join(words))
-    if key not in _aligned:
-        if len(_aligned) >= 4096:
-            _aligned.clear()
-        _aligned[key] = aligns(x, words)
-    return _aligned[key]
-
-
-def aligns(x: np.ndarray, words: list[str]) -> bool:
-    """Whether pocketsphinx force-aligns a 16 kHz clip to these words."""
-    if x.size < _N_FFT:  # pocketsphinx fails on a buffer too short for a frame
-        return False
-    pcm = (np.clip(x, -1.0, 1.0) * 32767).astype(np.int16).tobytes()
-    with _lock:
-        decoder = _decoder()
-        decoder.set_align_text(" ".join(words))
-        decoder.start_utt()
-        try:
-            decoder.process_raw(pcm, full_utt=True)
-        finally:  # an utterance left open would fail every later alignment
-            decoder.end_utt()
-        return decoder.hyp() is not None

