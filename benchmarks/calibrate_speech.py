@@ -5,7 +5,8 @@ same speech and which check failed the others.
 
     .venv/bin/python benchmarks/calibrate_speech.py [--sentences N]
 
-Needs espeak-ng on PATH and the speech extra (pip install librosa pocketsphinx)."""
+Needs espeak-ng on PATH and the speech extra's librosa (pip install librosa). The word check's figures:
+benchmarks/calibrate_words.py."""
 
 from __future__ import annotations
 
@@ -94,35 +95,31 @@ def main() -> None:
     rng = np.random.default_rng(0)
     sentences = SENTENCES[: args.sentences]
     rate = espeak("warm up")[1]
-    judge_speech(*(espeak(s)[0] for s in sentences[:2]), rate, sentences[0], "en")  # imports, JIT, decoder
+    judge_speech(*(espeak(s)[0] for s in sentences[:2]), rate)  # imports, JIT
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    same, failed, aligned, checked, cpu = Counter(), defaultdict(Counter), Counter(), Counter(), []
+    same, failed, checked, cpu = Counter(), defaultdict(Counter), Counter(), []
     for text in sentences:
         reference = espeak(text)[0]
         for kind, clip in variants(text, [s for s in sentences if s != text], rate, rng):
             start = time.process_time()
-            judgement = judge_speech(reference, clip, rate, text, "en")
+            judgement = judge_speech(reference, clip, rate)
             cpu.append(time.process_time() - start)
             checked[kind] += 1
             same[kind] += judgement.same
             failed[kind][judgement.failed or "-"] += 1
             for m in judgement.measures:
-                if m.name == "alignment":
-                    aligned[kind] += m.passed
-                    values[kind]["alignment checked"].append(1)
-                elif m.value is not None:
+                if m.value is not None:
                     values[kind][m.name].append(m.value)
     print(f"{len(sentences)} sentences, {sum(checked.values())} pairs, espeak-ng at {rate} Hz")
     print(f"CPU per pair: median {statistics.median(cpu):.3f} s, max {max(cpu):.3f} s\n")
-    columns = ["variant", "pairs", "duration ratio", "MFCC-DTW cost", "aligned", "spectral flatness", "judged same"]
+    columns = ["variant", "pairs", "duration ratio", "MFCC-DTW cost", "spectral flatness", "judged same"]
     print("| " + " | ".join([*columns, "failed check"]) + " |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for kind in SAME + OTHER:
         v, n = values[kind], checked[kind]
-        tried = len(v["alignment checked"])
         fails = ", ".join(f"{check} {count}" for check, count in failed[kind].most_common() if check != "-") or "-"
         print(
-            f"| {kind} | {n} | {spread(v['duration-ratio'])} | {spread(v['mfcc-dtw'])} | {aligned[kind]}/{tried} "
+            f"| {kind} | {n} | {spread(v['duration-ratio'])} | {spread(v['mfcc-dtw'])} "
             f"| {spread(v['spectral-flatness'])} | {same[kind]}/{n} | {fails} |"
         )
 

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,7 @@ import soxr
 import torch
 
 from moss_cli.measures.speech import judge_speech
-from moss_cli.measures.words import WordOptions, error_rate, judge_words, load_asr, normalize
+from moss_cli.measures.words import WordOptions, accuses, error_rate, judge_words, load_asr, normalize
 
 SENTENCES = [  # Harvard sentences (IEEE 1969)
     "The birch canoe slid on the smooth planks.",
@@ -124,33 +124,79 @@ def pairs(text: str, index: int, rng: np.random.Generator):
         yield engine, "white noise", reference, rng.normal(0, 0.1, reference.shape).astype(np.float32)
 
 
+def accused(pair: dict, options: WordOptions) -> bool:
+    """Whether a pair's suspects (each recorded with its evidence) blame it at these thresholds."""
+    return any(accuses(suspect, options) for suspect in pair["words"]["suspects"])
+
+
+def table(raw: list[dict], options: WordOptions) -> list[str]:
+    """Per case: the pairs judged the same (sound and words), those by the sound alone, and the words accused."""
+    lines = ["| case | pairs | judged the same | the same sound | words accused |", "|---|---|---|---|---|"]
+    for kind in SAME + WRONG:
+        pairs = [p for p in raw if p["kind"] == kind]
+        sound = [p for p in pairs if p["sound_same"]]
+        words = [p for p in sound if accused(p, options)]
+        same = len(sound) - len(words)
+        lines.append(
+            f"| {kind} | {len(pairs)} | {same}/{len(pairs)} ({same / len(pairs):.1%}) | {len(sound)} | {len(words)} |"
+        )
+    return lines
+
+
+def sweep(raw: list[dict]) -> None:
+    """Same words judged the same, and one word substituted caught, over a grid of the two thresholds."""
+    same_pairs = [p for p in raw if p["kind"] in SAME and p["sound_same"]]
+    swaps = [p for p in raw if p["kind"] == "one word substituted"]
+    columns = ["min word probability", "max fit ratio", "min heard gain", "same words judged the same"]
+    print("| " + " | ".join([*columns, "one word substituted caught"]) + " |")
+    print("|---|---|---|---|---|")
+    for min_p in (0.0, 0.3, 0.5, 0.7):
+        for max_fit in (0.02, 0.05, 0.1, 0.25, 0.5):
+            for gain in (1.0, 2.0, 4.0, 10.0, 30.0):
+                options = WordOptions("-", min_word_probability=min_p, max_fit_ratio=max_fit, min_heard_gain=gain)
+                ok = sum(not accused(p, options) for p in same_pairs)
+                caught = sum((not p["sound_same"]) or accused(p, options) for p in swaps)
+                print(f"| {min_p} | {max_fit} | {gain} | {ok}/{len(same_pairs)} ({ok / len(same_pairs):.1%}) "
+                      f"| {caught}/{len(swaps)} ({caught / len(swaps):.1%}) |")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--asr-model", required=True, help="a CTranslate2 Whisper folder or a faster-whisper name")
+    parser.add_argument("--asr-model", help="a CTranslate2 Whisper folder or a faster-whisper name")
+    parser.add_argument("--sweep", type=Path, help="read a --raw file and print the thresholds' grid instead")
     parser.add_argument("--sentences", type=int, default=len(SENTENCES))
     parser.add_argument("--raw", type=Path, help="write each pair's figures here (JSON lines)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--min-p", type=float, default=WordOptions.min_word_probability)
     parser.add_argument("--max-fit", type=float, default=WordOptions.max_fit_ratio)
+    parser.add_argument("--min-gain", type=float, default=WordOptions.min_heard_gain)
     args = parser.parse_args()
+    thresholds = WordOptions(
+        "-", min_word_probability=args.min_p, max_fit_ratio=args.max_fit, min_heard_gain=args.min_gain
+    )
+    if args.sweep:
+        raw = [json.loads(line) for line in args.sweep.read_text().splitlines()]
+        sweep(raw)
+        print("\n" + "\n".join(table(raw, thresholds)))
+        return
+    if args.asr_model is None:
+        sys.exit("--asr-model is needed (or --sweep FILE)")
     for program in ("espeak-ng", "flite"):
         if shutil.which(program) is None:
             sys.exit(f"{program} is not on PATH (Debian: apt-get install {program})")
     torch.set_num_threads(args.threads)
-    options = WordOptions(args.asr_model, min_word_probability=args.min_p, max_fit_ratio=args.max_fit)
+    options = WordOptions(
+        args.asr_model
+    )  # every suspect is recorded with its evidence; the table applies the thresholds
     asr = load_asr(args.asr_model)
     rng = np.random.default_rng(0)
-    same, total, asr_rates, cpu = Counter(), Counter(), defaultdict(list), []
-    sound_fails, raw = Counter(), []
+    asr_rates, cpu, raw = defaultdict(list), [], []
     for index, text in enumerate(SENTENCES[: args.sentences]):
         for engine, kind, reference, other in pairs(text, index, rng):
             start = time.process_time()
-            sound = judge_speech(reference, other, RATE, text, "en")
+            sound = judge_speech(reference, other, RATE)
             words = judge_words(reference, other, text, "en", asr, options)
             cpu.append(time.process_time() - start)
-            total[kind] += 1
-            same[kind] += sound.same and words.same
-            sound_fails[kind] += not sound.same
             truth = normalize(text, options.normalizer)
             heard = normalize(asr.transcribe(reference, "en").text, options.normalizer)
             asr_rates[engine].append(error_rate(truth, heard))
@@ -158,17 +204,15 @@ def main() -> None:
                         "words": words.as_dict()})  # fmt: skip
     if args.raw:
         args.raw.write_text("".join(json.dumps(r) + "\n" for r in raw))
-    n = sum(total.values())
+    n = len(raw)
     print(f"{args.sentences} sentences, {n} pairs; model {args.asr_model}; normalizer {options.normalizer}")
     print(f"CPU per pair: median {statistics.median(cpu):.3f} s, max {max(cpu):.3f} s; ASR {asr.seconds:.1f} s in all")
     for engine, rates in asr_rates.items():
         print(f"ASR's own WER on {engine}'s references: mean {statistics.mean(rates):.1%}")
-    print("\n| case | pairs | judged the same | by sound only | words accused |")
-    print("|---|---|---|---|---|")
-    for kind in SAME + WRONG:
-        sound_same = total[kind] - sound_fails[kind]
-        print(f"| {kind} | {total[kind]} | {same[kind]}/{total[kind]} ({same[kind] / total[kind]:.1%}) "
-              f"| {sound_same}/{total[kind]} | {sound_same - same[kind]} |")  # fmt: skip
+    print(
+        f"thresholds: min word probability {args.min_p}, max fit ratio {args.max_fit}, min heard gain {args.min_gain}\n"
+    )
+    print("\n".join(table(raw, thresholds)))
 
 
 if __name__ == "__main__":

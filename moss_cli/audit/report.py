@@ -18,7 +18,7 @@ from .compare import format_audio
 from .formats import junit_xml, markdown, to_json
 from .golden import GoldenCheck
 from .runner import AuditResult
-from .summary import outcome, question_lines, summary, worst_cases
+from .summary import outcome, question_lines, summary, words_line, worst_cases
 from .verdicts import SAME_SPEECH, UNSEEDED_NOT_REPRODUCIBLE
 
 __all__ = ["render", "conclude", "write_reports", "summary", "outcome", "to_json", "junit_xml", "markdown"]
@@ -32,6 +32,8 @@ def render(console: Console, result: AuditResult, golden: GoldenCheck | None) ->
             style = "yellow"  # a warning
         name, said = line.split(": ", 1)
         console.print(f"[bold]{name}:[/] [{style}]{escape(said)}[/]", highlight=False)
+    if words_line(result):
+        console.print(escape(words_line(result)), highlight=False)
     runs: dict[str, set] = {}
     for case in result.cases:
         runs.setdefault(case.scenario, set()).add(case.run)

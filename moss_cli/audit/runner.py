@@ -14,6 +14,7 @@ from typing import ContextManager, Iterator, Protocol
 from ..config.requests import Request
 from ..errors import MossError
 from ..io.outcome import Outcome
+from ..measures.judgement import asr_seconds
 from ..remote.paths import PATHS
 from .mixups import MixUp, MixUpLog
 from .options import AuditOptions
@@ -143,6 +144,7 @@ class Auditor:
 
     def _run_all(self, executor: Executor, workdir: Path) -> AuditResult:
         start, opts = time.perf_counter(), self.options
+        heard_s = asr_seconds(opts.words)
         audited = executor.audited
         keys = [r.id for r in audited]
         by_id = {r.id: r for r in audited}
@@ -213,9 +215,17 @@ class Auditor:
             server=server,
             compile_s=executor.compile_s(),
             verdicts=verdicts,
-            questions=questions(cases, keys),
+            questions=self._with_asr(questions(cases, keys), heard_s),
             stopped=stopped,
         )
+
+    def _with_asr(self, questions: dict, heard_s: float) -> dict:
+        """--asr-model: which model heard the words, how they were normalized, and the ASR's seconds in this audit."""
+        words = questions["numerics"].get("words")
+        if words is not None:
+            o = self.options.words
+            words.update(model=o.model, normalizer=o.normalizer, asr_seconds=asr_seconds(o) - heard_s)
+        return questions
 
     def _judged(self, executor: Executor, sweep: Sweep, scenario: str, run: Run, got: dict[str, Outcome]) -> list[Case]:
         """One run's cases: another request's audio first (a mix-up), then each audited member against

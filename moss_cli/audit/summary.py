@@ -16,6 +16,20 @@ def question_lines(result: AuditResult) -> list[str]:
     return [f"{name}: {result.questions[key]['line']}" for key, name in QUESTIONS.items() if key in result.questions]
 
 
+def words_line(result: AuditResult) -> str | None:
+    """--asr-model: the corpus error rates alone and under load, the model, the normalizer and the ASR's time."""
+    words = result.questions.get("numerics", {}).get("words")
+    if not words or words.get("passed") is None:
+        return None
+    low, high = words["interval"]
+    return (
+        f"Words: WER {words['error_rate_alone']:.1%} alone, {words['error_rate']:.1%} under load over "
+        f"{words['responses']} responses (difference {words['difference']:+.1%}, 95% interval "
+        f"[{low:+.1%}, {high:+.1%}], tolerance {words['tolerance']:+.1%}; {words['above_half']} above 50%); "
+        f"heard by {words['model']}, normalized by {words['normalizer']}; ASR {words['asr_seconds']:.1f} s"
+    )
+
+
 def summary(result: AuditResult, golden: GoldenCheck | None) -> dict:
     by_scenario: dict[str, Counter] = {}
     for case in result.cases:

@@ -522,5 +522,8 @@ def path_verdicts(
                 failed.setdefault(c.request, c.attribution.cause)
         counts = {"requests": len(answered), "comparisons": len(mine)}
         out[path] = {**_verdict(mine), "passed": not failed, **counts, "failed": failed}
-        out[path]["questions"] = questions(mine, sorted(answered))
+        out[path]["questions"] = answers = questions(mine, sorted(answered))
+        words = answers["numerics"].get("words") or {}  # --asr-model: its corpus error rate under load
+        if words.get("passed") is False and out[path]["passed"]:
+            out[path].update(passed=False, verdict=DIFFERENT_WORDS, detail=answers["numerics"]["line"])
     return out

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from .. import __version__
 from ..io.audio import write_audio
-from ..measures.judgement import DIFFERENT_SPEECH, DIFFERENT_WORDS, IDENTICAL, SAME_SPEECH, WITHIN_SNR
+from ..measures.judgement import DIFFERENT_SPEECH, DIFFERENT_WORDS, IDENTICAL, SAME_SPEECH, WITHIN_SNR, judged_metrics
 from ..measures.waveform import audio_metrics
 from ..remote.paths import PATHS
 from ..report.files import check_output_paths, json_safe, write_report_files
@@ -200,7 +200,7 @@ def _pairs(report: ServerBenchReport) -> list[tuple[PairView, tuple]]:
             status="unseeded" if c.check == VARIED_UNSEEDED else "fail",
             detail=describe(c),
             audio=[("alone", f"diverging/{n}-alone.wav"), ("under load", f"diverging/{n}-under-load.wav")],
-            metrics=audio_metrics(cmp),
+            metrics=audio_metrics(cmp) + judged_metrics(c.speech, c.words),
             mark_s=cmp.get("first_diverging_s"),
         )
         out.append((pair, (report.references[(c.arm, c.request)], report.kept[id(c)])))

@@ -191,7 +191,10 @@ class ServerBenchReport:
         if not words:
             return []
         model = self.setup.get("asr_model")
-        return self.words_failures() + [f"words heard by {model}, normalized by {words[0]['normalizer']}"]
+        spent = self.setup["asr_seconds"]
+        return self.words_failures() + [
+            f"words heard by {model}, normalized by {words[0]['normalizer']}; ASR {spent:.1f} s"
+        ]
 
     @property
     def passed(self) -> bool:
@@ -297,6 +300,7 @@ class ServerBench:
     async def _run(self, on_phase, on_sent) -> ServerBenchReport:
         o = self.options
         server = dataclasses.replace(o.server, concurrency=max(o.concurrency))  # the levels set the in-flight count
+        heard_s = judgement.asr_seconds(o.words)
         with tempfile.TemporaryDirectory(prefix="moss-bench-") as workdir:
             async with SpeechClient(server, self.on_retry) as client:
                 await self.known.learn_voice(client, Path(workdir), "the built-in requests")
@@ -350,6 +354,7 @@ class ServerBench:
             "level": o.level,
             "min_snr_db": o.min_snr_db if o.level == "waveform" else None,
             "asr_model": o.words.model if o.words else None,
+            "asr_seconds": judgement.asr_seconds(o.words) - heard_s if o.words else None,
             "deploy": str(o.deploy) if o.deploy is not None else None,
             "deploy_seed": self.deploy_seed,
             "unseeded_must_hold": must_hold("unseeded", deploy_known, o.allow_unseeded),

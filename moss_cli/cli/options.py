@@ -382,7 +382,30 @@ SPEECH_FIELDS = {
     "max_clipped": SpeechMaxClipped,
     "max_flatness": SpeechMaxFlatness,
 }
-WORD_FIELDS = {"min_word_probability": SpeechMinWordProbability, "max_fit_ratio": SpeechMaxFitRatio}
+SpeechMaxWerIncrease = Annotated[
+    float,
+    typer.Option(
+        "--speech-max-wer-increase",
+        callback=numbers.FRACTION,
+        help=SPEECH_HELP + "the corpus word error rate under load may exceed alone's by this (0.02: 2 points) "
+        "before the 95% interval of the difference fails.",
+    ),
+]
+SpeechMinHeardGain = Annotated[
+    float,
+    typer.Option(
+        "--speech-min-heard-gain",
+        callback=numbers.FIT_RATIO,
+        help=SPEECH_HELP + "and where what was heard instead fits the response at least this times as well as "
+        "the response alone.",
+    ),
+]
+WORD_FIELDS = {
+    "min_word_probability": SpeechMinWordProbability,
+    "max_fit_ratio": SpeechMaxFitRatio,
+    "min_heard_gain": SpeechMinHeardGain,
+    "max_wer_increase": SpeechMaxWerIncrease,
+}
 SPEECH_OPTIONS = (
     option("asr_model", AsrModel, None),
     option("asr_normalizer", AsrNormalizer, _word_defaults()["normalizer"]),

@@ -3,6 +3,7 @@ and the audio copied into the report folder."""
 
 from __future__ import annotations
 
+from ..measures.judgement import judged_metrics
 from ..measures.waveform import audio_metrics, metric_cells, metric_headers
 from ..report.page import Link, PageView, PairView, Table, level_text, verdict_view
 from .formats import outcome
@@ -52,6 +53,7 @@ def _pair(n: int, case: dict) -> PairView:
             ("frames (A / B)", frames),
             *audio_metrics(case),
             ("first differing sample", f"{_dash(case.get('first_diverging_s'), lambda v: f'{v:.3f}')} s"),
+            *judged_metrics(case.get("speech"), case.get("words")),
         ],
         mark_s=case.get("first_diverging_s"),
         mark_label="first differing sample",

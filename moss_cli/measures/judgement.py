@@ -10,6 +10,7 @@ report from `judge`, and none decides on a measure itself.
   `different-speech` (the sound's shape differs: measures.speech); `different-words` (the same sound, yet
   a word the response alone said is lost: measures.words).
 - `Tolerances`: --min-snr-db, the speech thresholds, and the word check's options (None: sound only).
+- `judged_metrics(speech, words)`: a page's lines for a pair, from the two judgements' JSON.
 - `Judgement`: `.status`, `.passed`, `.speech` (SpeechJudgement), `.words` (WordsJudgement), `.notes`,
   `.describe()` (every measure next to its threshold, in one line), `.as_dict()`.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import passes
-from .speech import AUDIT_SIDES, SpeechJudgement, SpeechThresholds, _mono, _resampled, judge_speech
+from .speech import AUDIT_SIDES, SpeechJudgement, SpeechThresholds, at_16k, judge_speech
 from .words import Score, WordOptions, WordsJudgement, judge_words, load_asr, score
 
 IDENTICAL, SAME_CODES, WITHIN_SNR, SAME_SPEECH = "identical", "same-codes", "within-snr", "same-speech"
@@ -91,9 +92,14 @@ def judge(
     if not text:
         return Judgement(SAME_SPEECH, sound, notes=["words not checked: the request has no text"])
     asr = load_asr(tolerances.words.model, tolerances.words.device)
-    ref, oth = (_resampled(_mono(clip), rate) for clip in (reference, other))
+    ref, oth = (at_16k(clip, rate) for clip in (reference, other))
     words = judge_words(ref, oth, text, language, asr, tolerances.words)
     return Judgement(SAME_SPEECH if words.same else DIFFERENT_WORDS, sound, words)
+
+
+def asr_seconds(options: WordOptions | None) -> float:
+    """The seconds the word check's model has spent so far in this process (0 without one)."""
+    return 0.0 if options is None else load_asr(options.model, options.device).seconds
 
 
 def scores(clips: tuple, text: str, language: str | None, options: WordOptions) -> tuple[Score, Score]:
@@ -101,5 +107,45 @@ def scores(clips: tuple, text: str, language: str | None, options: WordOptions) 
     `judge` takes them. Identical clips are transcribed once."""
     asr = load_asr(options.model, options.device)
     reference, other, rate = clips
-    ref, oth = (_resampled(_mono(clip), rate) for clip in (reference, other))
+    ref, oth = (at_16k(clip, rate) for clip in (reference, other))
     return score(asr, ref, text, language, options.normalizer), score(asr, oth, text, language, options.normalizer)
+
+
+# A differing pair on a page (audit, bench, diff): the judgement's measures as (label, value) lines, from the
+# JSON of its speech and word judgements.
+def judged_metrics(speech: dict | None, words: dict | None) -> list[tuple[str, str]]:
+    """The sound's measures, each next to its threshold, then what was heard in each clip."""
+    sides = (speech or {}).get("sides") or list(AUDIT_SIDES)
+    return _sound_metrics(speech, sides) + _words_metrics(words, sides)
+
+
+def _words_metrics(words: dict | None, sides: list[str]) -> list[tuple[str, str]]:
+    """--asr-model: what was heard in each clip, its error rate against the text, and each word lost."""
+    if not words:
+        return []
+    unit = "CER" if words["unit"] == "character" else "WER"
+    (alone, here), (rate_alone, rate_here) = words["transcripts"], words["error_rates"]
+    out = [
+        (f"heard {sides[0]} ({unit} {rate_alone:.1%})", alone or "(nothing)"),
+        (f"heard {sides[1]} ({unit} {rate_here:.1%})", here or "(nothing)"),
+        ("normalizer", words["normalizer"]),
+    ]
+    for a in words["accused"]:
+        fit = "not measured" if a["fit_ratio"] is None else f"x{a['fit_ratio']:.3f}"
+        out.append(
+            (f"lost {a['word']!r}", f"heard {a['heard'] or 'nothing'!r} (p {a['probability']:.2f}), text fit {fit}")
+        )
+    return out + [("note", note) for note in words.get("notes") or []]
+
+
+def _sound_metrics(speech: dict | None, sides: list[str]) -> list[tuple[str, str]]:
+    """--level speech: whether it sounds like the same speech, each measure next to its threshold, both durations."""
+    if not speech:
+        return []
+    out = [("same speech", "yes" if speech["same"] else f"no ({speech['failed']} failed)")]
+    for m in speech["measures"]:
+        value = "not measurable" if m["value"] is None else f"{m['value']:.3g}"
+        out.append((f"{m['name']} (threshold {m['threshold']})", f"{value}{'' if m['passed'] else ': FAILED'}"))
+    alone_s, here_s = speech["durations"]
+    out.append((f"duration ({sides[0]} / {sides[1]})", f"{alone_s:.2f} s / {here_s:.2f} s"))
+    return out + [("note", note) for note in speech.get("notes") or []]

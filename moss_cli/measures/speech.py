@@ -126,12 +126,12 @@ def judge_speech(
 ) -> SpeechJudgement:
     """Whether `other` is the same speech as `reference` (see the module's docstring); `sides` name the two
     clips in its words (AUDIT_SIDES, DIFF_SIDES)."""
-    ref, oth = _mono(reference), _mono(other)
+    ref, oth = mono(reference), mono(other)
     durations = (ref.shape[0] / sample_rate, oth.shape[0] / sample_rate)
     if np.array_equal(ref, oth):
         return SpeechJudgement(True, None, [], durations, ["identical audio"], sides)
     require_speech()
-    ref, oth = _resampled(ref, sample_rate), _resampled(oth, sample_rate)
+    ref, oth = resampled(ref, sample_rate), resampled(oth, sample_rate)
     t = thresholds
     measures = {check: [] for check in CHECKS}
     measures["sanity"] = _sanity(oth, t)
@@ -145,7 +145,12 @@ def judge_speech(
     return SpeechJudgement(failed is None, failed, flat, durations, [], sides)
 
 
-def _mono(clip) -> np.ndarray:
+def at_16k(clip, sample_rate: int) -> np.ndarray:
+    """A clip as both checks hear it: float32 mono at 16 kHz (see `judge_speech` for the layouts taken)."""
+    return resampled(mono(clip), sample_rate)
+
+
+def mono(clip) -> np.ndarray:
     """float32 [samples], full scale 1.0, from int16 or float, numpy or torch, in either layout."""
     x = clip.detach().cpu().numpy() if hasattr(clip, "detach") else np.asarray(clip)
     scale = 1 / 32767.0 if x.dtype == np.int16 else 1.0
@@ -158,7 +163,7 @@ def _mono(clip) -> np.ndarray:
     return np.ascontiguousarray(x.reshape(-1))
 
 
-def _resampled(x: np.ndarray, sample_rate: int) -> np.ndarray:
+def resampled(x: np.ndarray, sample_rate: int) -> np.ndarray:
     import soxr
 
     return x if sample_rate == RATE else soxr.resample(x, sample_rate, RATE).astype(np.float32)

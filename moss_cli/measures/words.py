@@ -40,6 +40,7 @@ import numpy as np
 from ..errors import MossError
 
 RATE = 16000  # Whisper's input rate
+_MIN_FIT_SAMPLES = RATE // 10  # a clip shorter than 0.1 s has too few encoder frames to time a word in
 INSTALL = "pip install faster-whisper jiwer whisper-normalizer"  # in moss's `speech` extra
 # seed-tts: Seed-TTS-eval's scoring (run_wer.py:31-48): punctuation removed but the apostrophe, lower case
 # (Chinese: one token a character). whisper-english: Whisper's English normalizer (numbers, spellings,
@@ -58,6 +59,7 @@ class WordOptions:
     normalizer: str = "seed-tts"  # --asr-normalizer: one of NORMALIZERS
     min_word_probability: float = 0.5  # a word heard in place of the text's must be at least this sure
     max_fit_ratio: float = 0.25  # the text's word fits this clip at most this times as well as alone
+    min_heard_gain: float = 4.0  # what was heard instead fits this clip at least this times as well as alone
     # A corpus fails where the 95% interval of its error rate under load minus alone lies above this.
     max_wer_increase: float = 0.02
 
@@ -84,7 +86,10 @@ class WordsJudgement:
     transcripts: tuple[str, str]  # the reference's, the other's
     error_rates: tuple[float, float]  # against the request's text
     new_errors: list[str] = field(default_factory=list)  # the text's words said right alone only
-    accused: list[dict] = field(default_factory=list)  # {"word", "heard", "probability", "fit_ratio"}
+    # Every suspect with its evidence: {"word", "heard", "probability", "fit_ratio", "heard_fit_ratio"}; those
+    # that `accuses` blames.
+    suspects: list[dict] = field(default_factory=list)
+    accused: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -133,7 +138,7 @@ def normalize(text: str, normalizer: str, by_character: bool = False) -> list[st
     if normalizer == "whisper-english" and not by_character:
         out = _whisper_english()(text)
     else:
-        out = text.translate(str.maketrans(_PUNCTUATION, " " * len(_PUNCTUATION))).lower()
+        out = text.translate(str.maketrans("", "", _PUNCTUATION)).lower()  # removed, as Seed-TTS-eval removes it
     if by_character:
         return [c for c in out if not c.isspace()]
     return out.split()
@@ -290,7 +295,7 @@ class Asr:
         model = self._model
         tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
         tokens = tokenizer.encode(" " + text.strip())
-        if not tokens or clip.size == 0:
+        if not tokens or clip.size < _MIN_FIT_SAMPLES:
             return []
         features = model.feature_extractor(clip)[..., : model.feature_extractor.nb_max_frames]
         frames = features.shape[-1]
@@ -298,7 +303,10 @@ class Asr:
             pad = model.feature_extractor.nb_max_frames - frames
             features = np.pad(features, ((0, 0), (0, pad)))
         encoded = model.encode(features)
-        aligned = model.find_alignment(tokenizer, [tokens], encoded, frames)
+        try:
+            aligned = model.find_alignment(tokenizer, [tokens], encoded, frames)
+        except (IndexError, ValueError, RuntimeError):  # a clip with too few frames for the text's tokens
+            return []
         return [(w["word"], float(w["probability"])) for w in (aligned[0] if aligned else [])]
 
 
@@ -339,36 +347,64 @@ def judge_words(reference: np.ndarray, other: np.ndarray, text: str, language: s
     # The text's tokens heard right alone and not here: the new word errors.
     judged.new_errors = [truth[i] for i in range(len(truth)) if said_alone[i] == truth[i] != said_here[i]]
     # Suspects: every token heard wrong here and otherwise than alone (a word the model misheard alone may
-    # still be replaced), by its index; and words heard here that the text lacks where alone heard none, as
-    # "-1 - i" (i: the index of the token they precede).
+    # still be replaced), by its index; and words heard here that the text lacks, where alone heard none or
+    # others, as "-1 - i" (i: the index of the token they precede).
     suspects = [i for i in range(len(truth)) if said_here[i] != truth[i] and said_here[i] != said_alone[i]]
-    suspects += [-1 - i for i in inserted if i not in inserted_alone]
+    extra_alone = {i: [tokens[0][k] for k in at] for i, at in inserted_alone.items()}
+    suspects += [-1 - i for i, at in inserted.items() if [tokens[1][k] for k in at] != extra_alone.get(i)]
     if not suspects:
         return judged
-    fitted = [asr.fit(clip, text, lang) for clip in (reference, other)]
-    fits = [_per_token(f, options.normalizer, by_character, len(truth)) for f in fitted]
+    # Forced through the decoder on both clips: the request's text, and what was heard here.
+    fits = [
+        _per_token(asr.fit(c, text, lang), options.normalizer, by_character, len(truth)) for c in (reference, other)
+    ]
+    heard_fits = [
+        _per_token(asr.fit(c, heard[1].text, lang), options.normalizer, by_character, len(tokens[1]))
+        for c in (reference, other)
+    ]
     if None in fits:
         judged.notes.append("text fit not measured: the text's words and Whisper's do not line up")
     probabilities = _token_probabilities(heard[1], options.normalizer, by_character)
 
-    def ratio(i: int) -> float | None:
-        return None if None in fits or not 0 <= i < len(truth) else fits[1][i] / max(fits[0][i], 1e-9)
+    def ratio(pair: list, i: int) -> float | None:
+        """How much better token i fits the clip here than the clip alone (None: not measured)."""
+        if None in pair or not 0 <= i < len(pair[1]):
+            return None
+        return pair[1][i] / max(pair[0][i], 1e-9)
 
     for i in suspects:
         at = at_here[i] if i >= 0 else inserted[-1 - i]
         sure = min((probabilities[k] for k in at if k < len(probabilities)), default=1.0)
         if i >= 0:
-            word, fit = truth[i], ratio(i)
+            word, fit = truth[i], ratio(fits, i)
         else:  # an inserted word: the text's tokens on either side fit worse
             word = "+" + " ".join(tokens[1][k] for k in at)
-            around = [r for r in (ratio(-1 - i - 1), ratio(-1 - i)) if r is not None]
+            around = [r for r in (ratio(fits, -1 - i - 1), ratio(fits, -1 - i)) if r is not None]
             fit = min(around) if around else None
-        if sure >= options.min_word_probability and (fit is None or fit <= options.max_fit_ratio):
-            judged.accused.append(
-                {"word": word, "heard": " ".join(tokens[1][k] for k in at), "probability": sure, "fit_ratio": fit}
-            )
+        # What was heard instead fits this clip better than the clip alone (a deletion heard nothing: None).
+        instead = [r for r in (ratio(heard_fits, k) for k in at) if r is not None]
+        gain = min(instead) if instead else None
+        suspect = {"word": word, "heard": " ".join(tokens[1][k] for k in at), "probability": sure,
+                   "fit_ratio": fit, "heard_fit_ratio": gain}  # fmt: skip
+        judged.suspects.append(suspect)
+        if accuses(suspect, options):
+            judged.accused.append(suspect)
     judged.same = not judged.accused
     return judged
+
+
+def accuses(suspect: dict, options: WordOptions) -> bool:
+    """Whether a suspect's evidence blames the response: the model is sure of what it heard instead, the
+    request's word fits this clip far worse than the clip alone, and what was heard instead (where anything
+    was) fits this clip far better. Without the text's fit (a clip too short to align, or words that do not
+    line up) nobody is accused."""
+    fit, gain = suspect["fit_ratio"], suspect["heard_fit_ratio"]
+    return (
+        suspect["probability"] >= options.min_word_probability
+        and fit is not None
+        and fit <= options.max_fit_ratio
+        and (gain is None or gain >= options.min_heard_gain)
+    )
 
 
 def _token_probabilities(heard: Heard, normalizer: str, by_character: bool) -> list[float]:
