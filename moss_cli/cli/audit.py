@@ -118,7 +118,7 @@ def _audit(ctx: typer.Context, audit: dict, stagger_ms: float | None):
 
     given = ctx.params
     if given["server"]:
-        srv.refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
+        srv.refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy", *opt.asr_device(ctx.params)))
         return run_audit(
             AuditOptions(
                 **audit,

@@ -247,7 +247,7 @@ def _on_server(ctx: typer.Context) -> None:
         from ..bench.report import check_outputs, render, write_reports
         from ..bench.server import ServerBench
 
-        srv.refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy"))
+        srv.refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy", *opt.asr_device(ctx.params)))
         _only(ctx, LOCAL_BENCH, "for the local engine, not with --server")
         check_outputs(given["json_path"], given["report_dir"])
         if given["path"] is not None and ctx.get_parameter_source("streamed").name == "COMMANDLINE":

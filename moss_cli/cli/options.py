@@ -421,14 +421,20 @@ def speech_thresholds(params: dict):
     return SpeechThresholds(**{name: params[f"speech_{name}"] for name in SPEECH_FIELDS})
 
 
+def asr_device(params: dict) -> tuple[str, ...]:
+    """With --server and --asr-model, --device says where the word check's model runs (the server's own
+    settings decide the rest): the option names it frees from the local-engine refusal."""
+    return ("device",) if params.get("asr_model") is not None else ()
+
+
 def word_options(params: dict):
     """The speech level's word check (`SPEECH_OPTIONS`' --asr-* values in `ctx.params`): None without --asr-model.
-    The model runs where --device says, where the command has one (auto: CUDA where there is one)."""
+    The model runs where --device says (auto, or a command without one: CUDA where there is one)."""
     if params.get("asr_model") is None:
         return None
     from ..measures.words import WordOptions
 
-    device = getattr(params.get("device"), "value", params.get("device")) or "cpu"
+    device = getattr(params.get("device"), "value", params.get("device")) or "auto"
     if device == "auto":
         import torch
 

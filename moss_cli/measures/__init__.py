@@ -17,9 +17,12 @@ Public API:
   one line; `metric_headers()`, `metric_cells(values, measured)`, `audio_metrics(values)`: a page's
   columns and a pair's lines), `first_differing_sample`, and the formatters `format_db`,
   `format_abs`. Signals are float [channels, samples] tensors.
-- speech.py: whether two clips are "the same speech", judged offline on CPU (the `speech` extra:
-  librosa, pocketsphinx): see its docstring for `judge_speech`, `SpeechJudgement`,
-  `SpeechThresholds`, `require_speech`.
+- judgement.py: `judge(level, tolerances, ...) -> Judgement`, the one judgement of a pair that the audit,
+  bench and diff report from (its statuses: STATUSES), and `check_speech` here checks its needs up front.
+- speech.py: whether two clips sound like "the same speech", judged offline on CPU (the `speech` extra's
+  librosa): see its docstring for `judge_speech`, `SpeechJudgement`, `SpeechThresholds`, `require_speech`.
+- words.py: whether they say the same words, by an ASR round trip (faster-whisper, jiwer): `judge_words`,
+  `WordOptions`, `load_asr`, the corpus figures (`corpus`, `paired_levels`).
 
 A waveform measure is one `WaveformMeasure` record (and its function) in waveform.py plus its
 test; the level rule is `passes`, nowhere else (docs/architecture.md, "How to add an audio measure").
