@@ -21,8 +21,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from cli_runs import moss_audit  # noqa: E402  (the test helpers: the double and the CLI runner)
+from cli_runs import moss_audit  # noqa: E402
 from vllm_omni_server import FakeMossLocalEngine, serving_vllm_omni  # noqa: E402
+
+from moss_cli.measures.words import load_asr  # noqa: E402  (the test helpers: the double and the CLI runner)
 
 LEVELS = ("waveform", "speech", "speech+words")
 
@@ -48,6 +50,7 @@ def main() -> None:
     with serving_vllm_omni(FakeMossLocalEngine(fixed=True, speak=True, shared_steps="flip")) as url:
         for repeat in range(args.repeats):
             for level in LEVELS if repeat % 2 == 0 else LEVELS[::-1]:
+                load_asr.cache_clear()  # as a fresh process: the model loaded, no transcript cached
                 began = time.perf_counter()
                 code, report, _ = moss_audit("--deploy", deploy, *given[level], server=url, stagger_ms=5,
                                              report=Path(tempfile.gettempdir()) / "speech-level-cost.json")  # fmt: skip

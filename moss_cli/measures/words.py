@@ -267,8 +267,10 @@ class Asr:
         with self._lock:
             if key not in self._heard:
                 start = time.perf_counter()
-                # Without timestamps: a word's probability is taken from the forced fit of the transcript
-                # (judge_words), only where a word is suspected; decoding is a fifth cheaper.
+                # Beam 5 (faster-whisper's default): greedy decoding, as Seed-TTS-eval's run_wer.py decodes with
+                # large-v3, garbles whole sentences of synthetic speech with a small model. Without timestamps: a
+                # word's probability comes from the forced fit of the transcript, made only where a word is
+                # suspected (judge_words); a sixth cheaper than with word timestamps.
                 segments, _ = self._model.transcribe(
                     clip,
                     language=language,
