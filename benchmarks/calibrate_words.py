@@ -142,6 +142,13 @@ def table(raw: list[dict], options: WordOptions) -> list[str]:
         lines.append(
             f"| {kind} | {len(pairs)} | {same}/{len(pairs)} ({same / len(pairs):.1%}) | {len(sound)} | {len(words)} |"
         )
+    alike = [p for p in raw if p["kind"] in SAME and p["sound_same"]]
+    spared = sum(not accused(p, options) for p in alike)
+    lines.append(f"\nthe same words, the same sound: {spared}/{len(alike)} not accused ({spared / len(alike):.1%})")
+    for kind in WRONG:
+        pairs = [p for p in raw if p["kind"] == kind]
+        caught = sum((not p["sound_same"]) or accused(p, options) for p in pairs)
+        lines.append(f"{kind}: {caught}/{len(pairs)} caught ({caught / len(pairs):.1%})")
     return lines
 
 

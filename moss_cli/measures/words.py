@@ -42,7 +42,9 @@ import numpy as np
 from ..errors import MossError
 
 RATE = 16000  # Whisper's input rate
+_ENCODINGS_KEPT = 16  # clips whose encoder output is kept for their forced fits
 _MIN_FIT_SAMPLES = RATE // 10  # a clip shorter than 0.1 s has too few encoder frames to time a word in
+_MAX_FIT_SAMPLES = 30 * RATE  # one encoder window: a longer clip's text cannot be forced through it whole
 INSTALL = "pip install faster-whisper jiwer whisper-normalizer"  # in moss's `speech` extra
 # seed-tts: Seed-TTS-eval's scoring (run_wer.py:31-48): punctuation removed but the apostrophe, lower case
 # (Chinese: one token a character). whisper-english: Whisper's English normalizer (numbers, spellings,
@@ -260,6 +262,7 @@ class Asr:
         self._lock = threading.Lock()  # CTranslate2's model is shared; one decoding at a time keeps the cache simple
         self._heard: dict[bytes, Heard] = {}
         self._fits: dict[tuple[bytes, str], list[float] | None] = {}
+        self._encodings: dict[bytes, tuple] = {}  # the last few clips' encoder outputs (a few MB each)
         self.seconds = 0.0  # time spent in the model (transcribing and fitting)
 
     def transcribe(self, clip: np.ndarray, language: str) -> Heard:
@@ -267,19 +270,7 @@ class Asr:
         with self._lock:
             if key not in self._heard:
                 start = time.perf_counter()
-                # Beam 5 (faster-whisper's default): greedy decoding, as Seed-TTS-eval's run_wer.py decodes with
-                # large-v3, garbles whole sentences of synthetic speech with a small model. Without timestamps: a
-                # word's probability comes from the forced fit of the transcript, made only where a word is
-                # suspected (judge_words); a sixth cheaper than with word timestamps.
-                segments, _ = self._model.transcribe(
-                    clip,
-                    language=language,
-                    beam_size=5,
-                    without_timestamps=True,
-                    condition_on_previous_text=False,
-                    vad_filter=False,
-                )
-                self._heard[key] = Heard("".join(segment.text for segment in segments).strip())
+                self._heard[key] = Heard(self._decoded(clip, language))
                 self.seconds += time.perf_counter() - start
             return self._heard[key]
 
@@ -294,20 +285,57 @@ class Asr:
                 self.seconds += time.perf_counter() - start
             return self._fits[key]
 
-    def _forced(self, clip: np.ndarray, text: str, language: str) -> list[tuple[str, float]]:
+    def _decoded(self, clip: np.ndarray, language: str) -> str:
+        """Beam search (5), no timestamps, over the clip's encoder output, which its forced fits then reuse. Not
+        faster-whisper's transcribe: where a beam's log-probability is low (synthetic speech often) it decodes
+        again by sampling at rising temperatures, so two runs of one clip can hear two texts; an audit must hear
+        one. A clip over 30 s (more than one encoder window) goes through faster-whisper's windows."""
+        model = self._model
+        if clip.size < _MIN_FIT_SAMPLES:  # under 0.1 s: no word in it (and nothing for the encoder to take)
+            return ""
+        if clip.size > _MAX_FIT_SAMPLES:
+            segments, _ = model.transcribe(
+                clip, language=language, beam_size=5, temperature=0.0, without_timestamps=True,
+                condition_on_previous_text=False, vad_filter=False,
+            )  # fmt: skip
+            return "".join(segment.text for segment in segments).strip()
+        encoded, _ = self._encoded(clip)
+        tokenizer = self._tokenizer(language)
+        # At most 16 tokens and 12 a second (speech says about 4 words a second): garbage cannot loop for long.
+        limit = min(model.max_length // 2, 16 + int(12 * clip.size / RATE))
+        prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        result = model.model.generate(
+            encoded, [prompt], beam_size=5, max_length=limit, suppress_blank=True, suppress_tokens=[-1]
+        )[0]
+        return tokenizer.decode([t for t in result.sequences_ids[0] if t < tokenizer.eot]).strip()
+
+    def _tokenizer(self, language: str):
         from faster_whisper.tokenizer import Tokenizer
 
         model = self._model
-        tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
+        return Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
+
+    def _encoded(self, clip: np.ndarray):
+        """The encoder's output for a clip's first 30 s window, and its frames of sound; the last few kept, as a
+        response alone is fitted against each of its responses under load, and both texts against each clip."""
+        key = _digest(clip)
+        if key not in self._encodings:
+            model = self._model
+            features = model.feature_extractor(clip)[..., : model.feature_extractor.nb_max_frames]
+            frames = features.shape[-1]
+            if frames < model.feature_extractor.nb_max_frames:  # the encoder takes 30 s windows
+                features = np.pad(features, ((0, 0), (0, model.feature_extractor.nb_max_frames - frames)))
+            if len(self._encodings) >= _ENCODINGS_KEPT:
+                self._encodings.pop(next(iter(self._encodings)))
+            self._encodings[key] = (model.encode(features), frames)
+        return self._encodings[key]
+
+    def _forced(self, clip: np.ndarray, text: str, language: str) -> list[tuple[str, float]]:
+        model, tokenizer = self._model, self._tokenizer(language)
         tokens = tokenizer.encode(" " + text.strip())
-        if not tokens or clip.size < _MIN_FIT_SAMPLES:
+        if not tokens or not _MIN_FIT_SAMPLES <= clip.size <= _MAX_FIT_SAMPLES:
             return []
-        features = model.feature_extractor(clip)[..., : model.feature_extractor.nb_max_frames]
-        frames = features.shape[-1]
-        if frames < model.feature_extractor.nb_max_frames:  # the encoder takes 30 s windows
-            pad = model.feature_extractor.nb_max_frames - frames
-            features = np.pad(features, ((0, 0), (0, pad)))
-        encoded = model.encode(features)
+        encoded, frames = self._encoded(clip)
         try:
             aligned = model.find_alignment(tokenizer, [tokens], encoded, frames)
         except (IndexError, ValueError, RuntimeError):  # a clip with too few frames for the text's tokens
@@ -368,7 +396,10 @@ def judge_words(reference: np.ndarray, other: np.ndarray, text: str, language: s
         for c in (reference, other)
     ]
     if None in fits:
-        judged.notes.append("text fit not measured: the text's words and Whisper's do not line up")
+        judged.notes.append(
+            "text fit not measured (a clip under 0.1 s or over 30 s, or text words that Whisper's tokenizer "
+            "splits otherwise): no word is blamed"
+        )
     probabilities = heard_fits[1] or []  # each heard token's probability under this clip
 
     def ratio(pair: list, i: int) -> float | None:
