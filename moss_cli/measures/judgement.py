@@ -131,10 +131,11 @@ def _words_metrics(words: dict | None, sides: list[str]) -> list[tuple[str, str]
         ("normalizer", words["normalizer"]),
     ]
     for a in words["accused"]:
-        fit = "not measured" if a["fit_ratio"] is None else f"x{a['fit_ratio']:.3f}"
-        out.append(
-            (f"lost {a['word']!r}", f"heard {a['heard'] or 'nothing'!r} (p {a['probability']:.2f}), text fit {fit}")
+        fits = ", ".join(
+            f"{name} {'not measured' if a[key] is None else f'x{a[key]:.3g}'}"
+            for name, key in (("text fit", "fit_ratio"), ("heard fit", "heard_fit_ratio"))
         )
+        out.append((f"lost {a['word']!r}", f"heard {a['heard'] or 'nothing'!r} (p {a['probability']:.2f}), {fits}"))
     return out + [("note", note) for note in words.get("notes") or []]
 
 

@@ -103,11 +103,12 @@ class WordsJudgement:
 
     def describe(self) -> str:
         rate = "CER" if self.unit == "character" else "WER"
-        said = f"{rate} {self.error_rates[0]:.1%} alone, {self.error_rates[1]:.1%} here (heard {self.transcripts[1]!r})"
+        said = f"{rate} ({self.normalizer}) {self.error_rates[0]:.1%} alone, {self.error_rates[1]:.1%} here"
+        said += f" (heard {self.transcripts[1]!r})"
         if self.accused:
             said += "; lost " + ", ".join(
                 f"{a['word']!r} (heard {a['heard'] or 'nothing'!r}, p {a['probability']:.2f}, "
-                f"text fit {_ratio(a['fit_ratio'])})"
+                f"text fit {_ratio(a['fit_ratio'])}, heard fit {_ratio(a['heard_fit_ratio'])})"
                 for a in self.accused
             )
         elif self.new_errors:
@@ -116,7 +117,7 @@ class WordsJudgement:
 
 
 def _ratio(value: float | None) -> str:
-    return "not measured" if value is None else f"x{value:.3f}"
+    return "not measured" if value is None else f"x{value:.3g}"
 
 
 def require_words() -> None:
