@@ -21,18 +21,11 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import soundfile as sf
+from harvard import HARVARD  # benchmarks/, beside this script
 
 from moss_cli.measures.speech import judge_speech
 
-SENTENCES = [  # Harvard sentences (IEEE 1969), and two longer ones as a TTS request would be
-    "The birch canoe slid on the smooth planks.",
-    "Glue the sheet to the dark blue background.",
-    "It's easy to tell the depth of a well.",
-    "These days a chicken leg is a rare dish.",
-    "Rice is often served in round bowls.",
-    "The juice of lemons makes fine punch.",
-    "The box was thrown beside the parked truck.",
-    "Four hours of steady work faced us.",
+SENTENCES = HARVARD[:8] + [  # and two longer ones, as a TTS request would be
     "A large size in stockings is hard to sell, so the shop keeps only a few of them on the shelf.",
     "The small pup gnawed a hole in the sock, and then it slept the whole afternoon by the warm fire.",
 ]

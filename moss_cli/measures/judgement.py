@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import passes
-from .speech import AUDIT_SIDES, SpeechJudgement, SpeechThresholds, at_16k, judge_speech
+from .speech import AUDIT_SIDES, RATE, SpeechJudgement, SpeechThresholds, at_16k, judge_speech
 from .words import Score, WordOptions, WordsJudgement, judge_words, load_asr, score
 
 IDENTICAL, SAME_CODES, WITHIN_SNR, SAME_SPEECH = "identical", "same-codes", "within-snr", "same-speech"
@@ -84,7 +84,8 @@ def judge(
         ok = passes(level, tolerances.min_snr_db, codes_equal=codes_equal, pcm_equal=pcm_equal, snr_db=snr_db)
         return Judgement({"codes": SAME_CODES, "waveform": WITHIN_SNR}.get(level, IDENTICAL) if ok else DIFFERS)
     reference, other, rate = clips
-    sound = judge_speech(reference, other, rate, tolerances.speech, sides)
+    ref, oth = (at_16k(clip, rate) for clip in (reference, other))  # as both checks hear them, made once
+    sound = judge_speech(ref, oth, RATE, tolerances.speech, sides)
     if not sound.same:
         return Judgement(DIFFERENT_SPEECH, sound)
     if tolerances.words is None:
@@ -92,7 +93,6 @@ def judge(
     if not text:
         return Judgement(SAME_SPEECH, sound, notes=["words not checked: the request has no text"])
     asr = load_asr(tolerances.words.model, tolerances.words.device)
-    ref, oth = (at_16k(clip, rate) for clip in (reference, other))
     words = judge_words(ref, oth, text, language, asr, tolerances.words)
     return Judgement(SAME_SPEECH if words.same else DIFFERENT_WORDS, sound, words)
 

@@ -227,13 +227,7 @@ def paired_levels(here: dict[str, list[float]], base: dict[str, list[float]], re
 
 def error_rate(truth: list[str], heard: list[str]) -> float:
     """Errors (substitutions, deletions, insertions) over the text's tokens; a text of none: 0 if nothing is heard."""
-    if not truth:
-        return 0.0 if not heard else 1.0
-    if not heard:
-        return 1.0
-    import jiwer
-
-    return float(jiwer.wer(" ".join(truth), " ".join(heard)))
+    return Score("", errors(truth, heard), len(truth)).rate
 
 
 def _heard_at(truth: list[str], heard: list[str]) -> tuple[list[list[int]], dict[int, list[int]]]:
