@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..engine.frame import STOP_HEAD
 from ..engine.requests import LogitsHook
-from ..engine.step import STOP_HEAD
 from ..measures.waveform import format_abs, format_db
 from .compare import STOP, Comparison
 

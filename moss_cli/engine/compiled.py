@@ -6,7 +6,7 @@
   neighbours (the audit checks this at `--level bitwise`). On CUDA that one shape is also captured
   as a CUDA graph (torch.compile's "reduce-overhead" mode). The backbone step stays eager.
 - `--graphs` (`StepGraphs`): a block's whole step, frame and backbone step over the KV pool, as one
-  fixed-shape graph (`step.whole_step`), captured as a CUDA graph on CUDA (compiled first with
+  fixed-shape graph (`frame.whole_step`), captured as a CUDA graph on CUDA (compiled first with
   `--compile`). A decode step is hundreds of small kernels, and at small batches their launches,
   not the arithmetic, set its time on a GPU; a replay launches them as one.
 
@@ -57,13 +57,13 @@ class CompiledFrame:
         self.fn = _COMPILED[key]
         self.compile_s = 0.0  # wall time of the calls that compiled a new graph
 
-    def __call__(self, model: torch.nn.Module, hidden: torch.Tensor, draws) -> tuple:
-        signature = (id(model), tuple(hidden.shape), hidden.dtype, hidden.device.type, draws.seen is None)
+    def __call__(self, model: torch.nn.Module, hidden: torch.Tensor, sampler) -> tuple:
+        signature = (id(model), tuple(hidden.shape), hidden.dtype, hidden.device.type, sampler.seen is None)
         start = time.perf_counter()
         try:
             if self.graphs:  # each frame is a new step: the last replay's outputs were copied out
                 torch.compiler.cudagraph_mark_step_begin()
-            out = self.fn(model, hidden, draws)
+            out = self.fn(model, hidden, sampler)
         except Exception as error:  # inductor reports many kinds of failure
             if signature in _SEEN:
                 raise
@@ -90,9 +90,19 @@ def step_graphs(fn: Callable, *, compile: bool, device_type: str) -> StepGraphs:
     return _STEP_GRAPHS[key]
 
 
+def shapes_bound(block_sizes: int, pool_blocks: int) -> int:
+    """The most shapes the whole step takes over the life of a KV pool that grows to `pool_blocks`
+    key blocks (a power of two, as a `few_shapes` pool grows), for `block_sizes` block sizes: per
+    block size and repetition penalty (on or off), one per pair of the pool's positions (2^i key
+    blocks, i = 0..c) and a key width within them (2^j, j <= i: `step.key_width`), (c+1)(c+2)/2.
+    A generation whose requests arrive together reads one pool size: c+1 widths per block size."""
+    c = max(pool_blocks, 1).bit_length() - 1
+    return block_sizes * 2 * (c + 1) * (c + 2) // 2
+
+
 class StepGraphs:
-    """`--graphs`: a block's whole decode step (`step.whole_step`) as one graph per shape (block
-    rows, key width, whether rows carry a repetition penalty).
+    """`--graphs`: a block's whole decode step (`frame.whole_step`) as one graph per shape (block
+    rows, KV pool size, key width, whether rows carry a repetition penalty: `shapes_bound`).
 
     On CUDA each shape is captured once as a CUDA graph (`torch.cuda.CUDAGraph`) over inputs of its
     own (`StepInputs.cloned`), and replayed after copying a step's inputs into them: a decode step
@@ -101,11 +111,13 @@ class StepGraphs:
     the eager step does. A graph holds the addresses of the weights and of the KV pool it was
     captured over, so those are part of its key: a pool that grew, or another engine's, is
     captured again. Elsewhere nothing is captured: the same fixed-shape step runs as it is (this
-    is how CI checks it). With `compile`, torch.compile builds the step first (`fullgraph=True`).
+    is how CI checks it). With `compile`, torch.compile builds the step first (`fullgraph=True`,
+    one graph per shape: dynamo's recompile limit, 8 by default, is kept above the shapes built,
+    and reaching it raises instead of running the step eager unannounced).
     Capturing and compiling count in `compile_seconds`."""
 
-    def __init__(self, fn: Callable, *, compile: bool, device_type: str) -> None:
-        self.fn = torch.compile(fn, fullgraph=True, dynamic=False) if compile else fn
+    def __init__(self, fn: Callable, *, compile: bool, device_type: str, backend: str | Callable = "inductor") -> None:
+        self.fn = torch.compile(fn, fullgraph=True, dynamic=False, backend=backend) if compile else fn
         self.compiling = compile
         self.capture = device_type == "cuda"
         self.captured: OrderedDict[tuple, _Captured] = OrderedDict()
@@ -113,10 +125,13 @@ class StepGraphs:
         # replay's outputs are copied out before the next, so a graph may reuse another's scratch in
         # any order (safe for graphs that never run concurrently: pytorch/pytorch#166975, as vLLM does).
         self.memory = None
-        self.seen: set[tuple] = set()  # shapes compiled so far (uncaptured)
+        self.shapes: set[tuple] = set()  # the shapes built so far
 
     def __call__(self, model: torch.nn.Module, pool, inputs, width: int) -> tuple[torch.Tensor, ...]:
-        shape = (tuple(inputs.hidden.shape), inputs.hidden.dtype, width, inputs.draws.seen is None)
+        pooled = tuple(pool.keys.shape)
+        shape = (tuple(inputs.hidden.shape), inputs.hidden.dtype, pooled, width, inputs.sampler.seen is None)
+        first = shape not in self.shapes
+        self.shapes.add(shape)
         start = time.perf_counter()
         if self.capture:
             # A graph holds the addresses of the weights and the pool it was captured over.
@@ -125,8 +140,7 @@ class StepGraphs:
             built = key not in self.captured
             out = self._replay(key, model, pool, inputs, width)
         else:
-            built = self.compiling and shape not in self.seen
-            self.seen.add(shape)
+            built = self.compiling and first
             out = self._run(model, pool, inputs, width, first=built)
         if built:
             _SPENT["seconds"] += time.perf_counter() - start
@@ -143,12 +157,25 @@ class StepGraphs:
         return self.captured[key].replay(inputs)
 
     def _run(self, model, pool, inputs, width: int, first: bool = False) -> tuple[torch.Tensor, ...]:
-        try:
+        if not self.compiling:
             return self.fn(model, pool, inputs, width)
-        except Exception as error:  # inductor reports many kinds of failure, on the first call
-            if not (self.compiling and first):
-                raise
-            raise CompileError(f"torch.compile failed: {type(error).__name__}: {error}".splitlines()[0]) from error
+        # Every shape is a compile of the one function: dynamo counts them against its recompile
+        # limit, past which it would run the step eager without a word.
+        limit = RECOMPILE_MARGIN + len(self.shapes)
+        with torch._dynamo.config.patch(
+            recompile_limit=max(limit, torch._dynamo.config.recompile_limit),
+            accumulated_recompile_limit=max(limit, torch._dynamo.config.accumulated_recompile_limit),
+            fail_on_recompile_limit_hit=True,
+        ):
+            try:
+                return self.fn(model, pool, inputs, width)
+            except Exception as error:  # inductor reports many kinds of failure, on the first call
+                if not first:
+                    raise
+                raise CompileError(f"torch.compile failed: {type(error).__name__}: {error}".splitlines()[0]) from error
+
+
+RECOMPILE_MARGIN = 8  # compiles past the shapes seen that dynamo may still make (another model's guards)
 
 
 class _Captured:

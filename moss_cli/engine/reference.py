@@ -17,7 +17,7 @@ import torch
 from ..model.attention import attend, causal_mask
 from ..model.talker import MossTTSLocal
 from ..sampling_params import HeadSampling
-from .step import STOP_HEAD, choose_codes, choose_stop, start_frame
+from .frame import STOP_HEAD, choose_codes, choose_stop, start_frame
 
 Generators = torch.Generator | Sequence[torch.Generator | None] | None
 

@@ -22,7 +22,7 @@ from moss_cli.audit.report import junit_xml, markdown, render, to_json
 from moss_cli.audit.runner import AuditOptions, AuditResult
 from moss_cli.audit.verdicts import Case
 from moss_cli.config.requests import Request
-from moss_cli.engine.step import STOP_HEAD
+from moss_cli.engine.frame import STOP_HEAD
 from moss_cli.io.outcome import Outcome
 from moss_cli.model.talker import STOP
 from moss_cli.pipeline import Synthesizer, SynthOptions

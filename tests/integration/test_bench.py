@@ -149,8 +149,8 @@ def test_the_floor_reads_the_weights_of_a_frame_in_the_order_the_frame_reads_the
     import torch
 
     from moss_cli.bench.floor import floor_weights
+    from moss_cli.engine.frame import FrameSampler, frame_and_logits
     from moss_cli.engine.sampling import RowParams
-    from moss_cli.engine.step import FrameDraws, sample_frame
     from moss_cli.numerics import kernels
     from moss_cli.sampling_params import AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS
 
@@ -161,13 +161,13 @@ def test_the_floor_reads_the_weights_of_a_frame_in_the_order_the_frame_reads_the
     plain = kernels.linear
     monkeypatch.setattr(kernels, "linear", lambda x, w, b=None: read.append(w) or plain(x, w, b))
     rows, cpu = 3, torch.device("cpu")
-    draws = FrameDraws(
+    draws = FrameSampler(
         torch.rand(rows, 1 + model.cfg.n_vq),
         RowParams.of([STOP_HEAD_DEFAULTS] * rows, [False] * rows, cpu),
         RowParams.of([AUDIO_DEFAULTS] * rows, [False] * rows, cpu),
     )
     with torch.inference_mode():
-        sample_frame(model, torch.randn(rows, model.cfg.hidden_size), draws)
+        frame_and_logits(model, torch.randn(rows, model.cfg.hidden_size), draws)
     backbone = sum(isinstance(m, torch.nn.Linear) for m in model.transformer.modules())
     expected = floor_weights(model)[backbone:]
     assert len(read) == len(expected) and all(a is b for a, b in zip(read, expected))

@@ -36,8 +36,14 @@ def _run(talker, layout, requests, max_batch):
         logits[(key, frame, codebook)] = row_logits.clone()
 
     engine = Engine(talker.model, max_batch=max_batch, layout=layout, logits_hook=hook)
-    frame = engine.step.frame
-    engine.step.frame = lambda rows, size: (sizes.append(size), frame(rows, size))[1]
+    plan = engine.step.plan
+
+    def planned(running):
+        step = plan(running)
+        sizes.extend(block.size for block in step.blocks)
+        return step
+
+    engine.step.plan = planned
     codes = {r.key: r.codes for r in engine.run(requests)}
     return codes, logits, set(sizes)
 

@@ -14,10 +14,10 @@ from sampling_rows import MIXED  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from moss_cli.cli.app import app
+from moss_cli.engine.frame import whole_step
 from moss_cli.engine.kv_cache import SCRATCH
 from moss_cli.engine.requests import GenerationRequest
 from moss_cli.engine.scheduler import Engine
-from moss_cli.engine.step import whole_step
 from moss_cli.numerics import FAST, INVARIANT, Layout, Numerics
 from moss_cli.numerics.layout import EngineLayout, Steps
 from moss_cli.numerics.tiles import KEY_BLOCK
@@ -89,14 +89,14 @@ def _first_step(talker, numerics=INVARIANT):
     model = talker.model
     engine = Engine(model, max_batch=4, layout=EngineLayout.fix(model, numerics, 4, graphs=True))
     taken = []
-    step = engine.step.graphs
+    step = engine.step.runner.graphs
 
     def spy(model, pool, inputs, width):
         if not taken:
             taken.append((_pool_copy(pool), inputs, width))
         return step(model, pool, inputs, width)
 
-    engine.step.graphs = spy
+    engine.step.runner.graphs = spy
     list(engine.run(_requests(talker)[:3]))
     return taken[0]
 
@@ -214,3 +214,74 @@ def test_engines_under_graphs_hand_their_kv_pool_on_so_graphs_replay_over_the_sa
     assert Engine(talker32.model, max_batch=4, layout=eager).pool is not Engine(talker32.model, layout=eager).pool
     slots, positions = first.pool.keys.shape[1], first.pool.keys.shape[3]
     assert slots & (slots - 1) == 0 and (positions // KEY_BLOCK) & (positions // KEY_BLOCK - 1) == 0  # powers of two
+
+
+def _counting_backend(compiled: list):
+    """A torch.compile backend that notes each graph dynamo hands it and runs it as traced."""
+
+    def backend(graph_module, example_inputs):
+        compiled.append(graph_module)
+        return graph_module.forward
+
+    return backend
+
+
+@pytest.mark.slow
+def test_a_400_frame_generation_under_graphs_builds_a_bounded_number_of_shapes(plain_talker):
+    """`--graphs --compile` over a 400-frame generation whose batch shrinks (blocks of 4, 2, 1 rows)
+    while its keys grow (three key widths) and a repetition penalty leaves: every shape
+    is compiled once (no recompile past the shapes: dynamo's limit is never reached, which would
+    raise), within `shapes_bound`, and the codes are the eager step's."""
+    from moss_cli.engine.compiled import StepGraphs, shapes_bound
+
+    model = plain_talker.model
+    budgets = [(400, 1.0), (60, 1.3), (150, 1.0), (250, 1.0)]  # (frames, repetition penalty)
+    requests = [
+        GenerationRequest(
+            str(i),
+            plain_talker.prompt(f"a long request {i}"),
+            frames,
+            replace(HEADS[0][0], repetition_penalty=penalty),
+            STOP_HEAD_DEFAULTS,
+            rng=i,
+            ignore_stop=True,
+        )
+        for i, (frames, penalty) in enumerate(budgets)
+    ]
+    compiled: list = []
+    layout = EngineLayout.fix(model, FAST, 4, graphs=True)
+    engine = Engine(model, max_batch=4, layout=layout)
+    graphs = StepGraphs(whole_step, compile=True, device_type="cpu", backend=_counting_backend(compiled))
+    engine.step.runner.graphs = graphs
+    graphed = {r.key: r.codes for r in engine.run(requests)}
+    eager = _codes(plain_talker, FAST, False, requests)
+    assert all(torch.equal(graphed[key], eager[key][0]) for key in eager)
+    assert max(c.shape[0] for c in graphed.values()) == 400
+    sizes = {shape[0][0] for shape in graphs.shapes}
+    widths = {shape[3] // KEY_BLOCK for shape in graphs.shapes}
+    pools = {shape[2][3] // KEY_BLOCK for shape in graphs.shapes}
+    assert sizes == {4, 2, 1} and len(pools) == 1 and len(widths) >= 3  # the keys grew across three widths
+    assert all(w & (w - 1) == 0 for w in widths | pools)  # powers of two key blocks
+    assert {shape[4] for shape in graphs.shapes} == {True, False}  # with and without the penalty
+    assert len(compiled) == len(graphs.shapes) <= shapes_bound(len(sizes), max(pools))
+
+
+def test_the_step_graphs_keep_dynamos_recompile_limit_above_the_shapes_they_build():
+    """More shapes than dynamo's default limit (8): each is compiled, none falls back to eager."""
+    from types import SimpleNamespace
+
+    from moss_cli.engine.compiled import StepGraphs
+
+    compiled: list = []
+
+    def step(model, pool, inputs, width):
+        return (inputs.hidden[:, :width].sum(1) + pool.keys.sum(),)
+
+    graphs = StepGraphs(step, compile=True, device_type="cpu", backend=_counting_backend(compiled))
+    pool = SimpleNamespace(keys=torch.ones(1, 1, 1, 4, 1))
+    inputs = SimpleNamespace(hidden=torch.ones(2, 16), sampler=SimpleNamespace(seen=None))
+    widths = range(1, 13)
+    assert torch._dynamo.config.recompile_limit < len(widths)
+    for width in widths:
+        assert graphs(None, pool, inputs, width)[0].tolist() == [width + 4.0] * 2
+    assert len(compiled) == len(widths) == len(graphs.shapes)

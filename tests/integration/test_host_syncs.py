@@ -164,8 +164,8 @@ def test_a_frame_whose_short_list_may_cut_a_tie_is_drawn_again_with_the_same_cod
 
 def _frame_inputs(talker, rows: int = 4):
     """A frame's inputs with every kind of row: top-k and top-p, no filter, a repetition penalty, greedy."""
+    from moss_cli.engine.frame import FrameSampler
     from moss_cli.engine.sampling import RowParams
-    from moss_cli.engine.step import FrameDraws
 
     cfg = talker.model.cfg
     heads = [
@@ -176,7 +176,7 @@ def _frame_inputs(talker, rows: int = 4):
     heads.append(AUDIO_DEFAULTS)
     greedy = [False, False, False, True]
     g = torch.Generator().manual_seed(0)
-    draws = FrameDraws(
+    draws = FrameSampler(
         torch.rand(rows, 1 + cfg.n_vq, generator=g),
         RowParams.of([STOP_HEAD_DEFAULTS] * rows, greedy, torch.device("cpu")),
         RowParams.of(heads, greedy, torch.device("cpu")),
@@ -190,13 +190,13 @@ def _frame_inputs(talker, rows: int = 4):
 def test_the_frame_is_one_graph_with_no_break(plain_talker):
     """The frame (local transformer, heads, sampler) traces as one graph (`fullgraph=True` holds),
     and that graph draws the codes the eager frame draws."""
-    from moss_cli.engine.step import sample_frame
+    from moss_cli.engine.frame import frame_and_logits
 
     hidden, draws = _frame_inputs(plain_talker)
-    explained = torch._dynamo.explain(sample_frame)(plain_talker.model, hidden, draws)
+    explained = torch._dynamo.explain(frame_and_logits)(plain_talker.model, hidden, draws)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
-    graphed = torch.compile(sample_frame, fullgraph=True, backend="eager")(plain_talker.model, hidden, draws)
-    eager = sample_frame(plain_talker.model, hidden, draws)
+    graphed = torch.compile(frame_and_logits, fullgraph=True, backend="eager")(plain_talker.model, hidden, draws)
+    eager = frame_and_logits(plain_talker.model, hidden, draws)
     assert torch.equal(graphed[0], eager[0]) and torch.equal(graphed[1], eager[1])
 
 

@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from moss_cli.engine.step import STOP_HEAD, choose_codes, choose_stop, start_frame
+from moss_cli.engine.frame import STOP_HEAD, choose_codes, choose_stop, start_frame
 
 
 def test_pad_code_contributes_zero_to_the_input_embedding(talker64):

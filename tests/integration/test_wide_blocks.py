@@ -79,8 +79,14 @@ def test_a_small_batch_is_probed_against_the_fixed_block_too(talker32, monkeypat
 def test_a_lone_request_pays_for_one_padding_unit_not_a_whole_fixed_block(talker32):
     engine = Engine(talker32.model, max_batch=8, layout=_layout(talker32, Numerics(), 8))
     seen = []
-    original = engine.step.frame
-    engine.step.frame = lambda rows, size: (seen.append(size), original(rows, size))[1]
+    plan = engine.step.plan
+
+    def planned(running):
+        step = plan(running)
+        seen.extend(block.size for block in step.blocks)
+        return step
+
+    engine.step.plan = planned
     request = GenerationRequest("0", talker32.prompt("alone"), 3, AUDIO_DEFAULTS, STOP_HEAD_DEFAULTS, rng=1)
     list(engine.run([request]))
     assert _one_block(engine) and engine.step.decode.unit < 8 and set(seen) == {engine.step.decode.unit}
