@@ -241,26 +241,8 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
     check_deploy_seed(options.arms, deploy_seed, options.deploy is not None)
     model, codec_for, prompts, what = load_models(options, device, dtype)
     apply_threads(options.threads, model.cfg)
-    cfg = model.cfg
-    report = BenchReport(
-        {
-            "model": what,
-            "device": str(device),
-            "dtype": str(dtype).removeprefix("torch."),
-            "threads": torch.get_num_threads(),
-            "frames": options.frames,
-            "arms": list(options.arms),
-            "deploy_seed": deploy_seed,
-            "repeats": options.repeats,
-            "torch": torch.__version__,
-            "cpus": os.cpu_count(),
-            "compile": options.compile,
-            "graphs": options.graphs,
-            "linear_kernel": "onednn-packed" if model.packed else "plain",
-        }
-    )
+    report = BenchReport(_setup(options, model, what, device, dtype, deploy_seed))
     codecs = {mode: codec_for(mode_numerics(mode)) for mode in options.modes}
-    frame_rate = codecs[options.modes[0]].cfg.frame_rate
     with torch.inference_mode():
         _talker_run(model, EngineLayout.fix(model, mode_numerics(options.modes[0]), 1), prompts, 1, 2)  # warm-up
     for batch in options.batches:
@@ -271,67 +253,113 @@ def run_bench(options: BenchOptions, progress=None) -> BenchReport:
         with torch.inference_mode():
             timed, compile_times = _timed_runs(model, prompts, batch, options, layouts, deploy_seed)
         steps = {variant: [run.step_s for run in runs] for variant, runs in timed.items()}
-        first = options.arms[0]
-        for mode in [m for m in options.modes if m != "fast"] if "fast" in options.modes else ():
-            low, median, high = _pairs(steps[(mode, first)], steps[("fast", first)])
-            report.ratios.setdefault(mode, {})[str(batch)] = median
-            report.ratio_ranges.setdefault(mode, {})[str(batch)] = [low, high]
-        for arm in [a for a in options.arms if a != "unseeded"] if "unseeded" in options.arms else ():
-            for mode in options.modes:
-                low, median, high = _pairs(steps[(mode, arm)], steps[(mode, "unseeded")])
-                report.arm_ratios.setdefault(arm, {}).setdefault(mode, {})[str(batch)] = median
-                report.arm_ratio_ranges.setdefault(arm, {}).setdefault(mode, {})[str(batch)] = [low, high]
+        _add_ratios(report, options, batch, steps)
         for (mode, arm), runs in timed.items():
-            codec = codecs[mode]
             with torch.inference_mode():
                 codec_s = statistics.median(
-                    _codec_seconds(codec, cfg.n_vq, batch, options.frames, device) for _ in range(options.repeats)
+                    _codec_seconds(codecs[mode], model.cfg.n_vq, batch, options.frames, device)
+                    for _ in range(options.repeats)
                 )
-                ttfa = _ttfa(model, codec, layouts[mode], prompts, batch, options.frames, arm, deploy_seed)
-            step = statistics.median(steps[(mode, arm)])
-            prefill = statistics.median(run.prefill_s for run in runs)
-            tokens = runs[0].prompt_tokens
-            efficiencies = [run.floor_s / run.step_s for run in runs]
-            bounds = [run.floor_s / (run.floor_s + run.kv_s) for run in runs]
-            length = tokens // batch + options.frames // 2  # as the KV read's (_timed_runs)
-            audio_s = batch * options.frames / frame_rate
-            talker_s = prefill + step * options.frames
-            report.rows.append(
-                BenchRow(
-                    mode=mode,
-                    arm=arm,
-                    batch=batch,
-                    layout=str(layouts[mode].steps),
-                    frames=options.frames,
-                    decode_step_ms=round(step * 1e3, 3),
-                    decode_step_ms_range=[
-                        round(min(steps[(mode, arm)]) * 1e3, 3),
-                        round(max(steps[(mode, arm)]) * 1e3, 3),
-                    ],
-                    talker_frames_per_s=round(batch / step, 2),
-                    prefill_tokens_per_s=round(tokens / prefill, 1),
-                    codec_rtf=round(codec_s / audio_s, 4),
-                    audio_s_per_s=round(audio_s / (talker_s + codec_s), 3),
-                    ttfa_s=round(ttfa, 4),
-                    floor_step_ms=round(statistics.median(run.floor_s for run in runs) * 1e3, 3),
-                    efficiency=round(statistics.median(efficiencies), 3),
-                    efficiency_range=[round(min(efficiencies), 3), round(max(efficiencies), 3)],
-                    kv_read_ms=round(statistics.median(run.kv_s for run in runs) * 1e3, 3),
-                    efficiency_bound=round(statistics.median(bounds), 3),
-                    step_read_mb=round(step_bytes(model, batch, length) / 1e6, 3),
-                    kv_read_mb=round(kv_bytes(model, batch, length) / 1e6, 3),
-                    peak_memory_mb=round(_peak_memory_mb(device), 1),
-                    compile_s=round(compile_times[mode], 2)
-                    if builds(options.compile, options.graphs, device.type)
-                    else None,
-                )
-            )
+                ttfa = _ttfa(model, codecs[mode], layouts[mode], prompts, batch, options.frames, arm, deploy_seed)
+            built = builds(options.compile, options.graphs, device.type)
+            peak = _peak_memory_mb(device)
+            measured = Measured(mode, arm, batch, runs, steps[(mode, arm)], codec_s, ttfa, compile_times[mode], peak)
+            report.rows.append(_row(model, options, layouts[mode], measured, codecs[mode].cfg.frame_rate, built))
             if progress:
                 progress(report.rows[-1])
+    _add_bandwidth(report, device)
+    return report
+
+
+def _setup(options: BenchOptions, model, what: str, device: torch.device, dtype, deploy_seed: int | None) -> dict:
+    """What the figures were measured with (the report's setup)."""
+    return {
+        "model": what,
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(),
+        "frames": options.frames,
+        "arms": list(options.arms),
+        "deploy_seed": deploy_seed,
+        "repeats": options.repeats,
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "compile": options.compile,
+        "graphs": options.graphs,
+        "linear_kernel": "onednn-packed" if model.packed else "plain",
+    }
+
+
+def _add_ratios(report: BenchReport, options: BenchOptions, batch: int, steps: dict) -> None:
+    """Each batch-invariant mode's step time over the fast mode's (first arm), and each arm's over
+    the unseeded arm's (every mode), at `batch`: the median and range of the repeats' pairs."""
+    first = options.arms[0]
+    for mode in [m for m in options.modes if m != "fast"] if "fast" in options.modes else ():
+        low, median, high = _pairs(steps[(mode, first)], steps[("fast", first)])
+        report.ratios.setdefault(mode, {})[str(batch)] = median
+        report.ratio_ranges.setdefault(mode, {})[str(batch)] = [low, high]
+    for arm in [a for a in options.arms if a != "unseeded"] if "unseeded" in options.arms else ():
+        for mode in options.modes:
+            low, median, high = _pairs(steps[(mode, arm)], steps[(mode, "unseeded")])
+            report.arm_ratios.setdefault(arm, {}).setdefault(mode, {})[str(batch)] = median
+            report.arm_ratio_ranges.setdefault(arm, {}).setdefault(mode, {})[str(batch)] = [low, high]
+
+
+class Measured(NamedTuple):
+    """One variant's figures at one batch size, as `run_bench` took them."""
+
+    mode: str
+    arm: str
+    batch: int
+    runs: list  # `_timed_runs`' talker runs with their floors
+    steps: list[float]  # each run's decode step seconds
+    codec_s: float
+    ttfa_s: float
+    compile_s: float
+    peak_memory_mb: float
+
+
+def _row(model, options: BenchOptions, layout: EngineLayout, m: Measured, frame_rate: float, built: bool) -> BenchRow:
+    """The report's row of one variant from its measurements."""
+    step = statistics.median(m.steps)
+    prefill = statistics.median(run.prefill_s for run in m.runs)
+    tokens = m.runs[0].prompt_tokens
+    efficiencies = [run.floor_s / run.step_s for run in m.runs]
+    bounds = [run.floor_s / (run.floor_s + run.kv_s) for run in m.runs]
+    length = tokens // m.batch + options.frames // 2  # as the KV read's (_timed_runs)
+    audio_s = m.batch * options.frames / frame_rate
+    talker_s = prefill + step * options.frames
+    return BenchRow(
+        mode=m.mode,
+        arm=m.arm,
+        batch=m.batch,
+        layout=str(layout.steps),
+        frames=options.frames,
+        decode_step_ms=round(step * 1e3, 3),
+        decode_step_ms_range=[round(min(m.steps) * 1e3, 3), round(max(m.steps) * 1e3, 3)],
+        talker_frames_per_s=round(m.batch / step, 2),
+        prefill_tokens_per_s=round(tokens / prefill, 1),
+        codec_rtf=round(m.codec_s / audio_s, 4),
+        audio_s_per_s=round(audio_s / (talker_s + m.codec_s), 3),
+        ttfa_s=round(m.ttfa_s, 4),
+        floor_step_ms=round(statistics.median(run.floor_s for run in m.runs) * 1e3, 3),
+        efficiency=round(statistics.median(efficiencies), 3),
+        efficiency_range=[round(min(efficiencies), 3), round(max(efficiencies), 3)],
+        kv_read_ms=round(statistics.median(run.kv_s for run in m.runs) * 1e3, 3),
+        efficiency_bound=round(statistics.median(bounds), 3),
+        step_read_mb=round(step_bytes(model, m.batch, length) / 1e6, 3),
+        kv_read_mb=round(kv_bytes(model, m.batch, length) / 1e6, 3),
+        peak_memory_mb=round(m.peak_memory_mb, 1),
+        compile_s=round(m.compile_s, 2) if built else None,
+    )
+
+
+def _add_bandwidth(report: BenchReport, device: torch.device) -> None:
+    """The physical bound of every row, from the copy bandwidth measured once after every run (so
+    that its buffers stay out of the rows' peak memory)."""
     bandwidth = copy_bandwidth(device)
     report.setup["bandwidth_gb_per_s"] = round(bandwidth / 1e9, 2)
     for row in report.rows:
         bound_ms = row.step_read_mb * 1e6 / bandwidth * 1e3
         row.bandwidth_step_ms = round(bound_ms, 4)
         row.efficiency_bandwidth = round(bound_ms / row.decode_step_ms, 4)
-    return report

@@ -16,59 +16,73 @@ from . import options as opt
 from . import server_options as srv
 from .common import command_line, ray_event, show_retry, stderr, stdout, user_errors
 
+Requests = Annotated[Optional[Path], typer.Argument(help="Request file (default: the built-in audit set).")]
+Scenarios = Annotated[
+    Optional[str],
+    typer.Option(
+        help=f"Comma-separated names (e.g. repeat,shuffled), from: {', '.join(SCENARIOS)} (default: all); with "
+        f"--server, from: {', '.join(server_scenarios())} (default: all; a path the server does not serve is then "
+        "skipped, and named here it is an error)."
+    ),
+]
+Level = Annotated[
+    str,
+    typer.Option(
+        metavar="|".join(LEVELS),
+        help="What counts as a violation in a composition: codes | waveform | speech | bitwise (speech: a "
+        "response that is not the same speech as alone; the same speech with other bits is a warning). "
+        "Comparisons alone are bitwise at every level.",
+    ),
+]
+MinSnrDb = Annotated[
+    float, typer.Option(callback=numbers.SNR_DB, help="Waveform level: minimum SNR against the reference.")
+]
+StrictUnseeded = Annotated[bool, typer.Option(help="Fail on differences of unseeded requests too.")]
+AllowUnseeded = Annotated[
+    bool,
+    typer.Option(
+        help="Accept unseeded requests whose two runs alone differ (no deploy seed, or a server without the "
+        "deploy-seed fix): reported as unseeded, not a failure."
+    ),
+]
+ReportDir = Annotated[
+    Optional[Path],
+    typer.Option(help="Write every report, the audio of diverging pairs and an HTML page with plots (index.html)."),
+]
+Junit = Annotated[Optional[Path], typer.Option(help="JUnit XML (xunit2) report.")]
+JsonPath = Annotated[Optional[Path], typer.Option("--json", help="JSON report with every comparison.")]
+Markdown = Annotated[
+    Optional[Path], typer.Option(help="Markdown summary (also appended to $GITHUB_STEP_SUMMARY when set).")
+]
+SaveGolden = Annotated[Optional[Path], typer.Option("--save-golden", help="Save a golden baseline.")]
+Golden = Annotated[Optional[Path], typer.Option(help="Compare against a golden baseline; drift fails.")]
+StaggerMs = Annotated[
+    Optional[float],
+    typer.Option(
+        "--stagger-ms",
+        callback=numbers.STAGGER_MS,
+        help="--server, scenario staggered: milliseconds between sends (default: a quarter of the time a "
+        "request takes alone, so that they overlap).",
+    ),
+]
+
 
 @opt.with_options(opt.ENGINE_OPTIONS, srv.SERVER_OPTIONS, opt.RAY_OPTIONS, opt.SPEECH_OPTIONS)
 def audit_determinism(
     ctx: typer.Context,
-    requests: Annotated[Optional[Path], typer.Argument(help="Request file (default: the built-in audit set).")] = None,
-    scenarios: Annotated[
-        Optional[str],
-        typer.Option(
-            help=f"Comma-separated names (e.g. repeat,shuffled), from: {', '.join(SCENARIOS)} (default: all); with "
-            f"--server, from: {', '.join(server_scenarios())} (default: all; a path the server does not serve is then "
-            "skipped, and named here it is an error)."
-        ),
-    ] = None,
-    level: Annotated[
-        str,
-        typer.Option(
-            metavar="|".join(LEVELS),
-            help="What counts as a violation in a composition: codes | waveform | speech | bitwise (speech: a "
-            "response that is not the same speech as alone; the same speech with other bits is a warning). "
-            "Comparisons alone are bitwise at every level.",
-        ),
-    ] = "codes",
-    min_snr_db: Annotated[
-        float, typer.Option(callback=numbers.SNR_DB, help="Waveform level: minimum SNR against the reference.")
-    ] = 60.0,
-    strict_unseeded: Annotated[bool, typer.Option(help="Fail on differences of unseeded requests too.")] = False,
-    allow_unseeded: Annotated[
-        bool,
-        typer.Option(
-            help="Accept unseeded requests whose two runs alone differ (no deploy seed, or a server without the "
-            "deploy-seed fix): reported as unseeded, not a failure."
-        ),
-    ] = False,
-    report_dir: Annotated[
-        Optional[Path],
-        typer.Option(help="Write every report, the audio of diverging pairs and an HTML page with plots (index.html)."),
-    ] = None,
-    junit: Annotated[Optional[Path], typer.Option(help="JUnit XML (xunit2) report.")] = None,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="JSON report with every comparison.")] = None,
-    markdown: Annotated[
-        Optional[Path], typer.Option(help="Markdown summary (also appended to $GITHUB_STEP_SUMMARY when set).")
-    ] = None,
-    save_golden_path: Annotated[Optional[Path], typer.Option("--save-golden", help="Save a golden baseline.")] = None,
-    golden: Annotated[Optional[Path], typer.Option(help="Compare against a golden baseline; drift fails.")] = None,
-    stagger_ms: Annotated[
-        Optional[float],
-        typer.Option(
-            "--stagger-ms",
-            callback=numbers.STAGGER_MS,
-            help="--server, scenario staggered: milliseconds between sends (default: a quarter of the time a "
-            "request takes alone, so that they overlap).",
-        ),
-    ] = None,
+    requests: Requests = None,
+    scenarios: Scenarios = None,
+    level: Level = "codes",
+    min_snr_db: MinSnrDb = 60.0,
+    strict_unseeded: StrictUnseeded = False,
+    allow_unseeded: AllowUnseeded = False,
+    report_dir: ReportDir = None,
+    junit: Junit = None,
+    json_path: JsonPath = None,
+    markdown: Markdown = None,
+    save_golden_path: SaveGolden = None,
+    golden: Golden = None,
+    stagger_ms: StaggerMs = None,
 ) -> None:
     """Synthesise the same requests in many batch compositions and compare each with its output alone.
 

@@ -108,7 +108,6 @@ BENCH_OPTIONS = (
     opt.option("repeats", Repeats, 3),
     opt.option("deploy", BenchDeploy, None),
     opt.option("allow_foreign_deploy", AllowForeignDeploy, False),
-    opt.option("json_path", JsonPath, None),
 )
 
 Levels = Annotated[str, typer.Option("--concurrency", help="--server: concurrency levels to sweep, comma-separated.")]
@@ -192,7 +191,6 @@ AllowUnseeded = Annotated[
 ]
 # The server's bench; the client's options (--timeout, --response-format, ...) are server_options.py's.
 SERVER_BENCH_OPTIONS = (
-    opt.option("server", srv.ServerOption, None),
     opt.option("concurrency", Levels, "1,8"),
     opt.option("num_requests", NumRequests, None),
     opt.option("duration", Duration, None),
@@ -203,31 +201,36 @@ SERVER_BENCH_OPTIONS = (
     opt.option("streamed", Streamed, True),
     opt.option("path", ServingPathName, None),
     opt.option("requests", Requests, None),
-    opt.option("report_dir", ReportDir, None),
     opt.option("allow_unseeded", AllowUnseeded, False),
 )
 
 # Options of one half given to the other: those that server_options.py's checks do not name already.
 LOCAL_BENCH = tuple(p.name for p in LOCAL_OPTIONS if p.name not in srv.LOCAL_ONLY)
-SERVER_BENCH = tuple(
-    p.name for p in (*SERVER_BENCH_OPTIONS, *opt.SPEECH_OPTIONS) if p.name not in (*srv.SERVER_ONLY, "server")
+SERVER_BENCH = (
+    *(p.name for p in (*SERVER_BENCH_OPTIONS, *opt.SPEECH_OPTIONS) if p.name not in srv.SERVER_ONLY),
+    "report_dir",
 )
 
 
 @opt.with_options(LOCAL_OPTIONS, BENCH_OPTIONS, SERVER_BENCH_OPTIONS, srv.CLIENT_OPTIONS, opt.SPEECH_OPTIONS)
-def bench(ctx: typer.Context) -> None:
+def bench(
+    ctx: typer.Context,
+    server: srv.ServerOption = None,
+    json_path: JsonPath = None,
+    report_dir: ReportDir = None,
+) -> None:
     """Talker frames/s, prefill tokens/s, codec real-time factor, time to first audio, peak memory and
     efficiency against the hardware floor, per mode and batch; the invariant/fast ratio per batch.
     With --server URL: a concurrency sweep of a running speech server with vllm bench serve's figures
     per arm (unseeded, seeded, deploy-seed), each arm's cost over the unseeded arm's, and every response
     compared with its request sent alone: exit 1 where one that must hold differs (or fails)."""
-    if ctx.params["server"]:
-        _on_server(ctx)
+    if server:
+        _on_server(ctx, json_path, report_dir)
     else:
-        _here(ctx)
+        _here(ctx, json_path)
 
 
-def _here(ctx: typer.Context) -> None:
+def _here(ctx: typer.Context, json_path: Path | None) -> None:
     with user_errors():
         from ..bench import run_bench
         from ..bench.local_report import measured, render, write_json
@@ -237,31 +240,29 @@ def _here(ctx: typer.Context) -> None:
         report = run_bench(
             local_bench_options(ctx.params), progress=lambda row: stderr.print(measured(row), highlight=False)
         )
-        write_json(report, ctx.params["json_path"])
+        write_json(report, json_path)
     render(stdout, report)
 
 
-def _on_server(ctx: typer.Context) -> None:
-    given = ctx.params
+def _on_server(ctx: typer.Context, json_path: Path | None, report_dir: Path | None) -> None:
     with user_errors():
         from ..bench.report import check_outputs, render, write_reports
         from ..bench.server import ServerBench
 
         srv.refuse_local_options(ctx, allowed=("deploy", "allow_foreign_deploy", *opt.asr_device(ctx.params)))
         _only(ctx, LOCAL_BENCH, "for the local engine, not with --server")
-        check_outputs(given["json_path"], given["report_dir"])
-        if given["path"] is not None and ctx.get_parameter_source("streamed").name == "COMMANDLINE":
+        check_outputs(json_path, report_dir)
+        if ctx.params["path"] is not None and ctx.get_parameter_source("streamed").name == "COMMANDLINE":
             raise MossError("give --path or --stream/--no-stream, not both", field="--path")
-        options = server_bench_options(given)
-        bench = ServerBench(options, on_retry=show_retry)
+        bench = ServerBench(server_bench_options(ctx.params), on_retry=show_retry)
         for warning in bench.known.dropped:
             print_warning(stderr, warning)
         with progress_bar("bench", bench.total) as bar:
             report = bench.run(on_phase=bar.phase, on_sent=lambda label: bar.advance())
-        write_reports(report, given["json_path"], given["report_dir"], command_line(ctx))
+        write_reports(report, json_path, report_dir, command_line(ctx))
     render(stdout, report)
-    if given["report_dir"] is not None:
-        stdout.print(f"report: {given['report_dir'] / 'index.html'}", highlight=False, soft_wrap=True)
+    if report_dir is not None:
+        stdout.print(f"report: {report_dir / 'index.html'}", highlight=False, soft_wrap=True)
     raise typer.Exit(report.exit_code)
 
 

@@ -20,24 +20,29 @@ from .help import HelpCommand, HelpGroup
 app = typer.Typer(cls=HelpGroup, help="Inspect deploy configs.", no_args_is_help=True)
 
 
+DeployFile = Annotated[
+    Optional[Path],
+    typer.Argument(metavar="DEPLOY", help="Deploy YAML (default: the shipped tiny recipe).", show_default=False),
+]
+DeployAsOption = Annotated[Optional[Path], typer.Option(help="DEPLOY, as an option (as the other commands take it).")]
+Platform = Annotated[str, typer.Option(help=f"Platform section to apply: {', '.join(PLATFORMS)}.")]
+Builtin = Annotated[
+    bool, typer.Option("--builtin", help="Show the built-in defaults (vllm-omni's MOSS-TTS-Local v1.5 deploy file).")
+]
+AllowForeign = Annotated[
+    bool, typer.Option(help="Show a deploy file written for another model (a warning instead of an error).")
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
 @app.command("show", cls=HelpCommand)
 def show(
-    file: Annotated[
-        Optional[Path],
-        typer.Argument(metavar="DEPLOY", help="Deploy YAML (default: the shipped tiny recipe).", show_default=False),
-    ] = None,
-    deploy: Annotated[
-        Optional[Path], typer.Option(help="DEPLOY, as an option (as the other commands take it).")
-    ] = None,
-    platform: Annotated[str, typer.Option(help=f"Platform section to apply: {', '.join(PLATFORMS)}.")] = "cpu",
-    builtin: Annotated[
-        bool,
-        typer.Option("--builtin", help="Show the built-in defaults (vllm-omni's MOSS-TTS-Local v1.5 deploy file)."),
-    ] = False,
-    allow_foreign_deploy: Annotated[
-        bool, typer.Option(help="Show a deploy file written for another model (a warning instead of an error).")
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    file: DeployFile = None,
+    deploy: DeployAsOption = None,
+    platform: Platform = "cpu",
+    builtin: Builtin = False,
+    allow_foreign_deploy: AllowForeign = False,
+    as_json: AsJson = False,
 ) -> None:
     """Print stage 0's default sampling params, max_num_seqs, max_model_len and codec streaming keys,
     each with the file and line it came from (after base_config and platform merges) and what it

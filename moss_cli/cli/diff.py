@@ -15,33 +15,44 @@ from .common import command_line, stderr, stdout, user_errors
 SIDE = "An output directory of `moss synth` (manifest.csv + audio) or a golden file (--save-golden)."
 
 
+SideA = Annotated[Path, typer.Argument(metavar="A", help=f"Side A. {SIDE}", show_default=False)]
+SideB = Annotated[Path, typer.Argument(metavar="B", help=f"Side B. {SIDE}", show_default=False)]
+Level = Annotated[
+    str,
+    typer.Option(
+        metavar="|".join(AUDIO_LEVELS),
+        help="bitwise: identical PCM; waveform: codes not known to differ and SNR >= --min-snr-db; speech: "
+        "identical PCM, or the same speech (the --speech-* thresholds).",
+    ),
+]
+MinSnrDb = Annotated[
+    float, typer.Option(callback=numbers.SNR_DB, help="Waveform level: the lowest SNR that still passes.")
+]
+ReportDir = Annotated[
+    Optional[Path],
+    typer.Option(help="Write every report, the clips of each differing id and an HTML page with plots."),
+]
+Junit = Annotated[Optional[Path], typer.Option(help="JUnit XML report (one testcase per id).")]
+JsonPath = Annotated[Optional[Path], typer.Option("--json", help="JSON report with every id.")]
+Markdown = Annotated[Optional[Path], typer.Option(help="Markdown summary.")]
+AllowUnseeded = Annotated[
+    bool,
+    typer.Option(help="An id without a seed on either side that differs is reported unseeded, not a failure."),
+]
+
+
 @opt.with_options(opt.SPEECH_OPTIONS)
 def diff(
     ctx: typer.Context,
-    a: Annotated[Path, typer.Argument(metavar="A", help=f"Side A. {SIDE}", show_default=False)],
-    b: Annotated[Path, typer.Argument(metavar="B", help=f"Side B. {SIDE}", show_default=False)],
-    level: Annotated[
-        str,
-        typer.Option(
-            metavar="|".join(AUDIO_LEVELS),
-            help="bitwise: identical PCM; waveform: codes not known to differ and SNR >= --min-snr-db; speech: "
-            "identical PCM, or the same speech (the --speech-* thresholds).",
-        ),
-    ] = "bitwise",
-    min_snr_db: Annotated[
-        float, typer.Option(callback=numbers.SNR_DB, help="Waveform level: the lowest SNR that still passes.")
-    ] = 60.0,
-    report_dir: Annotated[
-        Optional[Path],
-        typer.Option(help="Write every report, the clips of each differing id and an HTML page with plots."),
-    ] = None,
-    junit: Annotated[Optional[Path], typer.Option(help="JUnit XML report (one testcase per id).")] = None,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="JSON report with every id.")] = None,
-    markdown: Annotated[Optional[Path], typer.Option(help="Markdown summary.")] = None,
-    allow_unseeded: Annotated[
-        bool,
-        typer.Option(help="An id without a seed on either side that differs is reported unseeded, not a failure."),
-    ] = False,
+    a: SideA,
+    b: SideB,
+    level: Level = "bitwise",
+    min_snr_db: MinSnrDb = 60.0,
+    report_dir: ReportDir = None,
+    junit: Junit = None,
+    json_path: JsonPath = None,
+    markdown: Markdown = None,
+    allow_unseeded: AllowUnseeded = False,
 ) -> None:
     """Compare two runs id by id: codes and PCM hashes, duration, SNR, LSD, max abs; ids on one side
     only; a differing seed or setting named as the likely cause.

@@ -18,38 +18,44 @@ if TYPE_CHECKING:
     from ..jobs.job import SynthSummary
 
 
+RequestFile = Annotated[
+    Path,
+    typer.Argument(
+        help="Request file: .jsonl, .csv, .txt (one utterance per line) or .lst (Seed-TTS-eval's meta.lst)."
+    ),
+]
+Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")]
+AudioFormat = Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")]
+DryRun = Annotated[
+    bool,
+    typer.Option(help="Validate the requests, deploy config and checkpoint configs, print what would run, and stop."),
+]
+Force = Annotated[bool, typer.Option(help="Regenerate everything, even outputs of an earlier run.")]
+Stream = Annotated[
+    bool,
+    typer.Option(
+        help="Decode each request while it is generated, in the deploy's codec "
+        "chunks, writing its file progressively (time to first audio and "
+        "chunk timings go to the manifest)."
+    ),
+]
+FailOnEmpty = Annotated[
+    bool, typer.Option(help="Exit 1 when a request produced no audio (its stop head fired at the first frame).")
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")]
+
+
 @opt.with_options(opt.ENGINE_OPTIONS, srv.SERVER_OPTIONS, opt.RAY_OPTIONS)
 def synth(
     ctx: typer.Context,
-    requests: Annotated[
-        Path,
-        typer.Argument(
-            help="Request file: .jsonl, .csv, .txt (one utterance per line) or .lst (Seed-TTS-eval's meta.lst)."
-        ),
-    ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory for audio files and manifest.csv.")] = Path(
-        "out"
-    ),
-    audio_format: Annotated[str, typer.Option("--format", help="Audio file format: wav or flac.")] = "wav",
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            help="Validate the requests, deploy config and checkpoint configs, print what would run, and stop."
-        ),
-    ] = False,
-    force: Annotated[bool, typer.Option(help="Regenerate everything, even outputs of an earlier run.")] = False,
-    stream: Annotated[
-        bool,
-        typer.Option(
-            help="Decode each request while it is generated, in the deploy's codec "
-            "chunks, writing its file progressively (time to first audio and "
-            "chunk timings go to the manifest)."
-        ),
-    ] = False,
-    fail_on_empty: Annotated[
-        bool, typer.Option(help="Exit 1 when a request produced no audio (its stop head fired at the first frame).")
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")] = False,
+    requests: RequestFile,
+    out: Out = Path("out"),
+    audio_format: AudioFormat = "wav",
+    dry_run: DryRun = False,
+    force: Force = False,
+    stream: Stream = False,
+    fail_on_empty: FailOnEmpty = False,
+    as_json: AsJson = False,
 ) -> None:
     """Synthesise every request, writing OUT/<id>.<format> and OUT/manifest.csv.
 

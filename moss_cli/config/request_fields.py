@@ -16,7 +16,14 @@ from ..vllm_omni import AUDIO_SAMPLER_TEXT, OPENAI_SAMPLING
 
 # A moss extension for local runs: overrides of the audio sampler, named for what they change (the
 # OpenMOSS reference generate() arguments). vllm-omni has no such fields (vllm_omni.OPENAI_SAMPLING).
-SAMPLING_FIELDS = ("audio_temperature", "audio_top_p", "audio_top_k", "audio_repetition_penalty")
+# Each one's rule: what a value must be (it is a number first), said as the error says it.
+SAMPLING_RULES = {
+    "audio_temperature": (lambda v: v >= 0, "a number >= 0 (0 means greedy)"),
+    "audio_top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "audio_top_k": (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 disables it)"),
+    "audio_repetition_penalty": (lambda v: v > 0, "a number > 0"),
+}
+SAMPLING_FIELDS = tuple(SAMPLING_RULES)
 FIELDS = ("id", "text", "seed", "max_new_frames", "ref_audio", "ref_text", *PROMPT_FIELDS, *SAMPLING_FIELDS)
 MAX_FRAMES_LIMIT = 1_000_000  # beyond this a value is a typo, not a request
 URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://|data:)")  # a scheme and authority, or a data: URI
@@ -193,16 +200,8 @@ def make_request(
 
     if text is not None and not text.strip():
         bad("text", "'text' is empty")
-    if id is not None:
-        if not SAFE_ID.match(id) or id.lower().split(".")[0] in RESERVED_IDS:
-            bad(
-                "id",
-                f"id {id!r} is not a safe file name: ASCII letters, digits, '.', '_' and '-' only, at "
-                "most 128 characters, starting with a letter or digit (no leading '.', '_' or '-'), no path "
-                "separators or '..', not a reserved name such as CON or NUL",
-            )
-        elif ".." in id:
-            bad("id", f"id {id!r} must not contain '..'")
+    if id is not None and (problem := _id_problem(id)):
+        bad("id", problem)
 
     if seed is not None and (not is_int64(seed)):
         bad("seed", f"'seed' must be an integer in the signed 64-bit range, got {seed!r}")
@@ -215,33 +214,23 @@ def make_request(
         )
 
     checked_sampling = {}
-    for key in SAMPLING_FIELDS:
+    for key, (accepts, rule) in SAMPLING_RULES.items():
         value = sampling.get(key)
         if value is None:
             continue
-        number = is_number(value)
-        if key == "audio_temperature" and not (number and value >= 0):
-            bad(key, f"'audio_temperature' must be a number >= 0 (0 means greedy), got {value!r}")
-        elif key == "audio_top_p" and not (number and 0 < value <= 1):
-            bad(key, f"'audio_top_p' must be in (0, 1], got {value!r}")
-        elif key == "audio_top_k" and not (number and isinstance(value, int) and value >= 0):
-            bad(key, f"'audio_top_k' must be an integer >= 0 (0 disables it), got {value!r}")
-        elif key == "audio_repetition_penalty" and not (number and value > 0):
-            bad(key, f"'audio_repetition_penalty' must be a number > 0, got {value!r}")
-        else:
+        if is_number(value) and accepts(value):
             checked_sampling[key] = value
+        else:
+            bad(key, f"'{key}' must be {rule}, got {value!r}")
 
     fields = {}
     for key in PROMPT_FIELDS:
         value = prompt_fields.get(key)
         if value is None:
             continue
-        if key == "tokens" and (not is_integer(value) or value < 0):
-            bad(key, f"'tokens' (duration hint in tokens) must be a non-negative integer, got {value!r}")
-        elif key != "tokens" and not isinstance(value, str):
-            bad(key, f"'{key}' must be a string, got {type(value).__name__}")
-        elif key == "language" and (hint := _language_problem(value)):
-            bad(key, hint)
+        problem = _prompt_field_problem(key, value)
+        if problem:
+            bad(key, problem)
         else:
             fields[key] = value
     if ref_text is not None and ref_audio is None:
@@ -260,6 +249,28 @@ def make_request(
         ref_audio=ref_audio,
         ref_text=ref_text if ref_text and ref_text.strip() else None,
     )
+
+
+def _id_problem(id: str) -> str | None:
+    """Why `id` cannot name the request's files, or None."""
+    if not SAFE_ID.match(id) or id.lower().split(".")[0] in RESERVED_IDS:
+        return (
+            f"id {id!r} is not a safe file name: ASCII letters, digits, '.', '_' and '-' only, at "
+            "most 128 characters, starting with a letter or digit (no leading '.', '_' or '-'), no path "
+            "separators or '..', not a reserved name such as CON or NUL"
+        )
+    return f"id {id!r} must not contain '..'" if ".." in id else None
+
+
+def _prompt_field_problem(key: str, value: Any) -> str | None:
+    """What is wrong with a prompt field's value, or None."""
+    if key == "tokens":
+        if not is_integer(value) or value < 0:
+            return f"'tokens' (duration hint in tokens) must be a non-negative integer, got {value!r}"
+        return None
+    if not isinstance(value, str):
+        return f"'{key}' must be a string, got {type(value).__name__}"
+    return _language_problem(value) if key == "language" else None
 
 
 def sampler_refusal(key: str) -> str:

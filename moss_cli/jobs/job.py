@@ -174,42 +174,14 @@ def run_job(
     todo = [rid for rid in planned.fingerprints if rid not in done]
     if on_start:
         on_start(len(planned.fingerprints), len(done))
-    writers: dict[str, ProgressiveAudio] = {}  # streaming: files grow chunk by chunk
-
-    def stream_to(rid: str, rate: int, channels: int):
-        writers[rid] = ProgressiveAudio(outdir.path(rid), rate, channels, audio_format)
-        return writers[rid].write
-
-    def deliver(outcome: Outcome, result: object) -> None:
-        rid = outcome.id
-        row = manifest_row(outcome, outdir.names[rid])
-        if stream:
-            outdir.record(rid, row)  # first the record, then the file: a kill leaves no orphan
-            writer = writers.pop(rid, None) or ProgressiveAudio(
-                outdir.path(rid), outcome.sample_rate, outcome.pcm.shape[1], audio_format
-            )
-            writer.commit()
-        else:
-            outdir.record(rid, row, outcome.pcm, outcome.sample_rate)  # as each request finishes
-        if on_result:
-            on_result(result)
-        check_interrupted()  # a signal whose exception the audio encoder swallowed
-
+    delivery = Delivery(outdir, stream, on_result)
     start = time.perf_counter()
     try:
         with interrupts_as_exceptions():
-            source.run(todo, stream_to if stream else None, deliver)
+            source.run(todo, delivery.stream_to if stream else None, delivery.deliver)
     except BaseException as stopped:  # an interrupt, a failed write (a full disk), a source's failure
-        for writer in writers.values():  # a half-streamed file never appears
-            writer.discard()
-        kept = (KeyboardInterrupt, MossError) if facts.failure_keeps_manifest else KeyboardInterrupt
-        if isinstance(stopped, kept) and (facts.folder_first or outdir.rows):  # what finished stays: resumable
-            outdir.write_manifest()
-            if isinstance(stopped, MossError) and outdir.rows:  # as an interrupt says it (cli/common.py)
-                stopped.message += (
-                    f"; the {len(outdir.rows)} finished output(s) are kept in {out}: run the same command again "
-                    "to resume"
-                )
+        delivery.discard()
+        _keep_finished(stopped, outdir, facts)
         raise
     wall = time.perf_counter() - start
     recorded = source.environment()
@@ -228,3 +200,49 @@ def run_job(
         compile_s=source.compile_s(),
         **summary,
     )
+
+
+class Delivery:
+    """Where each finished request goes: its manifest record and audio file, as it finishes (with
+    `stream`, a file that grew chunk by chunk, committed after its record: a kill leaves no orphan)."""
+
+    def __init__(self, outdir: OutputDir, stream: bool, on_result) -> None:
+        self.outdir, self.stream, self.on_result = outdir, stream, on_result
+        self.writers: dict[str, ProgressiveAudio] = {}  # streaming: files grow chunk by chunk
+
+    def stream_to(self, rid: str, rate: int, channels: int):
+        self.writers[rid] = ProgressiveAudio(self.outdir.path(rid), rate, channels, self.outdir.format)
+        return self.writers[rid].write
+
+    def deliver(self, outcome: Outcome, result: object) -> None:
+        rid, outdir = outcome.id, self.outdir
+        row = manifest_row(outcome, outdir.names[rid])
+        if self.stream:
+            outdir.record(rid, row)  # first the record, then the file: a kill leaves no orphan
+            writer = self.writers.pop(rid, None) or ProgressiveAudio(
+                outdir.path(rid), outcome.sample_rate, outcome.pcm.shape[1], outdir.format
+            )
+            writer.commit()
+        else:
+            outdir.record(rid, row, outcome.pcm, outcome.sample_rate)  # as each request finishes
+        if self.on_result:
+            self.on_result(result)
+        check_interrupted()  # a signal whose exception the audio encoder swallowed
+
+    def discard(self) -> None:
+        """A half-streamed file never appears."""
+        for writer in self.writers.values():
+            writer.discard()
+
+
+def _keep_finished(stopped: BaseException, outdir: OutputDir, facts) -> None:
+    """What finished before a run stopped stays, resumable, where the source allows it; a user
+    error then says so."""
+    kept = (KeyboardInterrupt, MossError) if facts.failure_keeps_manifest else KeyboardInterrupt
+    if isinstance(stopped, kept) and (facts.folder_first or outdir.rows):
+        outdir.write_manifest()
+        if isinstance(stopped, MossError) and outdir.rows:  # as an interrupt says it (cli/common.py)
+            stopped.message += (
+                f"; the {len(outdir.rows)} finished output(s) are kept in {outdir.out}: run the same command "
+                "again to resume"
+            )

@@ -193,36 +193,7 @@ class TalkerConfig:
             )
         if local.hidden_size % local.num_heads:
             raise ConfigError("gpt2_config.n_embd must be divisible by n_head", file=where, field="gpt2_config.n_head")
-        audio_vocab = _int(d, "audio_vocab_size", where, 1024)
-        sizes = d.get("audio_codebook_sizes")
-        if sizes is None:
-            sizes = [audio_vocab] * n_vq
-        if not isinstance(sizes, list) or len(sizes) != n_vq or any(not is_integer(s) or s <= 0 for s in sizes):
-            raise ConfigError(
-                f"audio_codebook_sizes must be a list of {n_vq} positive integers",
-                file=where,
-                field="audio_codebook_sizes",
-            )
-        audio_vocab = max(audio_vocab, max(sizes))
-        pad_code = (
-            _int(d, "audio_pad_code", where, ..., "audio_pad_token_id")
-            if (d.get("audio_pad_code") is not None or d.get("audio_pad_token_id") is not None)
-            else 1024
-        )
-        if pad_code < audio_vocab:
-            raise ConfigError(
-                f"audio_pad_code {pad_code} must lie outside the audio vocab (size {audio_vocab})",
-                file=where,
-                field="audio_pad_code",
-            )
-        # Absent means the release default ("binary"); an explicit null means full vocab, as in
-        # the reference config class.
-        mode = str(d.get("local_text_head_mode", "binary") or "full_vocab").strip().lower()
-        mode = {"full": "full_vocab", "full-vocab": "full_vocab", "vocab": "full_vocab"}.get(mode, mode)
-        if mode not in ("binary", "full_vocab"):
-            raise ConfigError(
-                "local_text_head_mode must be 'binary' or 'full_vocab'", file=where, field="local_text_head_mode"
-            )
+        sizes, audio_vocab, pad_code = _codebooks(d, where, n_vq)
         slot = d.get("audio_assistant_gen_slot_token_id")
         if slot is None:
             slot = _int(d, "audio_assistant_slot_token_id", where, 151656)
@@ -230,18 +201,13 @@ class TalkerConfig:
             backbone=backbone,
             local=local,
             n_vq=n_vq,
-            audio_codebook_sizes=tuple(int(s) for s in sizes),
+            audio_codebook_sizes=sizes,
             audio_vocab_size=audio_vocab,
             audio_pad_code=pad_code,
-            pad_token_id=_int(d, "pad_token_id", where, 151643),
-            im_start_token_id=_int(d, "im_start_token_id", where, 151644),
-            im_end_token_id=_int(d, "im_end_token_id", where, 151645),
-            audio_start_token_id=_int(d, "audio_start_token_id", where, 151669),
-            audio_end_token_id=_int(d, "audio_end_token_id", where, 151670),
-            audio_user_slot_token_id=_int(d, "audio_user_slot_token_id", where, 151654),
+            **{name: _int(d, name, where, default) for name, default in TOKEN_DEFAULTS.items()},
             audio_assistant_slot_token_id=int(slot),
             sampling_rate=_int(d, "sampling_rate", where, 48000),
-            local_text_head_mode=mode,
+            local_text_head_mode=_text_head_mode(d, where),
             raw=d,
         )
         for name, token_id in cfg.special_token_ids.items():
@@ -408,3 +374,48 @@ class CodecConfig:
                 field="decoder_kwargs",
             )
         return cfg
+
+
+# The special tokens' ids where a config leaves them out: the released checkpoints'.
+TOKEN_DEFAULTS = {
+    "pad_token_id": 151643,
+    "im_start_token_id": 151644,
+    "im_end_token_id": 151645,
+    "audio_start_token_id": 151669,
+    "audio_end_token_id": 151670,
+    "audio_user_slot_token_id": 151654,
+}
+
+
+def _codebooks(d: dict, where: str, n_vq: int) -> tuple[tuple[int, ...], int, int]:
+    """(each codebook's size, the audio vocab every head spans, the audio pad code outside it)."""
+    audio_vocab = _int(d, "audio_vocab_size", where, 1024)
+    sizes = d.get("audio_codebook_sizes")
+    if sizes is None:
+        sizes = [audio_vocab] * n_vq
+    if not isinstance(sizes, list) or len(sizes) != n_vq or any(not is_integer(s) or s <= 0 for s in sizes):
+        raise ConfigError(
+            f"audio_codebook_sizes must be a list of {n_vq} positive integers", file=where, field="audio_codebook_sizes"
+        )
+    audio_vocab = max(audio_vocab, max(sizes))
+    given = d.get("audio_pad_code") is not None or d.get("audio_pad_token_id") is not None
+    pad_code = _int(d, "audio_pad_code", where, ..., "audio_pad_token_id") if given else 1024
+    if pad_code < audio_vocab:
+        raise ConfigError(
+            f"audio_pad_code {pad_code} must lie outside the audio vocab (size {audio_vocab})",
+            file=where,
+            field="audio_pad_code",
+        )
+    return tuple(int(s) for s in sizes), audio_vocab, pad_code
+
+
+def _text_head_mode(d: dict, where: str) -> str:
+    """The local transformer's text head: absent means the release default ("binary"); an explicit
+    null means full vocab, as in the reference config class."""
+    mode = str(d.get("local_text_head_mode", "binary") or "full_vocab").strip().lower()
+    mode = {"full": "full_vocab", "full-vocab": "full_vocab", "vocab": "full_vocab"}.get(mode, mode)
+    if mode not in ("binary", "full_vocab"):
+        raise ConfigError(
+            "local_text_head_mode must be 'binary' or 'full_vocab'", file=where, field="local_text_head_mode"
+        )
+    return mode

@@ -169,3 +169,36 @@ def test_no_serving_path_is_named_outside_its_record():
                     if not (node.value == "batch" and where in batch_size):
                         named.append(f"{where}:{node.lineno}: {node.value!r}")
     assert not named, named
+
+
+LONGEST_FUNCTION = 80  # lines; a longer rule is a data table (docs/architecture.md)
+
+
+def test_no_function_runs_over_80_lines():
+    """A function a newcomer reads in one screen: the longer ones were split along their steps, and the
+    rules that are data are tables (`SAMPLING_RULES`, `TOKEN_DEFAULTS`, the option groups)."""
+    long = []
+    for relative, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONGEST_FUNCTION:
+                    long.append(f"{relative}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, long
+
+
+def test_every_command_is_declared_one_way():
+    """Each command's own options are `Annotated` aliases in its signature (no inline `typer.Option`), and
+    its option groups come from `with_options` (docs/architecture.md, "How a command is declared")."""
+    inline = []
+    for relative, tree in _modules():
+        if relative.parts[0] != "cli":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                for arg in node.args.args + node.args.kwonlyargs:
+                    if arg.annotation is not None and (
+                        "typer.Option" in ast.unparse(arg.annotation) or "typer.Argument" in ast.unparse(arg.annotation)
+                    ):
+                        inline.append(f"{relative}:{node.lineno} {node.name}({arg.arg})")
+    assert not inline, inline
