@@ -121,7 +121,7 @@ class StepPlan:
 
 
 @dataclass(frozen=True)
-class Drawn:
+class SettledFrame:
     """A block's frame as the host has read it: the real rows' stop flags and the block's codes
     [size, n_vq] (None where every row stopped); the whole step's next hidden states [size, H]."""
 
@@ -131,12 +131,14 @@ class Drawn:
 
 
 class StepRunner(Protocol):
-    """How a plan's blocks are computed (one kind per engine, `runner_for`)."""
+    """How a plan's blocks are computed (one kind per engine, `runner_for`), over the engine's KV pool."""
 
-    def execute(self, plan: StepPlan) -> Iterator[Drawn]:
+    pool: KVPool
+
+    def execute(self, plan: StepPlan) -> Iterator[SettledFrame]:
         """Each block's frame, in the plan's order."""
 
-    def advance(self, plan: StepPlan, block: Block, going: list[int], drawn: Drawn) -> None:
+    def advance(self, plan: StepPlan, block: Block, going: list[int], frame: SettledFrame) -> None:
         """The next frame's input of the rows that go on (their places in the block, `going`)."""
 
 
@@ -158,6 +160,7 @@ class DecodeStep:
 
     @property
     def pool(self) -> KVPool:
+        """The KV pool the runner computes over (an engine hands it a new one where a run gave it back)."""
         return self.runner.pool
 
     @pool.setter
@@ -180,10 +183,10 @@ class DecodeStep:
     @torch.inference_mode()
     def run(self, plan: StepPlan, frames: bool) -> Iterator[Event]:
         """Execute the plan, each block's frame updating its rows as it is read."""
-        for block, drawn in zip(plan.blocks, self.runner.execute(plan)):  # execute
-            going = yield from self.update(block.rows, drawn, frames)  # update
+        for block, frame in zip(plan.blocks, self.runner.execute(plan)):  # execute
+            going = yield from self.update(block.rows, frame, frames)  # update
             if going:
-                self.runner.advance(plan, block, going, drawn)  # execute: the next frame's input
+                self.runner.advance(plan, block, going, frame)  # execute: the next frame's input
 
     # --- plan ---------------------------------------------------------------------------------
 
@@ -246,11 +249,11 @@ class DecodeStep:
 
     # --- update -------------------------------------------------------------------------------
 
-    def update(self, rows: Sequence[Row], drawn: Drawn, frames: bool) -> Iterator[Event]:
+    def update(self, rows: Sequence[Row], frame: SettledFrame, frames: bool) -> Iterator[Event]:
         """Finish the rows the stop rule ends, keep every other row's codes (a FrameEvent each with
         `frames`), finish those whose frame budget is spent; return the block places of the rows
         that go on."""
-        for r, stop in zip(rows, drawn.stops):
+        for r, stop in zip(rows, frame.stops):
             if r.ends(stop):
                 r.done = True
                 yield self.finish(r, stopped=True)
@@ -260,11 +263,11 @@ class DecodeStep:
         for i, r in enumerate(rows):
             if r.done:
                 continue
-            r.frames.append(drawn.codes[i])
+            r.frames.append(frame.codes[i])
             if r.seen is not None:
-                r.seen.scatter_(1, drawn.codes[i][:, None], True)
+                r.seen.scatter_(1, frame.codes[i][:, None], True)
             if frames:
-                yield FrameEvent(r.request.key, drawn.codes[i])
+                yield FrameEvent(r.request.key, frame.codes[i])
             if len(r.frames) >= r.request.max_new_frames:
                 r.done = True
                 yield self.finish(r, stopped=False)
@@ -360,15 +363,15 @@ class PendingFrame:
     hidden: torch.Tensor | None = None  # the whole step's next hidden states [size, H]
     redraw: Callable[[], tuple[torch.Tensor, torch.Tensor | None]] | None = None  # the frame asking the host
 
-    def settle(self, values: list[bool]) -> Drawn:
+    def settle(self, values: list[bool]) -> SettledFrame:
         """The frame from its flags' values read on the host: drawn again where a check fired."""
         if any(values[self.rows :]):
             stops, codes = self.redraw()
-            return Drawn(stops.tolist(), codes)
-        return Drawn(values[: self.rows], self.codes, self.hidden)
+            return SettledFrame(stops.tolist(), codes)
+        return SettledFrame(values[: self.rows], self.codes, self.hidden)
 
 
-def read_once(pending: list[PendingFrame]) -> Iterator[Drawn]:
+def read_once(pending: list[PendingFrame]) -> Iterator[SettledFrame]:
     """Every block's frame from one host read of all their flags (a block's frame needs none of the
     backbone steps before it: those write other rows' keys)."""
     read = torch.cat([frame.flags for frame in pending]).tolist()  # the step's one host read
@@ -423,11 +426,11 @@ class EagerFrames:
         self.model, self.pool, self.logits_hook = model, pool, logits_hook
         self.inputs = BlockInputs(model)
 
-    def execute(self, plan: StepPlan) -> Iterator[Drawn]:
+    def execute(self, plan: StepPlan) -> Iterator[SettledFrame]:
         if self.logits_hook is not None:
             for block in plan.blocks:
                 stops, codes = self._hooked(block, self.inputs.hidden(block), self.inputs.sampler(block))
-                yield Drawn(stops.tolist(), codes)
+                yield SettledFrame(stops.tolist(), codes)
             return
         yield from read_once([self._pending(block) for block in plan.blocks])
 
@@ -462,8 +465,8 @@ class EagerFrames:
         # Stopped and idle rows stay in the block (their codes are ignored) so its shape is fixed.
         return stops, choose_codes(model, local_hidden, past, choose)
 
-    def advance(self, plan: StepPlan, block: Block, going: list[int], drawn: Drawn) -> None:
-        backbone_step(self.model, self.pool, plan, block, going, drawn.codes)
+    def advance(self, plan: StepPlan, block: Block, going: list[int], frame: SettledFrame) -> None:
+        backbone_step(self.model, self.pool, plan, block, going, frame.codes)
 
 
 class CompiledFrames:
@@ -478,7 +481,7 @@ class CompiledFrames:
         device_type = self.inputs.device.type
         self.compiled = CompiledFrame(frame_and_logits, fixed_shape=fixed, device_type=device_type)
 
-    def execute(self, plan: StepPlan) -> Iterator[Drawn]:
+    def execute(self, plan: StepPlan) -> Iterator[SettledFrame]:
         if self.logits_hook is None:
             yield from read_once([self._pending(block)[0] for block in plan.blocks])
             return
@@ -505,8 +508,8 @@ class CompiledFrames:
                 if self.logits_hook(r.request.key, len(r.frames), codebook, logits[i], n, r.generator) is not None:
                     raise ValueError("a logits hook cannot replace logits in a compiled frame")
 
-    def advance(self, plan: StepPlan, block: Block, going: list[int], drawn: Drawn) -> None:
-        backbone_step(self.model, self.pool, plan, block, going, drawn.codes)
+    def advance(self, plan: StepPlan, block: Block, going: list[int], frame: SettledFrame) -> None:
+        backbone_step(self.model, self.pool, plan, block, going, frame.codes)
 
 
 class WholeSteps:
@@ -523,11 +526,11 @@ class WholeSteps:
         self.inputs = BlockInputs(model)
         self.graphs = step_graphs(whole_step, compile=layout.compile, device_type=self.inputs.device.type)
 
-    def execute(self, plan: StepPlan) -> Iterator[Drawn]:
+    def execute(self, plan: StepPlan) -> Iterator[SettledFrame]:
         pending = [self._pending(block) for block in plan.blocks]
-        for block, drawn in zip(plan.blocks, read_once(pending)):
+        for block, frame in zip(plan.blocks, read_once(pending)):
             self.pool.stepped(tuple(r.slot for r in block.rows))  # the graph advanced them on the device
-            yield drawn
+            yield frame
 
     def _pending(self, block: Block) -> PendingFrame:
         rows, n = block.rows, len(block.rows)
@@ -536,9 +539,9 @@ class WholeSteps:
         stops, codes, hidden = self.graphs(self.model, self.pool, inputs, key_width(self.pool, rows))
         return PendingFrame(n, stops[:n], codes, hidden)
 
-    def advance(self, plan: StepPlan, block: Block, going: list[int], drawn: Drawn) -> None:
+    def advance(self, plan: StepPlan, block: Block, going: list[int], frame: SettledFrame) -> None:
         for i in going:
-            block.rows[i].hidden = drawn.hidden[i]
+            block.rows[i].hidden = frame.hidden[i]
 
 
 def key_width(pool: KVPool, rows: Sequence[Row]) -> int:
