@@ -94,7 +94,7 @@ def shapes_bound(block_sizes: int, pool_blocks: int) -> int:
     """The most shapes the whole step takes over the life of a KV pool that grows to `pool_blocks`
     key blocks (a power of two, as a `few_shapes` pool grows), for `block_sizes` block sizes: per
     block size and repetition penalty (on or off), one per pair of the pool's positions (2^i key
-    blocks, i = 0..c) and a key width within them (2^j, j <= i: `step.key_width`), (c+1)(c+2)/2.
+    blocks, i = 0..c) and a key width within them (2^j, j <= i: `runners.key_width`), (c+1)(c+2)/2.
     A generation whose requests arrive together reads one pool size: c+1 widths per block size."""
     c = max(pool_blocks, 1).bit_length() - 1
     return block_sizes * 2 * (c + 1) * (c + 2) // 2

@@ -17,6 +17,7 @@ from ..numerics import INVARIANT
 from ..numerics.layout import EngineLayout
 from .kv_cache import KVPool
 from .requests import Event, GenerationRequest, GenerationResult, LogitsHook
+from .runners import runner_for
 from .step import DecodeStep, Row, Waiting
 
 
@@ -41,8 +42,10 @@ class Engine:
         self.pool = self._pool()
         if self.layout.compile and model.packed:
             raise ValueError("a model with packed weights cannot be compiled: load it with pack=False")
+        # The step runner is chosen here, once: eager, the compiled frame or the whole step's graph.
+        runner = runner_for(model, self.pool, self.layout, logits_hook)
         # One clock for admission and finish times (callers compare with it).
-        self.step = DecodeStep(model, self.pool, self.layout, max_batch, logits_hook, clock)
+        self.step = DecodeStep(model, self.layout, max_batch, runner, clock)
 
     def _pool(self) -> KVPool:
         """The KV pool: with --graphs, one an ended engine gave back (its step graphs replay over it)."""
