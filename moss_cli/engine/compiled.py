@@ -79,6 +79,7 @@ class CompiledFrame:
 
 
 _STEP_GRAPHS: dict[tuple, "StepGraphs"] = {}  # one per process and kind, shared by engines
+RECOMPILE_MARGIN = 8  # compiles past the shapes seen that dynamo may still make (another model's guards)
 MOST_GRAPHS = 64  # captured graphs kept (each holds its own memory); the least recently used go first
 
 
@@ -125,13 +126,13 @@ class StepGraphs:
         # replay's outputs are copied out before the next, so a graph may reuse another's scratch in
         # any order (safe for graphs that never run concurrently: pytorch/pytorch#166975, as vLLM does).
         self.memory = None
-        self.shapes: set[tuple] = set()  # the shapes built so far
+        self.shapes: set[tuple] = set()  # the shapes built so far, with the model they were built for
 
     def __call__(self, model: torch.nn.Module, pool, inputs, width: int) -> tuple[torch.Tensor, ...]:
         pooled = tuple(pool.keys.shape)
         shape = (tuple(inputs.hidden.shape), inputs.hidden.dtype, pooled, width, inputs.sampler.seen is None)
-        first = shape not in self.shapes
-        self.shapes.add(shape)
+        first = (shape, id(model)) not in self.shapes
+        self.shapes.add((shape, id(model)))  # another model's weights are compiled for again
         start = time.perf_counter()
         if self.capture:
             # A graph holds the addresses of the weights and the pool it was captured over.
@@ -173,9 +174,6 @@ class StepGraphs:
                 if not first:
                     raise
                 raise CompileError(f"torch.compile failed: {type(error).__name__}: {error}".splitlines()[0]) from error
-
-
-RECOMPILE_MARGIN = 8  # compiles past the shapes seen that dynamo may still make (another model's guards)
 
 
 class _Captured:

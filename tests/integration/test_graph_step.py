@@ -257,12 +257,13 @@ def test_a_400_frame_generation_under_graphs_builds_a_bounded_number_of_shapes(p
     eager = _codes(plain_talker, FAST, False, requests)
     assert all(torch.equal(graphed[key], eager[key][0]) for key in eager)
     assert max(c.shape[0] for c in graphed.values()) == 400
-    sizes = {shape[0][0] for shape in graphs.shapes}
-    widths = {shape[3] // KEY_BLOCK for shape in graphs.shapes}
-    pools = {shape[2][3] // KEY_BLOCK for shape in graphs.shapes}
+    shapes = [shape for shape, _ in graphs.shapes]
+    sizes = {shape[0][0] for shape in shapes}
+    widths = {shape[3] // KEY_BLOCK for shape in shapes}
+    pools = {shape[2][3] // KEY_BLOCK for shape in shapes}
     assert sizes == {4, 2, 1} and len(pools) == 1 and len(widths) >= 3  # the keys grew across three widths
     assert all(w & (w - 1) == 0 for w in widths | pools)  # powers of two key blocks
-    assert {shape[4] for shape in graphs.shapes} == {True, False}  # with and without the penalty
+    assert {shape[4] for shape in shapes} == {True, False}  # with and without the penalty
     assert len(compiled) == len(graphs.shapes) <= shapes_bound(len(sizes), max(pools))
 
 
