@@ -53,7 +53,7 @@ def answer(
 def _with_words(numerics: dict, composed: list[Case], tolerance: float) -> None:
     """The corpus error rate alone and under load (measures.words.corpus), over every composition and per
     composition: a rise whose 95% interval lies above the tolerance fails the numerics question."""
-    from ..measures.words import Score, corpus
+    from ..measures.words import Score, corpus, corpus_text
 
     def pairs(cases: list[Case]) -> list:
         return [
@@ -76,13 +76,7 @@ def _with_words(numerics: dict, composed: list[Case], tolerance: float) -> None:
     numerics["words"] = words
     failing = [s for s, w in words["scenarios"].items() if w["passed"] is False]
     if words["passed"] is False or failing:
-        low, high = words["interval"]
-        said = (
-            f"WER {words['error_rate']:.1%} under load against {words['error_rate_alone']:.1%} alone (difference "
-            f"{words['difference']:+.1%}, 95% interval [{low:+.1%}, {high:+.1%}], tolerance {tolerance:+.1%}"
-            + (f"; above it in {', '.join(failing)}" if failing else "")
-            + ")"
-        )
+        said = corpus_text(words) + (f"; above the tolerance in {', '.join(failing)}" if failing else "")
         if numerics["passed"] is False:  # a failure already: the words are more evidence
             numerics["line"] += f"; the words under load: {said}"
         else:

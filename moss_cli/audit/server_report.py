@@ -8,6 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
+from ..measures.words import corpus_text
 from ..remote.paths import BATCH, PATHS, SINGLE
 from ..report import page
 from ..report.terminal import print_table
@@ -47,7 +48,8 @@ def path_status(v: dict) -> str:
 def path_rows(server: dict, brief: bool = False) -> list[list[str]]:
     """The table path x verdict, one row per path: the detail names the requests that failed on it
     (with their cause where it is not the path's) and where the first did, then, unless `brief`
-    (the terminal, whose request table below says it), what that comparison found."""
+    (the terminal, whose request table below says it), what that comparison found; with --asr-model, the
+    path's word error rates alone and under load."""
     rows = []
     for path, v in server["paths"].items():
         detail = v["detail"]
@@ -56,6 +58,9 @@ def path_rows(server: dict, brief: bool = False) -> list[list[str]]:
                 key if cause == v["verdict"] else f"{key} ({cause})" for key, cause in v["failed"].items()
             )
             detail = f"failed: {named}; first in {v['where']}" + ("" if brief else f": {detail}")
+        words = ((v.get("questions") or {}).get("numerics") or {}).get("words") or {}
+        if words.get("passed") is not None:  # --asr-model: the path's error rates
+            detail = f"{detail}; {corpus_text(words)}" if detail else corpus_text(words)
         answers = [_question(v, "seed"), _question(v, "numerics")]
         rows.append(
             [path, PATHS[path].route, v["verdict"], *answers, str(v["requests"]), str(v["comparisons"]), detail]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..measures.words import corpus_text
 from .golden import GoldenCheck
 from .runner import AuditResult
 from .verdicts import SAME_SPEECH, Case
@@ -21,11 +22,9 @@ def words_line(result: AuditResult) -> str | None:
     words = result.questions.get("numerics", {}).get("words")
     if not words or words.get("passed") is None:
         return None
-    low, high = words["interval"]
+    where = f" over {words['responses']} responses"
     return (
-        f"Words: WER {words['error_rate_alone']:.1%} alone, {words['error_rate']:.1%} under load over "
-        f"{words['responses']} responses (difference {words['difference']:+.1%}, 95% interval "
-        f"[{low:+.1%}, {high:+.1%}], tolerance {words['tolerance']:+.1%}; {words['above_half']} above 50%); "
+        f"Words: {corpus_text(words, where)}; {words['above_half']} above 50%; "
         f"heard by {words['model']}, normalized by {words['normalizer']}; ASR {words['asr_seconds']:.1f} s"
     )
 

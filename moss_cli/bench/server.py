@@ -34,7 +34,7 @@ from ..errors import MossError
 from ..measures import AUDIO_LEVELS, check_level, check_speech, judgement
 from ..measures.judgement import DIFFERENT_SPEECH, DIFFERENT_WORDS, IDENTICAL, SAME_SPEECH, WITHIN_SNR
 from ..measures.speech import SpeechThresholds
-from ..measures.words import Score, WordOptions, corpus, paired_levels
+from ..measures.words import Score, WordOptions, corpus, corpus_text, paired_levels
 from ..remote import paths
 from ..remote.client import Retry, ServerError, SpeechClient
 from ..remote.paths import RAW_STREAM, SINGLE, ServingPath
@@ -175,12 +175,7 @@ class ServerBenchReport:
         for r in self.results:
             w = r.get("words") or {}
             if w.get("passed") is False:
-                low, high = w["interval"]
-                out.append(
-                    f"WER {w['error_rate']:.1%} under load against {w['error_rate_alone']:.1%} alone at concurrency "
-                    f"{r['max_concurrency']}, arm {r['arm']} (difference {w['difference']:+.1%}, 95% interval "
-                    f"[{low:+.1%}, {high:+.1%}], above the tolerance {w['tolerance']:+.1%})"
-                )
+                out.append(corpus_text(w, f" at concurrency {r['max_concurrency']}, arm {r['arm']}"))
         return out
 
     def words_lines(self) -> list[str]:

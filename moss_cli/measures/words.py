@@ -213,6 +213,16 @@ def corpus(pairs: list[tuple[Score, Score]], tolerance: float, resamples: int = 
     }
 
 
+def corpus_text(rates: dict, where: str = "") -> str:
+    """A corpus's error rates (`corpus`) as every report says them: alone, under load (`where`), their
+    difference with its interval, and the tolerance it is held to."""
+    low, high = rates["interval"]
+    return (
+        f"WER {rates['error_rate_alone']:.1%} alone, {rates['error_rate']:.1%} under load{where} (difference "
+        f"{rates['difference']:+.1%}, 95% interval [{low:+.1%}, {high:+.1%}], tolerance {rates['tolerance']:+.1%})"
+    )
+
+
 def paired_levels(here: dict[str, list[float]], base: dict[str, list[float]], resamples: int = 2000) -> dict:
     """The mean error rate at one concurrency minus at another, over the requests sent at both (each request's
     mean over its responses), with a 95% bootstrap interval over those requests."""

@@ -98,6 +98,12 @@ def test_the_same_words_in_another_rhythm_and_melody_pass_with_the_corpus_report
     low, high = corpus["interval"]
     assert corpus["passed"] and low <= corpus["tolerance"] and low <= corpus["difference"] <= high
     assert set(corpus["scenarios"]) == {"concurrent"}
+    from moss_cli.audit.server_report import path_rows
+    from moss_cli.measures.words import corpus_text
+
+    rows = {row[0]: row[-1] for row in path_rows(report["server"])}  # the path table of every report format
+    heard = {name: v["questions"]["numerics"]["words"] for name, v in report["server"]["paths"].items() if v["passed"]}
+    assert heard and all(corpus_text(words) in rows[name] for name, words in heard.items()), rows
     same = [c for c in report["cases"] if c["verdict"] == "same-speech"]
     assert same and all(c["words"] is not None and c["words"]["same"] for c in same)
 
