@@ -122,19 +122,19 @@ def read_once(pending: list[PendingFrame]) -> Iterator[SettledFrame]:
         yield frame.settle(values)
 
 
-def backbone_step(model: MossTTSLocal, pool: KVPool, plan: StepPlan, block: Block, going: list[int], codes) -> None:
-    """The rows that go on (block places `going`) through the backbone, one `next_position` each;
-    its last hidden state is their next frame's input. A padded layout keeps each row in its place
-    and the block's shape (`StepLayout.places`); the other places write to the scratch slot."""
+def backbone_step(
+    model: MossTTSLocal, pool: KVPool, plan: StepPlan, block: Block, going: list[int], codes: torch.Tensor
+) -> None:
+    """The rows that go on (block places `going`, their `codes` [size, n_vq]) through the backbone, one
+    `next_position` each; its last hidden state is their next frame's input. A padded layout keeps each
+    row in its place and the block's shape (`StepLayout.places`); the other places hold pad tokens and
+    write to the scratch slot."""
     cfg, rows = model.cfg, block.rows
     places, width = plan.layout.places(going, block.size)
-    device = codes.device
-    next_rows = torch.full((width, 1, cfg.n_vq + 1), cfg.audio_pad_code, dtype=torch.long, device=device)
+    next_rows = torch.full((width, 1, cfg.n_vq + 1), cfg.audio_pad_code, dtype=torch.long, device=codes.device)
     next_rows[:, 0, 0].fill_(cfg.pad_token_id)
-    # made on the device once per composition, as the slots are
-    next_rows.index_copy_(
-        0, pool.ints(tuple(places)), next_position(model, codes.index_select(0, pool.ints(tuple(going))))
-    )
+    at, going_rows = pool.ints(tuple(places)), pool.ints(tuple(going))  # on the device once per composition
+    next_rows.index_copy_(0, at, next_position(model, codes.index_select(0, going_rows)))
     slots = [SCRATCH] * width
     for place, i in zip(places, going):
         slots[place] = rows[i].slot
@@ -216,7 +216,7 @@ class CompiledFrames:
     backbone step. A logits hook sees each draw's logits after the frame (the streams' states are
     the same: a frame's uniforms are drawn before it); it may only record."""
 
-    def __init__(self, model: MossTTSLocal, pool: KVPool, layout: EngineLayout, logits_hook) -> None:
+    def __init__(self, model: MossTTSLocal, pool: KVPool, layout: EngineLayout, logits_hook: LogitsHook | None) -> None:
         self.model, self.pool, self.logits_hook = model, pool, logits_hook
         self.inputs = BlockInputs(model)
         fixed = layout.steps.kind is not Steps.UNPADDED
@@ -261,7 +261,7 @@ class WholeSteps:
     rows go on is known only after the read.
 
     The keys a block reads (`key_width`) are bucketed, so a generation builds a bounded number of
-    shapes per block size (`compiled.StepGraphs.bound`)."""
+    shapes per block size (`compiled.shapes_bound`)."""
 
     def __init__(self, model: MossTTSLocal, pool: KVPool, layout: EngineLayout) -> None:
         self.model, self.pool = model, pool
